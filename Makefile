@@ -1,0 +1,58 @@
+# simsci: the two commands of README.md are `make tour` and `make test`.
+#
+# `make venv` creates .venv and installs simsci editable with its extras. If the Python
+# that creates it already has torch (a user's own CUDA build, say), the venv sees it
+# through --system-site-packages and keeps it; otherwise torch==2.13.0 is installed
+# (on this project's machines a CPU build of it lies on disk).
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+PYTEST_FLAGS ?= -q
+
+.PHONY: venv tour test test-all lint format bench gpu-check clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@if [ ! -x $(PY) ]; then \
+	  if $(PYTHON) -c "import torch" >/dev/null 2>&1; then \
+	    echo "using the torch that $(PYTHON) already has"; \
+	    $(PYTHON) -m venv --system-site-packages $(VENV); \
+	  else \
+	    $(PYTHON) -m venv $(VENV); \
+	  fi; \
+	fi
+	@$(PY) -c "import torch" >/dev/null 2>&1 || $(PY) -m pip install "torch==2.13.0"
+	$(PY) -m pip install -e ".[dev,plot]"
+	@touch $(STAMP)
+
+tour: venv
+	$(VENV)/bin/simsci tour
+
+test: venv
+	$(PY) -m pytest $(PYTEST_FLAGS)
+
+test-all: venv
+	$(PY) -m pytest $(PYTEST_FLAGS) -m ""
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: venv
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+bench: venv
+	$(PY) benchmarks/run_all.py
+
+# Every integrator, model and environment on CUDA, then the CUDA benchmarks (< 5 min).
+gpu-check: venv
+	$(PY) -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'gpu-check: torch sees no CUDA device')"
+	SIMSCI_TEST_DEVICE=cuda $(PY) -m pytest $(PYTEST_FLAGS) -m "device and not slow"
+	$(PY) benchmarks/gpu_check.py
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info runs

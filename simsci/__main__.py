@@ -1,0 +1,5 @@
+"""``python -m simsci`` is the ``simsci`` command."""
+
+from simsci.cli import main
+
+raise SystemExit(main())

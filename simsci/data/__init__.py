@@ -1,0 +1,59 @@
+"""The simsci trajectory format (shared/design/trajectory-format.md, version 1).
+
+Write::
+
+    with simsci.data.TrajectoryWriter("out.h5", kind="state", system="lorenz63") as w:
+        w.append({"t": t, "x": x, "params": p})
+    simsci.data.write("out.h5", episodes, kind="state", system="lorenz63")
+
+Read::
+
+    ds = simsci.data.open("out.h5")          # or a directory of part-*.h5 shards
+    ep = ds[0]                                # dict of numpy arrays
+    loader = DataLoader(TrajectoryDataset(ds, window=64), batch_size=32,
+                        collate_fn=union_collate, num_workers=4)
+
+Check and describe: ``check_file(path)`` (every problem), ``info(path)`` (a summary).
+The torch parts (TrajectoryDataset, pad_collate, union_collate) import torch on first
+use, so writing, reading and checking do not need it.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from simsci.data._check import check_file
+from simsci.data._info import info
+from simsci.data._reader import Trajectories, open
+from simsci.data._schema import FORMAT, FORMAT_VERSION, KINDS, FieldInfo
+from simsci.data._writer import TrajectoryWriter, rank_shard_path, shard_path, write
+
+_TORCH = {"TrajectoryDataset", "pad_collate", "union_collate"}
+
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "KINDS",
+    "FieldInfo",
+    "TrajectoryWriter",
+    "Trajectories",
+    "TrajectoryDataset",
+    "check_file",
+    "info",
+    "open",
+    "pad_collate",
+    "rank_shard_path",
+    "shard_path",
+    "union_collate",
+    "write",
+]
+
+
+def __getattr__(name: str):
+    if name in _TORCH:
+        return getattr(importlib.import_module("simsci.data._torch"), name)
+    raise AttributeError(f"module 'simsci.data' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(__all__)

@@ -1,0 +1,32 @@
+"""Batched ODE and SDE solves over torchdiffeq and torchsde, batch first.
+
+``odeint(func, y0, t)`` and ``sdeint(sde, y0, t)`` take y0 of shape (B, *S) and times
+``t`` that are (T,) shared by all samples, (B, T) one grid per sample, or a list of B 1-D
+tensors (ragged; the result is then a list). Results are (B, T, *S). Per-sample grids,
+including different start and end times, are solved in ONE batched call on the union of
+all times and gathered back. Device and dtype follow y0.
+
+``ODE_METHODS`` and ``SDE_METHODS`` say what each method is and supports; a call is
+checked against them before any work is done. Solver failures raise
+:class:`simsci.errors.SolverError` naming the failing samples and the time.
+"""
+
+from simsci.integrate._methods import (
+    ODE_METHODS,
+    SDE_METHODS,
+    MethodInfo,
+    SDEMethodInfo,
+    compatible_sde_methods,
+)
+from simsci.integrate._odeint import odeint
+from simsci.integrate._sdeint import sdeint
+
+__all__ = [
+    "odeint",
+    "sdeint",
+    "ODE_METHODS",
+    "SDE_METHODS",
+    "MethodInfo",
+    "SDEMethodInfo",
+    "compatible_sde_methods",
+]

@@ -1,0 +1,25 @@
+"""simsci.models: the capabilities' models (SDEVI, CoCLD, GFG, DynaDiff, VectorWorld) and
+the baselines they are compared with.
+
+Every model follows the training-loop contract of :mod:`simsci.train`
+(``training_step``, ``validation_step``, ``init_args``), so ``simsci train NAME`` and
+``simsci.train.Trainer`` train any of them and a checkpoint rebuilds it.
+
+``MODELS`` maps a registry name to its class; ``get(name, **kwargs)`` builds one.
+"""
+
+from __future__ import annotations
+
+from simsci.errors import unknown_name
+from simsci.models.latent_ode import LatentODE
+
+MODELS: dict[str, type] = {"latent_ode": LatentODE}
+
+__all__ = ["MODELS", "get", "LatentODE"]
+
+
+def get(name: str, **kwargs):
+    """Build the model registered as ``name`` with constructor arguments ``kwargs``."""
+    if name not in MODELS:
+        raise unknown_name("model", name, MODELS)
+    return MODELS[name](**kwargs)

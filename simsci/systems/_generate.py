@@ -1,0 +1,541 @@
+"""``generate``: simulate a system into a trajectory file (shared/design/trajectory-format.md).
+
+Design choices the task left open, and why:
+
+- **One batched solve.** All episodes of a call are solved together on ``device``, on
+  the shared grid ``t = 0, dt, ..., t_end``; ``batch_size`` only splits the batch to
+  bound device memory. When ``batch_size`` is None the whole set is one batch unless
+  its output (``n * L * prod(state_shape)`` values) passes 2**27 values (1 GiB in
+  float64), in which case batches of that size are used.
+- **Time origin.** With ``burn_in > 0`` each episode is integrated from 0 to ``burn_in``
+  first and recorded from there; the stored ``t`` starts at 0 (time since the end of
+  the burn-in). The systems here are autonomous, so nothing depends on absolute time.
+- **Parameter grids.** ``params={"rho": [20, 28, 35]}`` (or ``"rho=20,28,35"``) is a
+  full cartesian grid over the listed parameters (other parameters keep the system's
+  values), with ``n`` episodes *per grid point*: the file holds ``n * G`` episodes, grid
+  points in ``itertools.product`` order, episodes of one point contiguous. Every
+  environment then gets the same number of episodes.
+- **Random streams.** ``seed`` seeds a :class:`numpy.random.SeedSequence` from which
+  independent streams are spawned for initial states, sampled parameters, splits,
+  subsampling masks, observation noise and the SDE Brownian motions. Changing ``keep``
+  therefore does not change the initial states, and initial states, parameters, splits,
+  masks and noise do not depend on ``batch_size``; SDE paths (one seed per batch) and
+  adaptive ODE steps (chosen for the whole batch) do. Same arguments, same device ->
+  identical arrays.
+- **Observation noise** is added after the simulation and before subsampling: Gaussian
+  with standard deviation ``obs_noise * std_c`` on channel c, where ``std_c`` is the
+  population standard deviation of channel c over all clean simulated values of the
+  call (all episodes, all times; all ranks when a process group is initialised, this
+  rank's episodes otherwise). The stds used are recorded in ``meta["obs_noise_std"]``.
+- **Irregular subsampling.** ``keep`` < 1 keeps ``k = max(2, round(keep * L))`` time
+  points per episode, chosen uniformly without replacement, sorted. With
+  ``per_channel=True`` each channel independently keeps ``k`` points; the union of the
+  chosen times is stored with ``mask`` (True where observed) and NaN in ``x`` elsewhere
+  (rows with no observed channel are dropped by construction). ``per_channel=True``
+  always writes ``mask``, even when ``keep == 1``.
+- **Splits.** Exactly ``round(f_train * N)`` train and ``round(f_val * N)`` validation
+  episodes (the rest test), assigned by a seeded permutation.
+- **Memory.** The simulated trajectories are gathered in host memory (``n * L * D``
+  values) before they are written, because the noise scale needs the whole data set.
+- **Distributed runs** (a ``torch.distributed`` process group is initialised, or the
+  environment has ``WORLD_SIZE > 1`` and ``RANK``): ``out`` is a directory, rank r
+  generates episodes ``[r N / W, (r + 1) N / W)`` of the N requested, with streams
+  seeded from ``(seed, r)``, and writes ``out/part-0000r.h5``. In a single process the
+  streams are seeded from ``seed`` alone.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from simsci._device import resolve_device
+from simsci._version import __version__
+from simsci.errors import SolverError
+from simsci.systems._base import System
+from simsci.systems._registry import get
+
+#: largest number of output values (B * L * prod(S)) solved in one batch by default.
+MAX_BATCH_VALUES = 2**27
+
+#: torchdiffeq/simsci methods that take a step size instead of tolerances.
+_FIXED_STEP = {
+    "euler",
+    "midpoint",
+    "rk4",
+    "heun2",
+    "heun3",
+    "explicit_adams",
+    "implicit_adams",
+    "fixed_adams",
+}
+
+_STREAMS = ("initial", "params", "split", "keep", "noise", "sde")
+
+
+def parse_param_spec(text: str) -> str | dict[str, list[float]]:
+    """Parse the CLI's ``--params``: ``"default"``, ``"sample"`` or a grid.
+
+    A grid is ``name=v1,v2,...`` assignments separated by ``;``, e.g.
+    ``"rho=20,28,35"`` or ``"rho=20,28; sigma=10,12"`` -> ``{"rho": [20.0, 28.0, 35.0],
+    "sigma": [10.0, 12.0]}``. Names are checked against the system by ``generate``.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"--params must be a string, got {type(text).__name__}")
+    stripped = text.strip()
+    if stripped.lower() in ("default", "sample"):
+        return stripped.lower()
+    if not stripped:
+        raise ValueError("--params is empty; use 'default', 'sample' or a grid like 'rho=20,28,35'")
+    grid: dict[str, list[float]] = {}
+    for piece in stripped.split(";"):
+        piece = piece.strip()
+        if not piece:
+            continue
+        match = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.+)", piece)
+        if match is None:
+            raise ValueError(
+                f"--params: cannot read {piece!r}; use 'default', 'sample' or assignments "
+                "like 'rho=20,28,35' separated by ';' (e.g. 'rho=20,28;sigma=10')"
+            )
+        name, values = match.group(1), match.group(2)
+        if name in grid:
+            raise ValueError(f"--params: parameter {name!r} is given twice in {text!r}")
+        parsed = []
+        for item in values.split(","):
+            item = item.strip()
+            try:
+                value = float(item)
+            except ValueError:
+                raise ValueError(
+                    f"--params: {item!r} (for {name!r}) is not a number; write values as "
+                    "comma-separated numbers, e.g. 'rho=20,28,35'"
+                ) from None
+            if not math.isfinite(value):
+                raise ValueError(f"--params: {name}={item} is not finite")
+            parsed.append(value)
+        grid[name] = parsed
+    return grid
+
+
+def _is_fixed_step(method: str) -> bool:
+    """Whether an ODE method steps with ``step_size`` (from simsci.integrate's registry)."""
+    from simsci import integrate
+
+    registry = getattr(integrate, "ODE_METHODS", None)
+    if registry is not None and method in registry:
+        return not registry[method].adaptive
+    return method in _FIXED_STEP
+
+
+def _positive(name: str, value, *, allow_zero: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
+        raise TypeError(f"{name} must be a number, got {value!r}")
+    value = float(value)
+    ok = value >= 0 if allow_zero else value > 0
+    if not (math.isfinite(value) and ok):
+        raise ValueError(
+            f"{name} must be a finite number {'>= 0' if allow_zero else '> 0'}, got {value!r}"
+        )
+    return value
+
+
+def _dist_info() -> tuple[int, int, bool]:
+    """(rank, world_size, process group initialised)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size(), True
+    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    if world > 1 and "RANK" in os.environ:
+        return int(os.environ["RANK"]), world, False
+    return 0, 1, False
+
+
+def _generator(seq: np.random.SeedSequence) -> torch.Generator:
+    return torch.Generator().manual_seed(int(seq.generate_state(1, dtype=np.uint64)[0] >> 1))
+
+
+def _grid_rows(system: System, grid: Mapping, n: int) -> tuple[np.ndarray, list[dict]]:
+    """Rows for a cartesian grid (n per point) and the list of grid points."""
+    for key in grid:
+        if key not in system.param_names:
+            raise system._unknown_parameter(key)
+    keys = list(grid)
+    values = []
+    for key in keys:
+        v = grid[key]
+        seq = [v] if np.ndim(v) == 0 else list(np.asarray(v, dtype=np.float64).ravel())
+        if not seq:
+            raise ValueError(f"params grid: no values given for {key!r}")
+        values.append([float(x) for x in seq])
+    points = [dict(zip(keys, combo)) for combo in itertools.product(*values)]
+    base = system.params_tensor({k: [pt[k] for pt in points] for k in keys}).numpy()
+    return np.repeat(base, n, axis=0), points
+
+
+def _split_ids(count: int, fractions, generator: torch.Generator) -> np.ndarray:
+    n_train = round(fractions[0] * count)
+    n_val = min(round(fractions[1] * count), count - n_train)
+    labels = np.full(count, 2, dtype=np.uint8)
+    labels[:n_train] = 0
+    labels[n_train : n_train + n_val] = 1
+    perm = torch.randperm(count, generator=generator).numpy()
+    return labels[perm]
+
+
+def _channel_std(x: np.ndarray, distributed: bool) -> np.ndarray:
+    """Population std per last-axis channel over all other axes (all ranks if distributed)."""
+    flat = x.reshape(-1, x.shape[-1]).astype(np.float64)
+    stats = np.stack(
+        [np.full(flat.shape[1], flat.shape[0], dtype=np.float64), flat.sum(0), (flat * flat).sum(0)]
+    )
+    if distributed:
+        import torch.distributed as dist
+
+        dev = torch.device("cpu")
+        if dist.get_backend() == "nccl":
+            dev = torch.device("cuda", torch.cuda.current_device())
+        tensor = torch.as_tensor(stats, device=dev)
+        dist.all_reduce(tensor)
+        stats = tensor.cpu().numpy()
+    count, total, total_sq = stats
+    mean = total / count
+    return np.sqrt(np.maximum(total_sq / count - mean * mean, 0.0))
+
+
+def _to_jsonable(value):
+    if isinstance(value, dict):
+        return {str(k): _to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_to_jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, torch.Tensor):
+        return value.tolist()
+    return value
+
+
+def generate(
+    system: str | System,
+    n: int,
+    *,
+    t_end: float | None = None,
+    dt: float | None = None,
+    out: str | os.PathLike,
+    keep: float = 1.0,
+    per_channel: bool = False,
+    obs_noise: float = 0.0,
+    params="default",
+    seed: int = 0,
+    device=None,
+    method: str | None = None,
+    dtype: torch.dtype = torch.float64,
+    split: Sequence[float] = (0.8, 0.1, 0.1),
+    burn_in: float = 0.0,
+    batch_size: int | None = None,
+    progress: bool = True,
+    compression: str | None = None,
+    step_size: float | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+) -> Path:
+    """Simulate ``n`` trajectories of ``system`` and write them as one trajectory file.
+
+    ``system``: a registry name or a :class:`System` instance. Episodes are recorded on
+    ``t = 0, dt, ..., t_end`` (defaults: the system's ``default_dt`` and
+    ``default_t_end``; ``t_end`` must be a multiple of ``dt``).
+
+    ``params``: ``"default"`` (the system's values), ``"sample"`` (uniform over
+    ``param_ranges``, seeded), an ``(n, P)`` array, a dict name -> list of values (a full
+    grid, ``n`` episodes per grid point) or a grid string (``"rho=20,28,35"``, see
+    :func:`parse_param_spec`).
+
+    ``keep`` in (0, 1]: fraction of time points kept per episode (``per_channel``: per
+    channel, with a ``mask``). ``obs_noise``: additive Gaussian noise, ``obs_noise`` times
+    each channel's std over the data. ``split``: train/val/test fractions per episode.
+    ``burn_in``: time integrated and discarded before recording.
+
+    Solver: ``method`` (default the system's ``default_method``); fixed-step ODE methods
+    and SDE methods step with ``step_size`` (default ``dt``); adaptive ODE methods take
+    ``rtol``/``atol`` (the integrator's defaults when None). ``device`` None/"auto" is
+    CUDA when available. ``batch_size`` bounds the episodes per solve (see the module
+    docstring). Returns the written path (this rank's shard in a distributed run).
+
+    Raises :class:`simsci.errors.SolverError` naming the failing episodes when the solver
+    fails or a trajectory leaves the floating-point range.
+    """
+    # ----------------------------------------------------------- validate input
+    if isinstance(system, str):
+        system = get(system)
+    elif not isinstance(system, System):
+        raise TypeError(f"system must be a registry name or a System, got {type(system).__name__}")
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"n must be a positive integer (episodes), got {n!r}")
+    n = int(n)
+    t_end = _positive("t_end", system.default_t_end if t_end is None else t_end)
+    dt = _positive("dt", system.default_dt if dt is None else dt)
+    steps_f = t_end / dt
+    steps = round(steps_f)
+    if steps < 1 or abs(steps - steps_f) > 1e-6 * max(1.0, steps_f):
+        raise ValueError(
+            f"t_end must be a positive multiple of dt: t_end={t_end}, dt={dt} gives "
+            f"{steps_f:g} steps; choose t_end = k * dt"
+        )
+    length = steps + 1
+    burn_in = _positive("burn_in", burn_in, allow_zero=True)
+    keep = _positive("keep", keep)
+    if keep > 1.0:
+        raise ValueError(f"keep must lie in (0, 1] (fraction of time points kept), got {keep}")
+    obs_noise = _positive("obs_noise", obs_noise, allow_zero=True)
+    if not isinstance(per_channel, bool):
+        raise TypeError(f"per_channel must be a bool, got {per_channel!r}")
+    if per_channel and len(system.state_shape) != 1:
+        raise ValueError(
+            f"per_channel=True needs a vector state; {system.name!r} has state shape "
+            f"{system.state_shape}"
+        )
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    seed = int(seed)
+    if dtype not in (torch.float32, torch.float64):
+        raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+    fractions = tuple(float(f) for f in split)
+    if (
+        len(fractions) != 3
+        or any(not math.isfinite(f) or f < 0 for f in fractions)
+        or abs(sum(fractions) - 1.0) > 1e-9
+    ):
+        raise ValueError(
+            f"split must be three non-negative fractions (train, val, test) summing to 1, "
+            f"got {tuple(split)}"
+        )
+    if batch_size is not None and (
+        isinstance(batch_size, bool)
+        or not isinstance(batch_size, (int, np.integer))
+        or batch_size < 1
+    ):
+        raise ValueError(f"batch_size must be a positive integer or None, got {batch_size!r}")
+    if step_size is not None:
+        step_size = _positive("step_size", step_size)
+    device = resolve_device(device)
+    method = method or system.default_method
+    if isinstance(params, str) and params not in ("default", "sample"):
+        params = parse_param_spec(params)
+
+    # ---------------------------------------------------------------- episodes
+    rank, world, distributed = _dist_info()
+    root = np.random.SeedSequence([seed, rank] if world > 1 else seed)
+    streams = dict(zip(_STREAMS, root.spawn(len(_STREAMS))))
+    grid_points = None
+    if isinstance(params, str):
+        total = n
+        params_mode = params
+    elif isinstance(params, Mapping):
+        all_rows, grid_points = _grid_rows(system, params, n)
+        total = all_rows.shape[0]
+        params_mode = "grid"
+    else:
+        all_rows = system.params_tensor(params).numpy()
+        if all_rows.shape[0] != n:
+            raise ValueError(
+                f"params array has {all_rows.shape[0]} rows but n={n}; give one row per episode"
+            )
+        total = n
+        params_mode = "array"
+    start, stop = rank * total // world, (rank + 1) * total // world
+    count = stop - start
+    if count < 1:
+        raise ValueError(
+            f"rank {rank} of {world} gets no episodes (N={total}); ask for at least "
+            f"{world} episodes"
+        )
+    if params_mode == "default":
+        rows = system.params_tensor(count).numpy()
+    elif params_mode == "sample":
+        rows = system.sample_params(count, generator=_generator(streams["params"])).numpy()
+    else:
+        rows = all_rows[start:stop]
+
+    # -------------------------------------------------------------- simulation
+    gen_init = _generator(streams["initial"])
+    x0_all = system._sample_initial(count, gen_init, torch.device("cpu"))
+    shape = system.state_shape
+    values_per_episode = length * math.prod(shape)
+    if batch_size is None:
+        batch_size = max(1, min(count, MAX_BATCH_VALUES // values_per_episode))
+    batch_size = int(batch_size)
+    n_batches = math.ceil(count / batch_size)
+    sde_seeds = streams["sde"].generate_state(n_batches, dtype=np.uint32)
+    t_rec = dt * np.arange(length, dtype=np.float64)
+    t_solve = np.concatenate([[0.0], burn_in + t_rec]) if burn_in > 0 else t_rec
+    np_dtype = np.float64 if dtype == torch.float64 else np.float32
+    data = np.empty((count, length, *shape), dtype=np_dtype)
+
+    options: dict = {}
+    if system.is_sde:
+        options["dt"] = step_size or dt
+    elif _is_fixed_step(method):
+        options["step_size"] = step_size or dt
+    if rtol is not None:
+        options["rtol"] = float(rtol)
+    if atol is not None:
+        options["atol"] = float(atol)
+
+    bar = None
+    if progress and rank == 0:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=n_batches, desc=f"generate {system.name}", unit="batch")
+    try:
+        for b in range(n_batches):
+            b0, b1 = b * batch_size, min(count, (b + 1) * batch_size)
+            p = torch.as_tensor(rows[b0:b1], device=device, dtype=dtype)
+            x0 = x0_all[b0:b1].to(device=device, dtype=dtype)
+            t = torch.as_tensor(t_solve, device=device, dtype=dtype)
+            with torch.no_grad():
+                if system.burn_in > 0:
+                    x0 = system._burn_in(x0, p)
+                try:
+                    if system.is_sde:
+                        xs = system.simulate(
+                            x0, t, p, method=method, seed=int(sde_seeds[b]), **options
+                        )
+                    else:
+                        xs = system.simulate(x0, t, p, method=method, **options)
+                except SolverError as exc:
+                    local = exc.samples or list(range(b1 - b0))
+                    raise _episode_error(
+                        system, exc, start + b0, local, rows[b0:b1], exc.time, method
+                    ) from exc
+            if burn_in > 0:
+                xs = xs[:, 1:]
+            finite = torch.isfinite(xs.reshape(xs.shape[0], -1)).all(dim=1)
+            if not bool(finite.all()):
+                bad = torch.nonzero(~finite).flatten().tolist()
+                raise _episode_error(system, None, start + b0, bad, rows[b0:b1], None, method)
+            data[b0:b1] = xs.detach().cpu().numpy()
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+
+    # ------------------------------------------------------------ observations
+    noise_std = None
+    if obs_noise > 0:
+        noise_std = _channel_std(data, distributed)
+        gen_noise = _generator(streams["noise"])
+        noise = torch.randn(data.shape, generator=gen_noise, dtype=torch.float64).numpy()
+        data += (noise * (obs_noise * noise_std)).astype(np_dtype)
+    k = min(length, max(2, round(keep * length)))
+    gen_keep = _generator(streams["keep"])
+    masks = None
+    kept = None
+    if per_channel:
+        scores = torch.rand((count, length, shape[-1]), generator=gen_keep, dtype=torch.float64)
+        kth = scores.kthvalue(k, dim=1, keepdim=True).values
+        masks = (scores <= kth).numpy()
+    elif k < length:
+        scores = torch.rand((count, length), generator=gen_keep, dtype=torch.float64)
+        kept = np.sort(scores.argsort(dim=1)[:, :k].numpy(), axis=1)
+    splits = _split_ids(count, fractions, _generator(streams["split"]))
+
+    # ------------------------------------------------------------------- write
+    from simsci import data as sdata
+
+    meta = {
+        "generator": "simsci.systems.generate",
+        "simsci_version": __version__,
+        "system": system.config(),
+        "n": n,
+        "episodes": total,
+        "params_mode": params_mode,
+        "grid": grid_points,
+        "t_end": t_end,
+        "dt": dt,
+        "steps": steps,
+        "burn_in": burn_in,
+        "keep": keep,
+        "kept_per_episode": k,
+        "per_channel": per_channel,
+        "obs_noise": obs_noise,
+        "obs_noise_std": None if noise_std is None else noise_std.tolist(),
+        "seed": seed,
+        "method": method,
+        "solver_options": options,
+        "split": list(fractions),
+        "dtype": str(dtype).replace("torch.", ""),
+        "device": str(device),
+        "batch_size": batch_size,
+        "rank": rank,
+        "world_size": world,
+        "episode_range": [start, stop],
+    }
+    if world > 1:
+        path = sdata.rank_shard_path(out) if distributed else _env_shard_path(out, rank)
+    else:
+        path = Path(out)
+    names = {"x": list(system.state_names), "params": list(system.param_names)}
+    with sdata.TrajectoryWriter(
+        path,
+        kind=system.kind,
+        system=system.name,
+        meta=_to_jsonable(meta),
+        names=names,
+        static=system.static() or None,
+        compression=compression,
+    ) as writer:
+        for i in range(count):
+            x = data[i]
+            t = t_rec
+            episode = {"params": rows[i], "split": int(splits[i])}
+            if masks is not None:
+                m = masks[i]
+                rows_kept = m.any(axis=-1)
+                x = np.where(m, x, np.nan)[rows_kept].astype(np_dtype, copy=False)
+                episode["mask"] = m[rows_kept]
+                t = t_rec[rows_kept]
+            elif kept is not None:
+                x = x[kept[i]]
+                t = t_rec[kept[i]]
+            episode["t"] = t
+            episode["x"] = x
+            writer.append(episode)
+    return writer.path
+
+
+def _env_shard_path(out, rank: int) -> Path:
+    """``out/part-0000r.h5`` when ranks come from the environment (no process group)."""
+    from simsci import data as sdata
+
+    directory = Path(out)
+    directory.mkdir(parents=True, exist_ok=True)
+    return sdata.shard_path(directory, rank)
+
+
+def _episode_error(system, exc, offset, local, rows, time, method) -> SolverError:
+    episodes = [offset + int(i) for i in local]
+    shown = ", ".join(map(str, episodes[:10])) + (" ..." if len(episodes) > 10 else "")
+    first = dict(zip(system.param_names, (float(v) for v in rows[int(local[0])])))
+    when = f" at t={time:g}" if isinstance(time, (int, float)) else ""
+    if exc is not None:
+        what = f"the solver failed{when} (its sample i is episode {offset} + i of this call): {exc}"
+    else:
+        what = "the trajectories left the floating-point range (inf/NaN)"
+    return SolverError(
+        f"generate({system.name!r}): {len(episodes)} episode(s) failed: {shown}; parameters "
+        f"of episode {episodes[0]}: {first}. Use a smaller dt/step_size, another method than "
+        f"{method!r}, or narrower parameter ranges. Details: {what}",
+        samples=episodes,
+        time=time,
+    )
