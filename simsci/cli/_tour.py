@@ -147,7 +147,8 @@ def _plot_lorenz(model, dataset, path: Path) -> str | None:
         for d, name in enumerate(names):
             ax = axes[d, b]
             vis, hid = visible[b, :, d], hidden[b] & observed[b, :, d]
-            ax.plot(dense, curve[b, :, d], color="C0", label="latent ODE")
+            inside = dense <= t[batch["valid"][b]].max()
+            ax.plot(dense[inside], curve[b, inside, d], color="C0", label="latent ODE")
             ax.plot(t[vis], batch["x"][b, vis, d], "k.", label="seen by the encoder")
             ax.plot(t[hid], batch["x"][b, hid, d], "rx", label="hidden (to interpolate)")
             ax.set_xlabel("t (window-relative)") if d == len(names) - 1 else None

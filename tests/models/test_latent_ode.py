@@ -13,7 +13,10 @@ def make_batch(B=8, L=12, D=2, device="cpu", dtype=torch.float32, seed=0):
     """Damped oscillations x(t) = a e^{-0.3t}(cos 2t, sin 2t) on per-sample irregular times,
     laid out like union_collate(relative=True) output."""
     g = torch.Generator().manual_seed(seed)
-    t = torch.sort(torch.rand(B, L, generator=g, dtype=torch.float64) * 3, dim=1).values
+    # irregular times on a 0.05 lattice of [0, 3]: each sample its own subset, so the
+    # batch's union grid stays small (fast) while the per-sample grids differ
+    lattice = torch.rand(B, 61, generator=g).argsort(dim=1)[:, :L]
+    t = torch.sort(lattice.to(torch.float64) * 0.05, dim=1).values
     t = t - t[:, :1]
     amp = 0.5 + torch.rand(B, 1, generator=g, dtype=torch.float64)
     phase = torch.rand(B, 1, generator=g, dtype=torch.float64) * 6
@@ -24,9 +27,10 @@ def make_batch(B=8, L=12, D=2, device="cpu", dtype=torch.float32, seed=0):
         ],
         -1,
     )[..., :D]
+    t = t.to(dtype)
     grid, inverse = torch.unique(t, sorted=True, return_inverse=True)
     return {
-        "t": t.to(device, dtype),
+        "t": t.to(device),
         "x": x.to(device, dtype),
         "valid": torch.ones(B, L, dtype=torch.bool, device=device),
         "grid": grid.to(device, dtype),

@@ -1,0 +1,112 @@
+"""The simsci command: every subcommand from the command line, errors as one clear line."""
+
+import json
+import subprocess
+import sys
+
+import h5py
+import pytest
+
+from simsci.cli import main
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[], ["generate"], ["data"], ["data", "info"], ["data", "check"], ["train"], ["evaluate"],
+     ["bench"], ["tour"]],
+)
+def test_help_of_every_command(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([*argv, "--help"])
+    assert exc.value.code == 0
+    assert "usage: simsci" in capsys.readouterr().out
+
+
+def test_python_dash_m_and_version():
+    proc = subprocess.run(
+        [sys.executable, "-m", "simsci", "--version"], capture_output=True, text=True
+    )
+    assert proc.returncode == 0 and proc.stdout.startswith("simsci ")
+
+
+def test_generate_info_check(tmp_path, capsys):
+    out = tmp_path / "vdp.h5"
+    code, stdout, _ = run(
+        capsys, "generate", "van_der_pol", "--n", 12, "--t-end", 2, "--dt", 0.05,
+        "--keep", 0.5, "--per-channel", "--params", "mu=0.5,2", "--out", out, "--no-progress",
+        "--device", "cpu",
+    )
+    assert code == 0 and out.exists() and "wrote" in stdout
+    code, stdout, _ = run(capsys, "data", "info", out)
+    assert code == 0
+    assert "van_der_pol" in stdout and "episodes: 24" in stdout and "mask" in stdout
+    code, stdout, _ = run(capsys, "data", "check", out)
+    assert code == 0 and "OK" in stdout
+    code, stdout, _ = run(capsys, "generate", "--list")
+    assert code == 0 and "lorenz63" in stdout and "ornstein_uhlenbeck" in stdout
+
+
+def test_check_reports_a_broken_file(tmp_path, capsys):
+    out = tmp_path / "l.h5"
+    assert run(capsys, "generate", "lorenz63", "--n", 3, "--t-end", 0.5, "--out", out,
+               "--no-progress", "--device", "cpu")[0] == 0
+    with h5py.File(out, "r+") as f:
+        t = f["steps/t"][...]
+        t[5] = t[4]
+        f["steps/t"][...] = t
+    code, _, err = run(capsys, "data", "check", out)
+    assert code == 1
+    assert "steps/t" in err and "episode 0" in err and "1 problem" in err
+
+
+def test_errors_are_one_clear_line(tmp_path, capsys):
+    code, _, err = run(capsys, "generate", "lorenz_63", "--out", tmp_path / "x.h5")
+    assert code == 2 and "did you mean 'lorenz63'" in err and "Traceback" not in err
+    code, _, err = run(capsys, "data", "info", tmp_path / "missing.h5")
+    assert code == 2 and "missing.h5" in err
+    code, _, err = run(capsys, "generate", "lorenz63", "--n", 2,
+                       "--out", tmp_path / "no" / "such" / "dir.h5", "--no-progress")
+    assert code == 2 and "does not exist" in err
+    code, _, err = run(capsys, "train", "latent_odee", "--data", tmp_path / "x.h5")
+    assert code == 2 and "did you mean 'latent_ode'" in err
+
+
+def test_train_resume_evaluate(tmp_path, capsys):
+    data = tmp_path / "lorenz.h5"
+    assert run(capsys, "generate", "lorenz63", "--n", 20, "--t-end", 1, "--dt", 0.02,
+               "--keep", 0.6, "--out", data, "--no-progress", "--device", "cpu")[0] == 0
+    common = ["train", "latent_ode", "--data", data, "--out", tmp_path / "run", "--window", 12,
+              "--batch-size", 8, "--no-progress", "--model-arg", "latent_dim=4",
+              "--model-arg", "hidden_dim=16"]
+    code, stdout, _ = run(capsys, *common, "--max-steps", 3)
+    assert code == 0 and json.loads(stdout)["steps"] == 3
+    code, stdout, err = run(capsys, *common, "--max-steps", 6, "--resume")
+    assert code == 0, err
+    assert json.loads(stdout)["steps"] == 6
+    ckpt = tmp_path / "run" / "checkpoints" / "last.pt"
+    report = tmp_path / "eval.json"
+    code, stdout, _ = run(capsys, "evaluate", ckpt, "--data", data, "--split", "all",
+                          "--out", report)
+    assert code == 0 and "interp_mse" in stdout and "locf_mse" in stdout
+    metrics = json.loads(report.read_text())
+    assert metrics["interp_mse"] > 0 and metrics["locf_mse"] > 0
+
+
+def test_tour_quick(tmp_path, capsys):
+    code, stdout, _ = run(capsys, "tour", "--quick", "--out", tmp_path / "tour")
+    assert code == 0
+    summary = json.loads((tmp_path / "tour" / "summary.json").read_text())
+    section = summary["latent ODE on irregular Lorenz-63"]
+    assert section["interp_mse"] > 0 and section["locf_mse"] > 0
+    assert (tmp_path / "tour" / "lorenz_interpolation.png").stat().st_size > 10_000
+
+
+def test_bench_lists_scripts(capsys):
+    code, stdout, _ = run(capsys, "bench", "--list")
+    assert code == 0 and "odeint_grid" in stdout and "data_read" in stdout
