@@ -1,0 +1,99 @@
+"""CUDA figures for `make gpu-check` (after the device tests have run on CUDA).
+
+Runs the benchmarks that have a CUDA side on the GPU and a short latent-ODE training on
+both CPU and CUDA, and prints one table. Results go to benchmarks/results/*_cuda.json.
+Exits non-zero when any part fails; stops with a clear message when there is no GPU.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+
+
+def latent_ode_steps_per_second(device: str, steps: int = 60) -> float:
+    """Training steps/s of the tour's latent ODE on a small irregular Lorenz set."""
+    from simsci import data, models, systems
+    from simsci._device import synchronize
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = systems.generate(
+            "lorenz63",
+            256,
+            t_end=4.0,
+            dt=0.02,
+            keep=0.5,
+            out=Path(tmp) / "l.h5",
+            device=device,
+            progress=False,
+        )
+        ds = data.TrajectoryDataset(path, fields=("t", "x"), window=24, stride=12)
+        model = models.LatentODE.from_data(data.open(path), window=24).to(device)
+        loader = torch.utils.data.DataLoader(
+            ds, batch_size=64, shuffle=True, collate_fn=model.collate, drop_last=True
+        )
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        batches = [
+            {k: v.to(device) if torch.is_tensor(v) else v for k, v in b.items()} for b in loader
+        ]
+        done, start = 0, None
+        while done < steps + 5:
+            for batch in batches:
+                if done == 5:  # warm-up steps are not timed
+                    synchronize(device)
+                    start = time.perf_counter()
+                loss = model.training_step(batch)["loss"]
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                done += 1
+                if done == steps + 5:
+                    break
+        synchronize(device)
+        return steps / (time.perf_counter() - start)
+
+
+def main() -> int:
+    if not torch.cuda.is_available():
+        print("gpu-check: torch sees no CUDA device", file=sys.stderr)
+        return 1
+    print(f"GPU: {torch.cuda.get_device_name()}  torch {torch.__version__}", flush=True)
+    rows, failed = [], []
+    for script, extra in (
+        ("bench_generate.py", ["--device", "cuda"]),
+        (
+            "bench_odeint_grid.py",
+            ["--device", "cuda", "--out", str(HERE / "results" / "odeint_grid_cuda.json")],
+        ),
+    ):
+        start = time.perf_counter()
+        code = subprocess.call([sys.executable, str(HERE / script), *extra])
+        rows.append(
+            (
+                script,
+                "ok" if code == 0 else f"FAILED ({code})",
+                f"{time.perf_counter() - start:.0f} s",
+            )
+        )
+        if code:
+            failed.append(script)
+    for device in ("cpu", "cuda"):
+        try:
+            rate = latent_ode_steps_per_second(device)
+            rows.append((f"latent ODE training on {device}", "ok", f"{rate:.1f} steps/s"))
+        except Exception as exc:  # report every part, then fail at the end
+            rows.append((f"latent ODE training on {device}", f"FAILED: {exc}", ""))
+            failed.append(device)
+    print("\n".join(f"{a:36s} {b:12s} {c}" for a, b, c in rows))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
