@@ -16,6 +16,7 @@ examples:
   simsci generate van_der_pol --params "mu=0.5,1,2" --n 100 --out data/vdp.h5
   simsci generate lorenz96 --option dim=20 --params sample --out data/l96.h5
   simsci generate --list
+  torchrun --nproc_per_node 4 -m simsci generate lorenz63 --episodes 100000 --out data/shards
 """
 
 
@@ -29,7 +30,15 @@ def add_to(sub) -> None:
     p.add_argument("system", nargs="?", help="registry name, e.g. lorenz63 (see --list)")
     p.add_argument("--list", action="store_true", help="list the registered systems and exit")
     p.add_argument("--out", help="output file (or directory of shards under torchrun)")
-    p.add_argument("--n", type=int, default=100, help="number of trajectories (episodes)")
+    p.add_argument(
+        "--n",
+        "--episodes",
+        dest="n",
+        type=int,
+        default=100,
+        help="number of trajectories (episodes); under torchrun write --episodes, since "
+        "torchrun reads --n as an abbreviation of its own options",
+    )
     p.add_argument("--t-end", type=float, default=None, help="end time (default: the system's)")
     p.add_argument("--dt", type=float, default=None, help="time step of the stored grid")
     p.add_argument(

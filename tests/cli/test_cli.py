@@ -18,8 +18,17 @@ def run(capsys, *argv):
 
 @pytest.mark.parametrize(
     "argv",
-    [[], ["generate"], ["data"], ["data", "info"], ["data", "check"], ["train"], ["evaluate"],
-     ["bench"], ["tour"]],
+    [
+        [],
+        ["generate"],
+        ["data"],
+        ["data", "info"],
+        ["data", "check"],
+        ["train"],
+        ["evaluate"],
+        ["bench"],
+        ["tour"],
+    ],
 )
 def test_help_of_every_command(argv, capsys):
     with pytest.raises(SystemExit) as exc:
@@ -38,9 +47,25 @@ def test_python_dash_m_and_version():
 def test_generate_info_check(tmp_path, capsys):
     out = tmp_path / "vdp.h5"
     code, stdout, _ = run(
-        capsys, "generate", "van_der_pol", "--n", 12, "--t-end", 2, "--dt", 0.05,
-        "--keep", 0.5, "--per-channel", "--params", "mu=0.5,2", "--out", out, "--no-progress",
-        "--device", "cpu",
+        capsys,
+        "generate",
+        "van_der_pol",
+        "--n",
+        12,
+        "--t-end",
+        2,
+        "--dt",
+        0.05,
+        "--keep",
+        0.5,
+        "--per-channel",
+        "--params",
+        "mu=0.5,2",
+        "--out",
+        out,
+        "--no-progress",
+        "--device",
+        "cpu",
     )
     assert code == 0 and out.exists() and "wrote" in stdout
     code, stdout, _ = run(capsys, "data", "info", out)
@@ -54,8 +79,23 @@ def test_generate_info_check(tmp_path, capsys):
 
 def test_check_reports_a_broken_file(tmp_path, capsys):
     out = tmp_path / "l.h5"
-    assert run(capsys, "generate", "lorenz63", "--n", 3, "--t-end", 0.5, "--out", out,
-               "--no-progress", "--device", "cpu")[0] == 0
+    assert (
+        run(
+            capsys,
+            "generate",
+            "lorenz63",
+            "--n",
+            3,
+            "--t-end",
+            0.5,
+            "--out",
+            out,
+            "--no-progress",
+            "--device",
+            "cpu",
+        )[0]
+        == 0
+    )
     with h5py.File(out, "r+") as f:
         t = f["steps/t"][...]
         t[5] = t[4]
@@ -70,8 +110,16 @@ def test_errors_are_one_clear_line(tmp_path, capsys):
     assert code == 2 and "did you mean 'lorenz63'" in err and "Traceback" not in err
     code, _, err = run(capsys, "data", "info", tmp_path / "missing.h5")
     assert code == 2 and "missing.h5" in err
-    code, _, err = run(capsys, "generate", "lorenz63", "--n", 2,
-                       "--out", tmp_path / "no" / "such" / "dir.h5", "--no-progress")
+    code, _, err = run(
+        capsys,
+        "generate",
+        "lorenz63",
+        "--n",
+        2,
+        "--out",
+        tmp_path / "no" / "such" / "dir.h5",
+        "--no-progress",
+    )
     assert code == 2 and "does not exist" in err
     code, _, err = run(capsys, "train", "latent_odee", "--data", tmp_path / "x.h5")
     assert code == 2 and "did you mean 'latent_ode'" in err
@@ -79,11 +127,44 @@ def test_errors_are_one_clear_line(tmp_path, capsys):
 
 def test_train_resume_evaluate(tmp_path, capsys):
     data = tmp_path / "lorenz.h5"
-    assert run(capsys, "generate", "lorenz63", "--n", 20, "--t-end", 1, "--dt", 0.02,
-               "--keep", 0.6, "--out", data, "--no-progress", "--device", "cpu")[0] == 0
-    common = ["train", "latent_ode", "--data", data, "--out", tmp_path / "run", "--window", 12,
-              "--batch-size", 8, "--no-progress", "--model-arg", "latent_dim=4",
-              "--model-arg", "hidden_dim=16"]
+    assert (
+        run(
+            capsys,
+            "generate",
+            "lorenz63",
+            "--n",
+            20,
+            "--t-end",
+            1,
+            "--dt",
+            0.02,
+            "--keep",
+            0.6,
+            "--out",
+            data,
+            "--no-progress",
+            "--device",
+            "cpu",
+        )[0]
+        == 0
+    )
+    common = [
+        "train",
+        "latent_ode",
+        "--data",
+        data,
+        "--out",
+        tmp_path / "run",
+        "--window",
+        12,
+        "--batch-size",
+        8,
+        "--no-progress",
+        "--model-arg",
+        "latent_dim=4",
+        "--model-arg",
+        "hidden_dim=16",
+    ]
     code, stdout, _ = run(capsys, *common, "--max-steps", 3)
     assert code == 0 and json.loads(stdout)["steps"] == 3
     code, stdout, err = run(capsys, *common, "--max-steps", 6, "--resume")
@@ -91,8 +172,9 @@ def test_train_resume_evaluate(tmp_path, capsys):
     assert json.loads(stdout)["steps"] == 6
     ckpt = tmp_path / "run" / "checkpoints" / "last.pt"
     report = tmp_path / "eval.json"
-    code, stdout, _ = run(capsys, "evaluate", ckpt, "--data", data, "--split", "all",
-                          "--out", report)
+    code, stdout, _ = run(
+        capsys, "evaluate", ckpt, "--data", data, "--split", "all", "--out", report
+    )
     assert code == 0 and "interp_mse" in stdout and "locf_mse" in stdout
     metrics = json.loads(report.read_text())
     assert metrics["interp_mse"] > 0 and metrics["locf_mse"] > 0
@@ -122,10 +204,31 @@ def test_generate_under_torchrun_writes_one_shard_per_rank(tmp_path):
         port = s.getsockname()[1]
     out = tmp_path / "shards"
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-         "--master_port", str(port), "-m", "simsci", "generate", "lorenz63", "--n", "10",
-         "--t-end", "0.5", "--out", str(out), "--no-progress", "--device", "cpu"],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            "2",
+            "--master_port",
+            str(port),
+            "-m",
+            "simsci",
+            "generate",
+            "lorenz63",
+            "--episodes",
+            "10",
+            "--t-end",
+            "0.5",
+            "--out",
+            str(out),
+            "--no-progress",
+            "--device",
+            "cpu",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert sorted(p.name for p in out.iterdir()) == ["part-00000.h5", "part-00001.h5"]
