@@ -540,6 +540,16 @@ def shard_files(path: Path) -> list[Path]:
     return [path]
 
 
+def no_shards(path: Path) -> FormatError:
+    """The problem of a dataset directory without shards."""
+    return problem(
+        path,
+        "no-shards",
+        "directory holds no part-*.h5 shards; a dataset directory holds part-00000.h5, "
+        "part-00001.h5, ... (see simsci.data.shard_path)",
+    )
+
+
 def check_file(path: str | os.PathLike) -> list[FormatError]:
     """Check a file (or a directory of shards) against the format contract.
 
@@ -549,14 +559,7 @@ def check_file(path: str | os.PathLike) -> list[FormatError]:
     if path.is_dir():
         files = shard_files(path)
         if not files:
-            return [
-                problem(
-                    path,
-                    "no-shards",
-                    "directory holds no part-*.h5 shards; a dataset directory holds "
-                    "part-00000.h5, part-00001.h5, ... (see simsci.data.shard_path)",
-                )
-            ]
+            return [no_shards(path)]
         problems = []
         for p in files:
             problems.extend(check_one(p))

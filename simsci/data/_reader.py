@@ -30,7 +30,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from simsci.data._check import RDCC_NBYTES, _Checker, open_h5, shard_files
+from simsci.data._check import RDCC_NBYTES, _Checker, no_shards, open_h5, shard_files
 from simsci.data._schema import (
     PADDED_FIELDS,
     FieldInfo,
@@ -572,12 +572,7 @@ def open(path: str | os.PathLike, *, check: bool = True) -> Trajectories:  # noq
         raise FileNotFoundError(f"no trajectory file or shard directory at {str(path)!r}")
     files = shard_files(path)
     if not files:
-        raise problem(
-            path,
-            "no-shards",
-            "directory holds no part-*.h5 shards; a dataset directory holds part-00000.h5, "
-            "part-00001.h5, ... (see simsci.data.shard_path)",
-        )
+        raise no_shards(path)
     headers = []
     for p in files:
         header, problems = _load(p, deep=check)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import bisect
 
-import torch
 from torch import Tensor
 
 from simsci.integrate._grid import TimeGrid
@@ -46,7 +45,7 @@ def solve(func, y0: Tensor, grid: TimeGrid, method: str, rtol, atol, options: di
     solver._before_integrate(grid.union[[0, -1]].to(solver.dtype))
 
     order, ptr = grid.order, grid.ptr
-    sample_sorted = grid.sample[order]
+    sample_sorted = grid.sample_in_union_order()
     uindex_sorted = grid.uindex[order]
     union_t = grid.union.to(solver.dtype)
     times = grid.union_list
@@ -79,6 +78,4 @@ def solve(func, y0: Tensor, grid: TimeGrid, method: str, rtol, atol, options: di
         chunks.append(value)
         k = k_hi
 
-    sorted_values = torch.cat(chunks, dim=0)
-    out = sorted_values.new_empty(sorted_values.shape)
-    return out.index_copy(0, order, sorted_values)
+    return grid.from_union_order(chunks)

@@ -107,6 +107,16 @@ class TimeGrid:
         gaps = (self.times[1:] - self.times[:-1])[same]
         return float(gaps.min())
 
+    def sample_in_union_order(self) -> Tensor:
+        """(N,) the sample of each entry, in union order."""
+        return self.sample[self.order]
+
+    def from_union_order(self, chunks: list[Tensor]) -> Tensor:
+        """Entries collected in union order (consecutive ``chunks``) -> caller order (N, *S)."""
+        sorted_values = torch.cat(chunks, dim=0)
+        out = sorted_values.new_empty(sorted_values.shape)
+        return out.index_copy(0, self.order, sorted_values)
+
     def gather_union(self, sol: Tensor) -> Tensor:
         """Entries (N, *S) in the caller's order from a union solution ``sol`` (U, B, *S)."""
         return sol[self.uindex, self.sample]

@@ -302,8 +302,8 @@ class _Walker:
 
     def __init__(self, solver, grid: TimeGrid, y0: Tensor):
         self.solver, self.grid, self.y0 = solver, grid, y0
-        self.order, self.ptr = grid.order, grid.ptr
-        self.sample_sorted = grid.sample[self.order]
+        self.ptr = grid.ptr
+        self.sample_sorted = grid.sample_in_union_order()
         self.view = (-1,) + (1,) * (y0.dim() - 1)
         union = grid.union_list
         # Number of samples active on union interval j = #(start <= U_j) - #(end <= U_j).
@@ -441,6 +441,4 @@ class _Walker:
         )
 
     def _finish(self, chunks: list) -> Tensor:
-        sorted_values = torch.cat(chunks, dim=0)
-        out = sorted_values.new_empty(sorted_values.shape)
-        return out.index_copy(0, self.order, sorted_values)
+        return self.grid.from_union_order(chunks)

@@ -447,18 +447,20 @@ class System:
         seed: int | None = None,
         **solver_options,
     ) -> torch.Tensor:
-        """Solve from ``x0`` ``(B, *S)`` on ``t`` ``(T,)`` or ``(B, T)``; return ``(B, T, *S)``.
+        """Solve from ``x0`` ``(B, *S)``; return ``(B, T, *S)``.
 
-        ``params``: ``(B, P)``/``(P,)`` array, dict name -> value(s), or None (defaults).
-        ODEs go to :func:`simsci.integrate.odeint`, SDEs to :func:`simsci.integrate.sdeint`
-        (``seed`` fixes the Brownian motion; ODEs take no seed). ``method`` defaults to
-        ``default_method``; ``solver_options`` (rtol, atol, step_size, dt, ...) pass
-        through. Everything runs on ``x0``'s device and dtype.
+        ``t`` as for :func:`simsci.integrate.odeint`: ``(T,)`` shared, ``(B, T)`` per
+        sample, or a list of B 1-D tensors (ragged; the result is then a list of
+        ``(T_b, *S)``). ``params``: ``(B, P)``/``(P,)`` array, dict name -> value(s), or
+        None (defaults). ODEs go to :func:`simsci.integrate.odeint`, SDEs to
+        :func:`simsci.integrate.sdeint` (``seed`` fixes the Brownian motion; ODEs take no
+        seed). ``method`` defaults to ``default_method``; ``solver_options`` (rtol, atol,
+        step_size, dt, ...) pass through. Everything runs on ``x0``'s device and dtype
+        (the integrators move and cast ``t``, and refuse a cast that merges two times).
         """
         from simsci import integrate  # late: the integrators may import systems one day
 
         x0 = self.check_state(x0)
-        t = torch.as_tensor(t, dtype=x0.dtype, device=x0.device)
         p = self._batch_params(params, x0.shape[0], x0)
         method = method or self.default_method
         if not self.is_sde:

@@ -65,18 +65,6 @@ from simsci.systems._registry import get
 #: largest number of output values (B * L * prod(S)) solved in one batch by default.
 MAX_BATCH_VALUES = 2**27
 
-#: torchdiffeq/simsci methods that take a step size instead of tolerances.
-_FIXED_STEP = {
-    "euler",
-    "midpoint",
-    "rk4",
-    "heun2",
-    "heun3",
-    "explicit_adams",
-    "implicit_adams",
-    "fixed_adams",
-}
-
 _STREAMS = ("initial", "params", "split", "keep", "noise", "sde")
 
 
@@ -126,13 +114,11 @@ def parse_param_spec(text: str) -> str | dict[str, list[float]]:
 
 
 def _is_fixed_step(method: str) -> bool:
-    """Whether an ODE method steps with ``step_size`` (from simsci.integrate's registry)."""
-    from simsci import integrate
+    """Whether an ODE method steps with ``step_size``; an unknown name raises the
+    registry's error (valid names, closest match) before any work is done."""
+    from simsci.integrate._methods import get_ode_method
 
-    registry = getattr(integrate, "ODE_METHODS", None)
-    if registry is not None and method in registry:
-        return not registry[method].adaptive
-    return method in _FIXED_STEP
+    return not get_ode_method(method).adaptive
 
 
 def _positive(name: str, value, *, allow_zero: bool = False) -> float:
@@ -329,6 +315,13 @@ def generate(
         step_size = _positive("step_size", step_size)
     device = resolve_device(device)
     method = method or system.default_method
+    if system.is_sde:
+        from simsci.integrate._methods import get_sde_method
+
+        get_sde_method(method)  # an unknown name fails here, before any simulation
+        fixed_step = False
+    else:
+        fixed_step = _is_fixed_step(method)
     if isinstance(params, str) and params not in ("default", "sample"):
         params = parse_param_spec(params)
 
@@ -384,7 +377,7 @@ def generate(
     options: dict = {}
     if system.is_sde:
         options["dt"] = step_size or dt
-    elif _is_fixed_step(method):
+    elif fixed_step:
         options["step_size"] = step_size or dt
     if rtol is not None:
         options["rtol"] = float(rtol)

@@ -227,18 +227,32 @@ def evaluate(
 ) -> dict[str, float]:
     """Validation metrics of ``model`` over ``dataset``: ``validation_step`` (else
     ``training_step``) under ``torch.no_grad`` in eval mode, each metric averaged over
-    samples (batch means weighted by batch size). Moves the model to ``device``.
+    samples (batch means weighted by batch size).
+
+    ``device``: where to evaluate (the model is moved there); None keeps the model on
+    the device its parameters are on (CPU for a model without any), so evaluating never
+    moves a model the caller goes on using elsewhere; "auto" picks CUDA when available.
     """
     _check_dataset(dataset, "dataset")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-    dev = device if isinstance(device, torch.device) else resolve_device(device)
+    if device is None:
+        dev = _model_device(model)
+    else:
+        dev = device if isinstance(device, torch.device) else resolve_device(device)
     model.to(dev)
     sampler = ShardBatchSampler(len(dataset), batch_size)
     loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=collate_fn)
     with isolated_rng(seed):
         sums, counts = _accumulate(model, loader, sampler.batch_sizes(), dev)
     return {k: sums[k] / counts[k] for k in sums}
+
+
+def _model_device(model: nn.Module) -> torch.device:
+    """The device of the model's first parameter (or buffer); CPU when it has neither."""
+    for tensor in (*model.parameters(), *model.buffers()):
+        return tensor.device
+    return torch.device("cpu")
 
 
 def _seed_worker(worker_id: int) -> None:

@@ -58,6 +58,16 @@ def test_missing_path(tmp_path):
     assert rules(tmp_path / "nope.h5") == ["file-missing"]
 
 
+def test_directory_without_shards(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "notes.txt").write_text("not a shard")
+    (problem,) = sd.check_file(empty)
+    assert problem.rule == "no-shards" and problem.path == str(empty)
+    with pytest.raises(FormatError, match=r"no part-\*\.h5 shards.*\[rule no-shards\]"):
+        sd.open(empty)
+
+
 def test_missing_root_attributes(tmp_path, crafted):
     path = crafted(tmp_path / "a.h5", offsets=[0, 3, 5], t=GOOD_T, drop_attrs=("kind", "meta"))
     with pytest.raises(FormatError, match=r"missing root attribute\(s\) \['kind', 'meta'\]"):

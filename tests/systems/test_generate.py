@@ -275,6 +275,21 @@ def test_bad_arguments_are_rejected(tmp_path):
         systems.generate("lorenz63", 2, batch_size=0, out=out, **FAST)
 
 
+def test_unknown_method_fails_before_any_simulation(tmp_path):
+    class Watched(type(systems.get("lorenz63"))):
+        def _sample_initial(self, n, generator, device):
+            raise AssertionError("initial states were drawn before the method was checked")
+
+    out = tmp_path / "x.h5"
+    fast = {**FAST, "method": "rk5"}
+    with pytest.raises(UnknownNameError, match="unknown ODE method 'rk5'.*'rk4'"):
+        systems.generate(Watched(), 2, out=out, **fast)
+    fast["method"] = "eulr"
+    with pytest.raises(UnknownNameError, match="unknown SDE method 'eulr'.*'euler'"):
+        systems.generate("ornstein_uhlenbeck", 2, out=out, **fast)
+    assert not out.exists()
+
+
 def test_progress_bar_and_compression(tmp_path, capsys):
     path = systems.generate(
         "kuramoto", 3, out=tmp_path / "k.h5", t_end=1.0, dt=0.1, method="rk4", compression="gzip"

@@ -3,6 +3,7 @@ closed-form moments of the linear SDEs, all through ``System.simulate``."""
 
 import math
 
+import pytest
 import torch
 
 import simsci.systems as systems
@@ -157,3 +158,24 @@ def test_stochastic_lorenz_without_noise_is_the_lorenz_flow(device):
     torch.testing.assert_close(noisy, euler, rtol=1e-9, atol=1e-9)
     exact = lorenz.simulate(x0, t, **TIGHT)
     assert (noisy - exact).abs().max() > 1e-3  # Euler's error is real: the test can fail
+
+
+def test_simulate_hands_times_to_the_integrator_unchanged(device):
+    # simulate passes t through as given: per-sample ragged grids work as in odeint, and a
+    # float32 state that would merge two distinct times gets odeint's precision message
+    # (not a misleading "sort the times" after a silent cast).
+    vdp = systems.get("van_der_pol")
+    x0 = vdp.sample_initial(2, generator=_gen(), device=device)
+    grids = [
+        torch.linspace(0.0, 1.0, 5, dtype=torch.float64),
+        torch.linspace(0.5, 2.0, 7, dtype=torch.float64),
+    ]
+    xs = vdp.simulate(x0, grids, **TIGHT)
+    assert [tuple(x.shape) for x in xs] == [(5, 2), (7, 2)]
+    assert all(x.device.type == device.type and x.dtype == torch.float64 for x in xs)
+    for b, grid in enumerate(grids):
+        alone = vdp.simulate(x0[b : b + 1], grid, **TIGHT)[0]
+        assert torch.allclose(xs[b], alone, rtol=1e-7, atol=1e-8)
+    close = torch.tensor([0.0, 1.0, 1.0 + 1e-9], dtype=torch.float64)
+    with pytest.raises(ValueError, match="become equal when cast to torch.float32"):
+        vdp.simulate(x0.float(), close)

@@ -226,6 +226,18 @@ def test_validation_is_sample_weighted(tmp_path):
     assert got["mae"] == pytest.approx(err.abs().mean().item(), rel=1e-6)
 
 
+def test_evaluate_keeps_the_model_on_its_device(monkeypatch, device):
+    # device=None means "where the model is", not "CUDA when available": a CPU model on a
+    # CUDA machine must stay on the CPU (the caller goes on using it with CPU tensors).
+    # Pretending CUDA exists makes "auto" pick it, which a CPU-only machine cannot do.
+    data = hm.Regression(10, seed=3)
+    model = hm.LinearRegression().to(device)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    got = evaluate(model, data, batch_size=4)
+    assert all(p.device.type == device.type for p in model.parameters())
+    assert math.isfinite(got["loss"])
+
+
 def test_validation_does_not_disturb_training_randomness(tmp_path):
     def final(name, val_every):
         torch.manual_seed(0)
