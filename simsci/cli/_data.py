@@ -50,6 +50,6 @@ def run_check(args) -> int:
         print(f"{args.path}: OK (every rule of the format holds)")
         return 0
     for problem in problems:
-        print(f"{args.path}: {problem}", file=sys.stderr)
+        print(problem, file=sys.stderr)  # each names its file, field, episode and rule
     print(f"{args.path}: {len(problems)} problem(s)", file=sys.stderr)
     return 1

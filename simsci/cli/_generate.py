@@ -11,6 +11,7 @@ irregular subset (--keep), independently per channel (--per-channel), and noised
 (--obs-noise). Under torchrun each rank writes one shard into OUT (a directory).
 
 examples:
+  mkdir -p data
   simsci generate lorenz63 --n 1000 --t-end 10 --dt 0.01 --out data/lorenz.h5
   simsci generate lorenz63 --n 500 --keep 0.3 --per-channel --out data/irregular.h5
   simsci generate van_der_pol --params "mu=0.5,1,2" --n 100 --out data/vdp.h5

@@ -96,7 +96,9 @@ def lorenz_latent_ode(out: Path, quick: bool, device: torch.device) -> dict:
     best = Path(summary["paths"]["best_checkpoint"] or summary["paths"]["last_checkpoint"])
     model = train.load_model(best)
     test_set = make_dataset(path, models.LatentODE.data_fields, split="test", window=window)
-    metrics = train.evaluate(model, test_set, collate_fn=model.collate, batch_size=64)
+    metrics = train.evaluate(
+        model, test_set, collate_fn=model.collate, batch_size=64, device=device
+    )
     ratio = metrics["interp_mse"] / max(metrics["locf_mse"], 1e-12)
     print(f"latent ODE interpolation MSE (normalised): {metrics['interp_mse']:.4f}")
     print(f"last-value baseline MSE (normalised):      {metrics['locf_mse']:.4f}")
@@ -131,6 +133,7 @@ def _plot_lorenz(model, dataset, path: Path) -> str | None:
     from simsci.integrate import odeint
     from simsci.models.latent_ode import hide_time_points, observed_mask
 
+    model = model.cpu()  # plotting is small; keep every tensor on the CPU
     batch = model.collate([dataset[i] for i in range(min(3, len(dataset)))])
     observed = observed_mask(batch)
     hidden = hide_time_points(observed, 0.3, torch.Generator().manual_seed(1234))

@@ -76,14 +76,16 @@ def add_to(sub) -> None:
     e.set_defaults(run=run_evaluate)
 
 
-def make_dataset(path, fields, *, split=None, window=None, stride=None):
-    """A TrajectoryDataset over the fields of ``fields`` that the file has.
+def make_dataset(source, fields, *, split=None, window=None, stride=None):
+    """A TrajectoryDataset over the fields of ``fields`` that the data has.
 
-    ``split`` is ignored (all episodes) when the file carries no split ids.
+    ``source`` is a path or an opened ``Trajectories`` (opening checks every rule, so
+    open a file once and pass it around). ``split`` is ignored (all episodes) when the
+    data carries no split ids.
     """
     from simsci import data
 
-    traj = data.open(path)
+    traj = source if isinstance(source, data.Trajectories) else data.open(source)
     present = tuple(f for f in fields if f in traj.step_fields)
     if split is not None and "split" not in traj.episode_fields:
         split = None
@@ -112,24 +114,19 @@ def run_train(args) -> int:
         cfg["progress"] = False
     config = train.TrainConfig.from_dict(cfg)
 
-    has_val_split = args.val_data is None and "split" in data.open(args.data).episode_fields
-    train_set = make_dataset(
-        args.data, model_cls.data_fields, split="train", window=args.window, stride=args.stride
-    )
+    traj = data.open(args.data)
+    fields, window, stride = model_cls.data_fields, args.window, args.stride
+    train_set = make_dataset(traj, fields, split="train", window=window, stride=stride)
     val_set = None
     if args.val_data is not None:
-        val_set = make_dataset(
-            args.val_data, model_cls.data_fields, window=args.window, stride=args.stride
-        )
-    elif has_val_split:
-        val_set = make_dataset(
-            args.data, model_cls.data_fields, split="val", window=args.window, stride=args.stride
-        )
+        val_set = make_dataset(args.val_data, fields, window=window, stride=stride)
+    elif "split" in traj.episode_fields:
+        val_set = make_dataset(traj, fields, split="val", window=window, stride=stride)
     if args.resume and (out / "checkpoints" / "last.pt").exists():
         model = train.load_model(out / "checkpoints" / "last.pt")
     else:
         overrides = key_values(args.model_arg, "--model-arg")
-        model = model_cls.from_data(data.open(args.data), window=args.window, **overrides)
+        model = model_cls.from_data(traj, window=args.window, **overrides)
     trainer = train.Trainer(
         model,
         config,
@@ -150,11 +147,10 @@ def run_evaluate(args) -> int:
     from simsci._device import resolve_device
     from simsci._io import write_json
 
-    ckpt = train.load_checkpoint(args.checkpoint)
     model = train.load_model(args.checkpoint)
     window = args.window
-    if window is None:
-        window = ckpt.get("extra", {}).get("window")
+    if window is None:  # the training window, recorded by `simsci train`
+        window = model.checkpoint_extra.get("window")
     split = None if args.split == "all" else args.split
     dataset = make_dataset(
         args.data, type(model).data_fields, split=split, window=window, stride=args.stride

@@ -56,7 +56,10 @@ class TrajectoryDataset(torch.utils.data.Dataset):
     ``source``: a path or a ``Trajectories``. ``fields``: step and/or episode field
     names. ``window``/``stride``: window length and step between window starts.
     ``split``: 0/1/2 or "train"/"val"/"test". ``dtype``: floating dtype for floating
-    fields. ``normalize``: apply the file's statistics. ``transform``: applied last.
+    fields other than ``t``; ``time_dtype`` (float64 by default) for ``t``, because float32
+    keeps only ~7 digits: at t ~ 1e4 its spacing is ~1e-3, and event timestamps in epoch
+    seconds would be rounded to minutes. ``normalize``: apply the file's statistics.
+    ``transform``: applied last.
     """
 
     def __init__(
@@ -69,6 +72,7 @@ class TrajectoryDataset(torch.utils.data.Dataset):
         split: int | str | None = None,
         transform: Callable[[dict], dict] | None = None,
         dtype: torch.dtype = torch.float32,
+        time_dtype: torch.dtype = torch.float64,
         normalize: bool = False,
     ):
         ds = source if isinstance(source, Trajectories) else open_trajectories(source)
@@ -86,8 +90,9 @@ class TrajectoryDataset(torch.utils.data.Dataset):
                 from simsci.errors import unknown_name
 
                 raise unknown_name("field", f, valid)
-        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-            raise TypeError(f"dtype must be a floating torch dtype, got {dtype!r}")
+        for arg, value in (("dtype", dtype), ("time_dtype", time_dtype)):
+            if not isinstance(value, torch.dtype) or not value.is_floating_point:
+                raise TypeError(f"{arg} must be a floating torch dtype, got {value!r}")
         if transform is not None and not callable(transform):
             raise TypeError(f"transform must be callable, got {type(transform).__name__}")
         episodes = np.arange(len(ds))
@@ -115,6 +120,7 @@ class TrajectoryDataset(torch.utils.data.Dataset):
             first = np.repeat(np.cumsum(counts) - counts, counts)
             self._start = (np.arange(len(self._ep), dtype=np.int64) - first) * s
         self.dtype = dtype
+        self.time_dtype = time_dtype
         self.transform = transform
         self._norm: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         if normalize:
@@ -166,7 +172,7 @@ class TrajectoryDataset(torch.utils.data.Dataset):
             if name in self._norm:
                 mean, std = self._norm[name]
                 arr = (arr - mean) / std
-            out[name] = _to_tensor(arr, self.dtype)
+            out[name] = _to_tensor(arr, self.time_dtype if name == "t" else self.dtype)
         out["episode"] = int(self._episode_ids[e])
         out["start"] = start
         if self.transform is not None:

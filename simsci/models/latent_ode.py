@@ -230,8 +230,8 @@ class LatentODE(nn.Module):
         tr = torch.gather(t, 1, order)
         xr = torch.gather(xn, 1, order[..., None].expand_as(xn))
         vr = torch.gather(visible, 1, order[..., None].expand_as(visible))
-        gap = torch.zeros_like(tr)
-        gap[:, 1:] = (tr[:, :-1] - tr[:, 1:]) / self.time_scale
+        gap = torch.zeros_like(xn[..., 0])
+        gap[:, 1:] = (tr[:, :-1] - tr[:, 1:]) / self.time_scale  # in t's precision, then cast
         gap = torch.where(torch.arange(L, device=t.device) < n_vis[:, None], gap, 0.0)
         inp = torch.cat([torch.where(vr, xr, 0.0), vr.to(xn.dtype), gap[..., None]], -1)
         packed = nn.utils.rnn.pack_padded_sequence(

@@ -209,6 +209,8 @@ def load_checkpoint(path: str | os.PathLike, map_location="cpu") -> dict:
 def load_model(path: str | os.PathLike, map_location="cpu") -> nn.Module:
     """Rebuild the checkpoint's model: import its class, call it with ``init_args``, load
     the weights, and return it in eval mode (on ``map_location`` when that is a device).
+    The trainer's ``extra`` record (e.g. the data window ``simsci train`` used) is kept
+    as ``model.checkpoint_extra`` (a dict, empty when there was none).
     """
     ckpt = load_checkpoint(path, map_location=map_location)
     info = ckpt.get("model")
@@ -232,4 +234,5 @@ def load_model(path: str | os.PathLike, map_location="cpu") -> nn.Module:
         ) from exc
     if isinstance(map_location, (str, torch.device)):
         model.to(map_location)
+    model.checkpoint_extra = dict(ckpt.get("extra") or {})
     return model.eval()

@@ -31,10 +31,29 @@ def test_windows_count_and_content(window_file):
         assert (e, s) == (episode[k], start[k])
         np.testing.assert_allclose(item["t"].numpy(), eps[e]["t"][s : s + 3], rtol=1e-6)
         np.testing.assert_allclose(item["x"].numpy(), eps[e]["x"][s : s + 3], rtol=1e-6)
-        assert item["t"].dtype == torch.float32 and item["x"].shape == (3, 3)
+        assert (
+            item["t"].dtype == torch.float64
+            and item["x"].dtype == torch.float32
+            and item["x"].shape == (3, 3)
+        )
     # stride defaults to the window (non-overlapping); episodes shorter than it are skipped
     assert len(sd.TrajectoryDataset(path, window=4)) == 1 + 2 + 0 + 0 + 1
     assert len(sd.TrajectoryDataset(path, window=11)) == 0
+
+
+def test_time_keeps_float64_precision_by_default(tmp_path):
+    from simsci import data
+
+    t = 1.0e9 + np.arange(5, dtype=np.float64)  # epoch seconds, one apart
+    path = data.write(
+        tmp_path / "e.h5", [{"t": t, "x": np.zeros((5, 1))}], kind="state", system="clock"
+    )
+    item = sd.TrajectoryDataset(path, fields=("t", "x"))[0]
+    assert item["t"].dtype == torch.float64 and torch.all(torch.diff(item["t"]) == 1)
+    item = sd.TrajectoryDataset(path, fields=("t",), time_dtype=torch.float32)[0]
+    assert item["t"].dtype == torch.float32
+    with pytest.raises(TypeError, match="time_dtype must be a floating"):
+        sd.TrajectoryDataset(path, time_dtype=torch.int64)
 
 
 def test_episode_items_fields_and_dtypes(window_file):

@@ -72,6 +72,7 @@ def test_load_model_round_trip(trained, device):
     model, _, ckpt_dir = trained
     loaded = load_model(ckpt_dir / "last.pt", map_location=device)
     assert type(loaded) is hm.LinearRegression and not loaded.training
+    assert loaded.checkpoint_extra == {"window": 24}
     assert loaded.linear.weight.device.type == device.type
     x = torch.randn(5, 3)
     torch.testing.assert_close(loaded(x.to(device)).cpu(), model(x), rtol=0, atol=0)
