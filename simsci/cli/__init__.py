@@ -37,7 +37,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # Commands that take free-form --NAME VALUE pairs (system parameters of `generate`)
+    # set `extra_options`; anything unknown elsewhere is the usual argparse error.
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "extra_options", False):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.extra = extra
     try:
         return int(args.run(args) or 0)
     except KeyboardInterrupt:

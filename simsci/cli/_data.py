@@ -33,6 +33,22 @@ def add_to(sub) -> None:
     )
     check.add_argument("path", help="a .h5 file or a directory of part-*.h5 shards")
     check.set_defaults(run=run_check)
+    imp = dsub.add_parser(
+        "import",
+        help="convert a PDEBench or The Well HDF5 file to the trajectory format",
+        description="Convert a PDEBench file (1D 'tensor' with x/t coordinates, Darcy "
+        "'tensor' + 'nu', 2D per-seed groups with 'data') or a The Well file (t0_fields, "
+        "t1_fields, dimensions, boundary conditions) into a kind='field' trajectory file, "
+        "streaming episode by episode.",
+        formatter_class=HelpFormatter,
+    )
+    imp.add_argument("layout", choices=["pdebench", "thewell"], help="the source layout")
+    imp.add_argument("src", help="the source HDF5 file")
+    imp.add_argument("dst", help="the trajectory file to write")
+    imp.add_argument("--limit", type=int, default=None, help="import only the first N episodes")
+    imp.add_argument("--compression", choices=["gzip", "lzf"], default=None)
+    imp.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    imp.set_defaults(run=run_import)
 
 
 def run_info(args) -> int:
@@ -53,3 +69,18 @@ def run_check(args) -> int:
         print(problem, file=sys.stderr)  # each names its file, field, episode and rule
     print(f"{args.path}: {len(problems)} problem(s)", file=sys.stderr)
     return 1
+
+
+def run_import(args) -> int:
+    from simsci import data
+
+    convert = data.import_pdebench if args.layout == "pdebench" else data.import_thewell
+    path = convert(
+        args.src,
+        args.dst,
+        limit=args.limit,
+        compression=args.compression,
+        progress=not args.no_progress,
+    )
+    print(f"wrote {path}")
+    return 0

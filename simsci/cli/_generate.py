@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from simsci.cli._common import HelpFormatter, key_values
+from simsci.cli._common import HelpFormatter, key_values, parse_value
 
 DESCRIPTION = """\
 Simulate N trajectories of a registered system as one batched solve on the device and
@@ -16,6 +16,10 @@ examples:
   simsci generate lorenz63 --n 500 --keep 0.3 --per-channel --out data/irregular.h5
   simsci generate van_der_pol --params "mu=0.5,1,2" --n 100 --out data/vdp.h5
   simsci generate lorenz96 --option dim=20 --params sample --out data/l96.h5
+  simsci generate burgers --nu 0.001 --n 1000 --nx 1024 --t-end 1 --dt 0.01 --out data/b.h5
+
+Any other --NAME VALUE sets a parameter of the system (--rho 35, --nu 0.001); --nx and
+--ny set the grid resolution of a PDE system.
   simsci generate --list
   torchrun --nproc_per_node 4 -m simsci generate lorenz63 --episodes 100000 --out data/shards
 """
@@ -81,7 +85,7 @@ def add_to(sub) -> None:
     p.add_argument("--batch-size", type=int, default=None, help="trajectories per solve")
     p.add_argument("--compression", choices=["gzip", "lzf"], default=None)
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    p.set_defaults(run=run)
+    p.set_defaults(run=run, extra_options=True)
 
 
 def run(args) -> int:
@@ -94,7 +98,8 @@ def run(args) -> int:
     if not args.system or not args.out:
         raise ValueError("generate needs a SYSTEM and --out FILE (or --list)")
     split = tuple(float(v) for v in args.split.split(","))
-    system = systems.get(args.system, **key_values(args.option, "--option"))
+    kwargs = {**key_values(args.option, "--option"), **system_arguments(args.extra)}
+    system = systems.get(args.system, **kwargs)
     path = systems.generate(
         system,
         args.n,
@@ -132,3 +137,31 @@ def describe_systems() -> str:
             state = f"{system.dim} states"
         lines.append(f"{name:28s} {noise:9s} [{state}]  {params}")
     return "\n".join(lines)
+
+
+def system_arguments(extra: list[str]) -> dict:
+    """``--rho 35 --nx 256 --ny=128`` -> ``{"rho": 35, "resolution": (256, 128)}``.
+
+    Names are the system's own (its parameters and options); ``systems.get`` rejects an
+    unknown one with the list of valid names. ``--nx``/``--ny`` make ``resolution``.
+    """
+    out, res, items = {}, {}, list(extra)
+    while items:
+        item = items.pop(0)
+        if not item.startswith("--") or len(item) < 3:
+            raise ValueError(f"unexpected argument {item!r}; system parameters go as --NAME VALUE")
+        name, sep, value = item[2:].partition("=")
+        if not sep:
+            if not items or items[0].startswith("--"):
+                raise ValueError(f"--{name} needs a value, e.g. --{name} 0.5")
+            value = items.pop(0)
+        name = name.replace("-", "_")
+        if name in ("nx", "ny"):
+            res[name] = int(value)
+        else:
+            out[name] = parse_value(value)
+    if "ny" in res and "nx" not in res:
+        raise ValueError("--ny needs --nx too (a 2D grid is --nx NX --ny NY)")
+    if res:
+        out["resolution"] = (res["nx"], res["ny"]) if "ny" in res else res["nx"]
+    return out

@@ -237,3 +237,41 @@ def test_generate_under_torchrun_writes_one_shard_per_rank(tmp_path):
     # the ranks used different seeds: no two episodes start alike
     starts = {tuple(ds[i]["x"][0].round(6)) for i in range(len(ds))}
     assert len(starts) == 10
+
+
+def test_system_parameters_as_options(tmp_path, capsys):
+    from simsci import data
+    from simsci.cli._generate import system_arguments
+
+    assert system_arguments(["--rho", "35", "--nx", "64", "--ny=32", "--beta=2"]) == {
+        "rho": 35,
+        "beta": 2,
+        "resolution": (64, 32),
+    }
+    assert system_arguments(["--nx", "128"]) == {"resolution": 128}
+    with pytest.raises(ValueError, match="--ny needs --nx"):
+        system_arguments(["--ny", "3"])
+    with pytest.raises(ValueError, match="--rho needs a value"):
+        system_arguments(["--rho"])
+    out = tmp_path / "r.h5"
+    code, _, _ = run(
+        capsys,
+        "generate",
+        "lorenz63",
+        "--rho",
+        35,
+        "--n",
+        2,
+        "--t-end",
+        0.1,
+        "--out",
+        out,
+        "--no-progress",
+        "--device",
+        "cpu",
+    )
+    assert code == 0 and data.open(out)[0]["params"][1] == 35
+    code, _, err = run(capsys, "generate", "lorenz63", "--rhoo", 35, "--out", out)
+    assert code == 2 and "Did you mean 'rho'" in err
+    with pytest.raises(SystemExit):
+        main(["data", "info", str(out), "--bogus"])
