@@ -18,7 +18,14 @@ from __future__ import annotations
 import importlib
 
 from simsci._version import __version__
-from simsci.errors import FormatError, SimsciError, SolverError, UnknownNameError
+from simsci.errors import (
+    CheckpointError,
+    FormatError,
+    SimsciError,
+    SolverError,
+    TrainingError,
+    UnknownNameError,
+)
 
 _SUBMODULES = {"data", "integrate", "systems", "models", "train", "envs", "operators", "bench"}
 _FUNCTIONS = {"odeint": "simsci.integrate", "sdeint": "simsci.integrate"}
@@ -31,6 +38,8 @@ __all__ = [
     "FormatError",
     "SolverError",
     "UnknownNameError",
+    "CheckpointError",
+    "TrainingError",
     *sorted(_SUBMODULES),
 ]
 

@@ -44,6 +44,14 @@ class SolverError(SimsciError, RuntimeError):
         self.time = time
 
 
+class CheckpointError(SimsciError, ValueError):
+    """A file that is not a readable simsci checkpoint, or one this simsci cannot use."""
+
+
+class TrainingError(SimsciError, RuntimeError):
+    """Training cannot go on (a non-finite loss or gradient norm); names the step."""
+
+
 class UnknownNameError(SimsciError, ValueError):
     """A name that is not in a registry (a system, a solver method, a model...)."""
 

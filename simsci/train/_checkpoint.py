@@ -22,18 +22,10 @@ from torch import nn
 
 from simsci._io import atomic_path
 from simsci._version import __version__
-from simsci.errors import SimsciError
+from simsci.errors import CheckpointError, TrainingError  # noqa: F401  (re-exported)
 
 FORMAT_VERSION = 1
 KIND = "simsci.train.checkpoint"
-
-
-class CheckpointError(SimsciError, ValueError):
-    """A file that is not a readable simsci checkpoint, or one this simsci cannot use."""
-
-
-class TrainingError(SimsciError, RuntimeError):
-    """Training cannot go on (a non-finite loss or gradient norm); names the step."""
 
 
 def model_import_path(model: nn.Module) -> str:
