@@ -49,10 +49,12 @@ bench: venv
 	$(PY) benchmarks/run_all.py
 
 # Every integrator, model and environment on CUDA, then the CUDA benchmarks (< 5 min).
-gpu-check: venv
+# On a GPU machine without network whose python3 already has the dependencies, skip the
+# venv: `make gpu-check PY=python3` (run from the repository root).
+gpu-check: $(if $(filter $(VENV)/bin/python,$(PY)),venv)
 	$(PY) -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'gpu-check: torch sees no CUDA device')"
-	SIMSCI_TEST_DEVICE=cuda $(PY) -m pytest $(PYTEST_FLAGS) -m "device and not slow"
-	$(PY) benchmarks/gpu_check.py
+	PYTHONPATH=$(CURDIR) SIMSCI_TEST_DEVICE=cuda $(PY) -m pytest $(PYTEST_FLAGS) -m "device and not slow"
+	PYTHONPATH=$(CURDIR) $(PY) benchmarks/gpu_check.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info runs
