@@ -23,6 +23,7 @@ from __future__ import annotations
 import importlib
 
 from simsci.data._check import check_file
+from simsci.data._import import import_pdebench, import_thewell
 from simsci.data._info import info
 from simsci.data._reader import Trajectories, open
 from simsci.data._schema import FORMAT, FORMAT_VERSION, KINDS, FieldInfo
@@ -39,6 +40,8 @@ __all__ = [
     "Trajectories",
     "TrajectoryDataset",
     "check_file",
+    "import_pdebench",
+    "import_thewell",
     "info",
     "open",
     "pad_collate",

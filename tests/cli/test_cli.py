@@ -275,3 +275,24 @@ def test_system_parameters_as_options(tmp_path, capsys):
     assert code == 2 and "Did you mean 'rho'" in err
     with pytest.raises(SystemExit):
         main(["data", "info", str(out), "--bogus"])
+
+
+def test_data_import_pdebench(tmp_path, capsys):
+    import numpy as np
+
+    from simsci import data
+
+    src = tmp_path / "1D_Burgers_Sols_Nu0.001.hdf5"
+    with h5py.File(src, "w") as f:
+        f["tensor"] = np.random.default_rng(0).normal(size=(3, 5, 16)).astype(np.float32)
+        f["x-coordinate"] = (np.arange(16) + 0.5) / 16
+        f["t-coordinate"] = np.linspace(0, 0.5, 6)  # T+1 values for T frames, as PDEBench
+        f.attrs["Nu"] = 0.001
+    dst = tmp_path / "burgers.h5"
+    code, stdout, err = run(capsys, "data", "import", "pdebench", src, dst, "--no-progress")
+    assert code == 0, err
+    ds = data.open(dst)
+    assert len(ds) == 3 and ds.kind == "field" and ds[0]["x"].shape == (5, 16, 1)
+    assert ds[0]["params"].tolist() == pytest.approx([0.001])
+    code, _, err = run(capsys, "data", "import", "thewell", src, tmp_path / "w.h5", "--no-progress")
+    assert code == 2 and "layout" in err
