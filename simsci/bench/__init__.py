@@ -1,10 +1,41 @@
-"""Benchmark utilities: warm-up, device-synchronised timing, medians, JSON results.
+"""Benchmark utilities: warm-up, device-synchronised timing, medians, JSON results, and
+the PDE-solver benchmark.
 
 Benchmarks compare against a named peer in the same run and report medians and ratios
 (shared/design/architecture.md). The scripts under ``benchmarks/`` and ``simsci bench``
 use these helpers so every result file has the same shape.
+
+``pde_benchmark(problem)`` runs every solver of a registered PDE over resolutions and
+step sizes, scores each against a fine reference and times it; ``pareto_front``,
+``matched_speedup`` and ``matched_error`` compare solvers at matched accuracy;
+``format_table`` and ``plot_pareto`` report a result (see :mod:`simsci.bench._pde`).
 """
 
+from simsci.bench._pde import (
+    PDEBenchSetup,
+    default_setup,
+    format_table,
+    matched_error,
+    matched_speedup,
+    pareto_front,
+    pde_benchmark,
+    plot_pareto,
+    restrict_periodic,
+)
 from simsci.bench._timing import Timing, environment, time_call, write_result
 
-__all__ = ["Timing", "time_call", "environment", "write_result"]
+__all__ = [
+    "Timing",
+    "time_call",
+    "environment",
+    "write_result",
+    "pde_benchmark",
+    "default_setup",
+    "PDEBenchSetup",
+    "pareto_front",
+    "matched_speedup",
+    "matched_error",
+    "restrict_periodic",
+    "format_table",
+    "plot_pareto",
+]

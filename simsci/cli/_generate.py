@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+
 from simsci.cli._common import HelpFormatter, key_values, parse_value
 
 DESCRIPTION = """\
@@ -83,6 +85,23 @@ def add_to(sub) -> None:
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
     p.add_argument("--method", default=None, help="solver method (default: the system's)")
     p.add_argument("--batch-size", type=int, default=None, help="trajectories per solve")
+    p.add_argument(
+        "--step-size",
+        type=float,
+        default=None,
+        help="internal solver step (fixed-step ODE methods, PDE solvers); --dt is the "
+        "recording interval",
+    )
+    p.add_argument("--rtol", type=float, default=None, help="adaptive ODE methods")
+    p.add_argument("--atol", type=float, default=None, help="adaptive ODE methods")
+    p.add_argument(
+        "--save-resolution",
+        type=int,
+        nargs="+",
+        default=None,
+        help="PDE systems: store on this coarser grid (solve on --nx, keep every k-th point)",
+    )
+    p.add_argument("--dtype", choices=["float64", "float32"], default="float64")
     p.add_argument("--compression", choices=["gzip", "lzf"], default=None)
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(run=run, extra_options=True)
@@ -118,6 +137,11 @@ def run(args) -> int:
         batch_size=args.batch_size,
         progress=not args.no_progress,
         compression=args.compression,
+        step_size=args.step_size,
+        rtol=args.rtol,
+        atol=args.atol,
+        save_resolution=_resolution(args.save_resolution),
+        dtype=getattr(torch, args.dtype),
     )
     print(f"wrote {path}")
     return 0
@@ -137,6 +161,12 @@ def describe_systems() -> str:
             state = f"{system.dim} states"
         lines.append(f"{name:28s} {noise:9s} [{state}]  {params}")
     return "\n".join(lines)
+
+
+def _resolution(values):
+    if values is None:
+        return None
+    return values[0] if len(values) == 1 else tuple(values)
 
 
 def system_arguments(extra: list[str]) -> dict:

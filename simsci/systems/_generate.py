@@ -37,6 +37,18 @@ Design choices the task left open, and why:
   episodes (the rest test), assigned by a seeded permutation.
 - **Memory.** The simulated trajectories are gathered in host memory (``n * L * D``
   values) before they are written, because the noise scale needs the whole data set.
+- **Fields (PDE systems, kind="field").** ``dt`` is the *recording* interval (default
+  the system's ``default_save_dt``) and ``step_size`` the solver's internal step
+  (default the system's per-method step); each recording interval takes an integer
+  number of internal steps (see :meth:`simsci.systems.PDESystem.simulate`), so saving
+  every k-th internal step is ``dt = k * step_size``. Episodes store ``x`` as
+  ``(T, *grid, C)`` with the initial field as the first frame, the grid coordinates in
+  ``/static`` and the PDE parameters in ``/episodes/params``. ``save_resolution``
+  solves on the system's grid and stores every s-th point per axis (exact on periodic
+  grids, x_j = j L / N; the fine resolution must be a multiple of it). The time-point
+  subsampling (``keep < 1``, ``per_channel``) and ``rtol``/``atol`` are ODE features
+  and refused for fields. ``batch_size`` defaults so that one batch's fine-grid output
+  stays under ``MAX_BATCH_VALUES`` values.
 - **Distributed runs** (a ``torch.distributed`` process group is initialised, or the
   environment has ``WORLD_SIZE > 1`` and ``RANK``): ``out`` is a directory, rank r
   generates episodes ``[r N / W, (r + 1) N / W)`` of the N requested, with streams
@@ -60,6 +72,7 @@ from simsci._device import resolve_device
 from simsci._version import __version__
 from simsci.errors import SolverError
 from simsci.systems._base import System
+from simsci.systems._pde import PDESystem
 from simsci.systems._registry import get
 
 #: largest number of output values (B * L * prod(S)) solved in one batch by default.
@@ -234,6 +247,7 @@ def generate(
     step_size: float | None = None,
     rtol: float | None = None,
     atol: float | None = None,
+    save_resolution=None,
 ) -> Path:
     """Simulate ``n`` trajectories of ``system`` and write them as one trajectory file.
 
@@ -257,6 +271,10 @@ def generate(
     CUDA when available. ``batch_size`` bounds the episodes per solve (see the module
     docstring). Returns the written path (this rank's shard in a distributed run).
 
+    PDE systems (kind "field"): ``dt`` is the recording interval (default
+    ``default_save_dt``), ``step_size`` the internal step, ``save_resolution`` (int or one
+    per axis) stores a strided coarse copy of the fine solve; see the module docstring.
+
     Raises :class:`simsci.errors.SolverError` naming the failing episodes when the solver
     fails or a trajectory leaves the floating-point range.
     """
@@ -268,8 +286,11 @@ def generate(
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ValueError(f"n must be a positive integer (episodes), got {n!r}")
     n = int(n)
+    is_field = isinstance(system, PDESystem)
     t_end = _positive("t_end", system.default_t_end if t_end is None else t_end)
-    dt = _positive("dt", system.default_dt if dt is None else dt)
+    if dt is None:
+        dt = system.default_save_dt if is_field else system.default_dt
+    dt = _positive("dt", dt)
     steps_f = t_end / dt
     steps = round(steps_f)
     if steps < 1 or abs(steps - steps_f) > 1e-6 * max(1.0, steps_f):
@@ -285,6 +306,27 @@ def generate(
     obs_noise = _positive("obs_noise", obs_noise, allow_zero=True)
     if not isinstance(per_channel, bool):
         raise TypeError(f"per_channel must be a bool, got {per_channel!r}")
+    strides = None
+    if is_field:
+        for name, bad, why in (
+            ("keep", keep < 1.0, f"keep={keep}"),
+            ("per_channel", per_channel, "per_channel=True"),
+            ("rtol", rtol is not None, f"rtol={rtol}"),
+            ("atol", atol is not None, f"atol={atol}"),
+        ):
+            if bad:
+                raise ValueError(
+                    f"{why} is an ODE option: {system.name!r} is a PDE (kind 'field') whose "
+                    f"frames are stored on a regular time grid with a fixed-step solver. Drop "
+                    f"{name}; thin the time grid with dt (a multiple of step_size) and the "
+                    "space grid with save_resolution"
+                )
+        strides = _field_strides(system, save_resolution)
+    elif save_resolution is not None:
+        raise ValueError(
+            f"save_resolution applies to PDE systems (kind 'field'); {system.name!r} is an "
+            "ODE/SDE system"
+        )
     if per_channel and len(system.state_shape) != 1:
         raise ValueError(
             f"per_channel=True needs a vector state; {system.name!r} has state shape "
@@ -315,7 +357,10 @@ def generate(
         step_size = _positive("step_size", step_size)
     device = resolve_device(device)
     method = method or system.default_method
-    if system.is_sde:
+    if is_field:
+        method = system._check_method(method)  # unknown name: fails before any work
+        fixed_step = False
+    elif system.is_sde:
         from simsci.integrate._methods import get_sde_method
 
         get_sde_method(method)  # an unknown name fails here, before any simulation
@@ -364,6 +409,8 @@ def generate(
     x0_all = system._sample_initial(count, gen_init, torch.device("cpu"))
     shape = system.state_shape
     values_per_episode = length * math.prod(shape)
+    if strides is not None:
+        shape = tuple(n // s for n, s in zip(shape[:-1], strides)) + (shape[-1],)
     if batch_size is None:
         batch_size = max(1, min(count, MAX_BATCH_VALUES // values_per_episode))
     batch_size = int(batch_size)
@@ -375,7 +422,10 @@ def generate(
     data = np.empty((count, length, *shape), dtype=np_dtype)
 
     options: dict = {}
-    if system.is_sde:
+    if is_field:
+        if step_size is not None:
+            options["dt"] = step_size
+    elif system.is_sde:
         options["dt"] = step_size or dt
     elif fixed_step:
         options["step_size"] = step_size or dt
@@ -416,6 +466,8 @@ def generate(
             if not bool(finite.all()):
                 bad = torch.nonzero(~finite).flatten().tolist()
                 raise _episode_error(system, None, start + b0, bad, rows[b0:b1], None, method)
+            if strides is not None:
+                xs = xs[(slice(None), slice(None), *(slice(None, None, s) for s in strides))]
             data[b0:b1] = xs.detach().cpu().numpy()
             if bar is not None:
                 bar.update(1)
@@ -474,6 +526,13 @@ def generate(
         "world_size": world,
         "episode_range": [start, stop],
     }
+    static = system.static() or None
+    if is_field:
+        meta["resolution"] = list(system.resolution)
+        meta["save_resolution"] = list(shape[:-1])
+        meta["domain"] = list(system.domain)
+        meta["step_size"] = step_size
+        static = {k: v[:: strides[i]] for i, (k, v) in enumerate(system.coords().items())}
     if world > 1:
         path = sdata.rank_shard_path(out) if distributed else _env_shard_path(out, rank)
     else:
@@ -485,7 +544,7 @@ def generate(
         system=system.name,
         meta=_to_jsonable(meta),
         names=names,
-        static=system.static() or None,
+        static=static,
         compression=compression,
     ) as writer:
         for i in range(count):
@@ -505,6 +564,26 @@ def generate(
             episode["x"] = x
             writer.append(episode)
     return writer.path
+
+
+def _field_strides(system: PDESystem, save_resolution) -> tuple[int, ...]:
+    """Stride per axis from the solve resolution down to ``save_resolution``."""
+    fine = system.resolution
+    if save_resolution is None:
+        return (1,) * len(fine)
+    try:
+        coarse = system._check_resolution(save_resolution)
+    except ValueError as exc:
+        raise ValueError(f"save_resolution: {exc}") from None
+    bad = [a for a, (f, c) in enumerate(zip(fine, coarse)) if c > f or f % c]
+    if bad:
+        raise ValueError(
+            f"save_resolution {coarse} must divide the solve resolution {fine} on every axis "
+            "(stored points are every s-th grid point, exact on periodic grids); choose a "
+            f"divisor, e.g. {tuple(f // 2 for f in fine)}, or solve at a multiple via "
+            f"get({system.name!r}, resolution=...)"
+        )
+    return tuple(f // c for f, c in zip(fine, coarse))
 
 
 def _env_shard_path(out, rank: int) -> Path:

@@ -296,3 +296,38 @@ def test_data_import_pdebench(tmp_path, capsys):
     assert ds[0]["params"].tolist() == pytest.approx([0.001])
     code, _, err = run(capsys, "data", "import", "thewell", src, tmp_path / "w.h5", "--no-progress")
     assert code == 2 and "layout" in err
+
+
+def test_generate_a_pde_dataset(tmp_path, capsys):
+    from simsci import data
+
+    out = tmp_path / "burgers.h5"
+    code, _, err = run(
+        capsys,
+        "generate",
+        "burgers",
+        "--nu",
+        0.02,
+        "--n",
+        3,
+        "--nx",
+        128,
+        "--save-resolution",
+        32,
+        "--t-end",
+        0.2,
+        "--dt",
+        0.1,
+        "--out",
+        out,
+        "--no-progress",
+        "--device",
+        "cpu",
+        "--dtype",
+        "float32",
+    )
+    assert code == 0, err
+    ds = data.open(out)
+    assert ds.kind == "field" and ds[0]["x"].shape == (3, 32, 1)
+    assert ds.static["x"].shape == (32,) and ds.names("params") == ["nu"]
+    assert ds[0]["params"].tolist() == pytest.approx([0.02])
