@@ -113,6 +113,8 @@ def test_solution_depends_linearly_on_beta(device):
     u7 = d.simulate(x, params={"beta": 7.0}, tol=1e-12)[..., 1]
     torch.testing.assert_close(u7, 7 * u1, rtol=1e-9, atol=1e-14)
     assert float(u1.min()) >= 0 and float(u1.max()) > 0  # maximum principle for f > 0
+    u0 = d.simulate(x, params={"beta": 0.0})[..., 1]
+    assert bool((u0 == 0).all()) and int(d.last_iterations[0]) == 0
 
 
 def test_harmonic_and_arithmetic_faces_agree_for_smooth_coefficients(device):

@@ -46,7 +46,7 @@ def test_homogeneous_state_is_a_fixed_point(device, method):
     gs = _gs()
     state = torch.zeros((2, 32, 32, 2), dtype=torch.float64, device=device)
     state[..., 0] = 1.0
-    out = gs.simulate(state, [0.0, 50.0, 100.0], method=method, dt=1.0)
+    out = gs.simulate(state, [0.0, 20.0, 40.0], method=method, dt=1.0)
     torch.testing.assert_close(out, state[:, None].expand(-1, 3, -1, -1, -1), rtol=0, atol=1e-12)
 
 
@@ -57,12 +57,12 @@ def test_mass_balance(device):
     p = gs.params_tensor({"F": [0.03, 0.05], "k": [0.06, 0.055]}, device=device)
     rate = gs.drift(0.0, state, p).sum(-1).mean(dim=(1, 2))
     torch.testing.assert_close(rate, gs.total_mass_rate(state, p), rtol=1e-10, atol=1e-14)
-    t = torch.linspace(0.0, 40.0, 41)
-    xs = gs.simulate(state, t, p, dt=0.5)
+    t = torch.linspace(0.0, 20.0, 21)
+    xs = gs.simulate(state, t, p, dt=1.0)
     mass = xs.sum(-1).mean(dim=(2, 3))  # (B, T)
-    rates = torch.stack([gs.total_mass_rate(xs[:, i], p) for i in range(41)], dim=1)
+    rates = torch.stack([gs.total_mass_rate(xs[:, i], p) for i in range(21)], dim=1)
     # Simpson's rule on the recorded rates against the mass change
-    w = torch.ones(41, dtype=torch.float64, device=device)
+    w = torch.ones(21, dtype=torch.float64, device=device)
     w[1:-1:2], w[2:-1:2] = 4.0, 2.0
     integral = (rates * w).sum(dim=1) / 3.0
     torch.testing.assert_close(mass[:, -1] - mass[:, 0], integral, rtol=1e-6, atol=1e-9)
@@ -76,10 +76,10 @@ def test_spectral_and_finite_differences_agree(device):
         gs = _gs(resolution=n, domain=0.25)
         u0 = _bump(gs, device=device)
         etd = gs.simulate(u0, [0.0, 5.0], method="etdrk4", dt=0.1)[:, -1]
-        imex = gs.simulate(u0, [0.0, 5.0], method="imex", dt=0.02)[:, -1]
+        imex = gs.simulate(u0, [0.0, 5.0], method="imex", dt=0.05)[:, -1]
         fd = gs.simulate(u0, [0.0, 5.0], method="rk4", dt=0.1)[:, -1]
         assert float((etd - u0).abs().max()) > 0.2
-        assert float((etd - imex).abs().max()) < 1e-4
+        assert float((etd - imex).abs().max()) < 3e-4
         errs.append(float((etd - fd).abs().max()))
     assert errs[1] < 5e-4
     assert math.log2(errs[0] / errs[1]) > 3.5  # fourth-order stencils

@@ -93,6 +93,16 @@ def test_spectral_methods_agree_on_fno_problem(device):
     assert _rel(fd, ref) < 0.05
 
 
+def test_default_steps_are_accurate(device):
+    ns = _ns(resolution=32, nu=1e-4)
+    w0 = 5.0 * ns.sample_initial(1, generator=torch.Generator().manual_seed(8), device=device)
+    t = [0.0, 0.5]
+    ref = ns.simulate(w0, t, method="etdrk4", dt=1e-3)[:, -1]
+    assert _rel(ns.simulate(w0, t)[:, -1], ref) < 1e-6  # etdrk4, step 1e-2
+    ref_fd = ns.simulate(w0, t, method="rk4", dt=1e-3)[:, -1]
+    assert _rel(ns.simulate(w0, t, method="rk4")[:, -1], ref_fd) < 1e-6  # step 1e-2
+
+
 def test_unforced_energy_and_enstrophy_decay(device):
     ns = _ns(resolution=32, nu=1e-3, forcing=0.0)
     w0 = 5.0 * ns.sample_initial(2, generator=torch.Generator().manual_seed(3), device=device)
@@ -175,7 +185,9 @@ def test_non_uniform_grid_is_refused_by_spectral_methods(method):
     ns = _ns(resolution=16)
     x = np.arange(16) / 16
     bent = x + 0.01 * np.sin(2 * np.pi * x)
-    with pytest.raises(ValueError, match="non-uniform grid given to a spectral solver"):
+    with pytest.raises(
+        ValueError, match=rf"non-uniform grid given to a spectral solver \('{method}'"
+    ):
         ns.simulate(ns.sample_initial(1), [0.0, 0.1], method=method, grid={"x": x, "y": bent})
     # the system's own grid is accepted
     ns.simulate(ns.sample_initial(1), [0.0, 0.01], method=method, grid=ns.coords())
