@@ -7,8 +7,14 @@ every test that takes it on that device instead. Tests that take ``device`` are 
 
 import os
 
-import pytest
-import torch
+# One intra-op thread for the tests (and the subprocesses they start): the suite is many
+# small tensor ops, where a second OpenMP thread buys nothing and, on a 2-core machine
+# with any other load, makes each op wait for a busy core (seen: 30-60x slower). Set
+# before torch is imported so torch reads it. Benchmarks choose their own threads.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):

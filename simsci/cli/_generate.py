@@ -154,7 +154,7 @@ def describe_systems() -> str:
     lines = []
     for name in systems.available():
         system = systems.get(name)
-        noise = system.noise_type or "ode"
+        noise = "pde" if system.kind == "field" else (system.noise_type or "ode")
         params = ", ".join(f"{k}={v:g}" for k, v in system.default_params.items())
         state = ",".join(system.state_names)
         if len(state) > 40:

@@ -11,6 +11,10 @@ Section "latent ODE on irregular Lorenz-63":
   3. train a latent neural ODE on windows of it for a fixed budget of steps;
   4. report interpolation error on held-out test points vs the last-value baseline;
   5. plot a few test windows with predictions to OUT/lorenz_interpolation.png.
+
+Section "PDE solvers on Burgers":
+  6. run ETDRK4 and finite differences + RK4 over resolutions and steps, report the
+     speed-up at matched accuracy and plot the Pareto fronts to OUT/burgers_pareto.png.
 """
 
 from __future__ import annotations
@@ -167,7 +171,36 @@ def _plot_lorenz(model, dataset, path: Path) -> str | None:
     return str(path)
 
 
-SECTIONS = [("latent ODE on irregular Lorenz-63", lorenz_latent_ode)]
+def burgers_solvers(out: Path, quick: bool, device: torch.device) -> dict:
+    """One PDE, two solvers: ETDRK4 (pseudo-spectral, 4th order) against explicit finite
+    differences with RK4, each over a sweep of resolutions and steps; error against a
+    fine reference, warm time per trajectory, speed-up at matched accuracy, Pareto plot."""
+    from simsci.bench import format_table, pde_benchmark, plot_pareto
+
+    _banner("5. benchmark two Burgers solvers: ETDRK4 vs finite differences + RK4")
+    result = pde_benchmark(
+        "burgers",
+        methods=("etdrk4", "rk4"),
+        quick=True,
+        pypde=False,
+        device=device,
+        repeat=1 if quick else 3,
+    )
+    print(format_table(result))
+    plot = None
+    try:
+        plot = str(plot_pareto(result, out / "burgers_pareto.png"))
+        print(f"plot: {plot}")
+    except ImportError as exc:
+        print(f"({exc})")
+    speedups = [s for s in result["speedups"] if s.get("overlap")]
+    return {"speedups": speedups, "plot": plot}
+
+
+SECTIONS = [
+    ("latent ODE on irregular Lorenz-63", lorenz_latent_ode),
+    ("PDE solvers on Burgers", burgers_solvers),
+]
 
 
 def run(args) -> int:

@@ -287,18 +287,27 @@ def generate(
         raise ValueError(f"n must be a positive integer (episodes), got {n!r}")
     n = int(n)
     is_field = isinstance(system, PDESystem)
-    t_end = _positive("t_end", system.default_t_end if t_end is None else t_end)
-    if dt is None:
-        dt = system.default_save_dt if is_field else system.default_dt
-    dt = _positive("dt", dt)
-    steps_f = t_end / dt
-    steps = round(steps_f)
-    if steps < 1 or abs(steps - steps_f) > 1e-6 * max(1.0, steps_f):
-        raise ValueError(
-            f"t_end must be a positive multiple of dt: t_end={t_end}, dt={dt} gives "
-            f"{steps_f:g} steps; choose t_end = k * dt"
-        )
-    length = steps + 1
+    if getattr(system, "steady", False):
+        # a steady problem (Darcy): one frame per episode at t = 0, no time grid
+        if t_end is not None or dt is not None:
+            raise ValueError(
+                f"{system.name!r} is a steady problem: each episode is one frame at t = 0; "
+                f"drop t_end/dt (got t_end={t_end}, dt={dt})"
+            )
+        t_end, dt, steps, length = 0.0, 1.0, 0, 1
+    else:
+        t_end = _positive("t_end", system.default_t_end if t_end is None else t_end)
+        if dt is None:
+            dt = system.default_save_dt if is_field else system.default_dt
+        dt = _positive("dt", dt)
+        steps_f = t_end / dt
+        steps = round(steps_f)
+        if steps < 1 or abs(steps - steps_f) > 1e-6 * max(1.0, steps_f):
+            raise ValueError(
+                f"t_end must be a positive multiple of dt: t_end={t_end}, dt={dt} gives "
+                f"{steps_f:g} steps; choose t_end = k * dt"
+            )
+        length = steps + 1
     burn_in = _positive("burn_in", burn_in, allow_zero=True)
     keep = _positive("keep", keep)
     if keep > 1.0:
@@ -410,7 +419,7 @@ def generate(
     shape = system.state_shape
     values_per_episode = length * math.prod(shape)
     if strides is not None:
-        shape = tuple(n // s for n, s in zip(shape[:-1], strides)) + (shape[-1],)
+        shape = tuple(-(-n // s) for n, s in zip(shape[:-1], strides)) + (shape[-1],)
     if batch_size is None:
         batch_size = max(1, min(count, MAX_BATCH_VALUES // values_per_episode))
     batch_size = int(batch_size)
@@ -575,6 +584,17 @@ def _field_strides(system: PDESystem, save_resolution) -> tuple[int, ...]:
         coarse = system._check_resolution(save_resolution)
     except ValueError as exc:
         raise ValueError(f"save_resolution: {exc}") from None
+    if not system.periodic:
+        # node grids include both boundaries: every s-th node keeps them when
+        # (fine - 1) is a multiple of (coarse - 1)
+        bad = [a for a, (f, c) in enumerate(zip(fine, coarse)) if c > f or (f - 1) % (c - 1)]
+        if bad:
+            raise ValueError(
+                f"save_resolution {coarse} must satisfy (fine - 1) % (coarse - 1) == 0 on "
+                f"every axis of the node grid {fine} (boundary nodes are kept); e.g. "
+                f"{tuple((f - 1) // 2 + 1 for f in fine)}"
+            )
+        return tuple((f - 1) // (c - 1) for f, c in zip(fine, coarse))
     bad = [a for a, (f, c) in enumerate(zip(fine, coarse)) if c > f or f % c]
     if bad:
         raise ValueError(

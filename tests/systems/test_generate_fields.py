@@ -113,3 +113,32 @@ def test_distributed_ranks_write_field_shards(tmp_path, monkeypatch):
     assert len(ds) == 5 and ds.kind == "field"
     x0 = np.stack([ds[i]["x"][0] for i in range(5)])
     assert len(np.unique(x0[:, 0, 0])) == 5  # rank-dependent seeds
+
+
+def test_steady_darcy_writes_one_frame_per_episode(tmp_path):
+    import simsci.data as sdata
+    import simsci.systems as ssys
+
+    path = ssys.generate(
+        ssys.get("darcy", resolution=33),
+        3,
+        out=tmp_path / "d.h5",
+        progress=False,
+        save_resolution=17,
+    )
+    ds = sdata.open(path)
+    ep = ds[0]
+    assert ep["x"].shape == (1, 17, 17, 2) and ep["t"].tolist() == [0.0]
+    assert ds.names("x") == ["a", "u"] and ds.static["x"].shape == (17,)
+    assert ds.static["x"][0] == 0.0 and ds.static["x"][-1] == 1.0  # boundary nodes kept
+    assert set(np.unique(ep["x"][..., 0])) <= {3.0, 12.0}
+    with pytest.raises(ValueError, match="steady problem"):
+        ssys.generate("darcy", 2, t_end=1.0, out=tmp_path / "e.h5", progress=False)
+    with pytest.raises(ValueError, match=r"\(fine - 1\) % \(coarse - 1\)"):
+        ssys.generate(
+            ssys.get("darcy", resolution=33),
+            2,
+            out=tmp_path / "f.h5",
+            progress=False,
+            save_resolution=16,
+        )
