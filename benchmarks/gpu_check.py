@@ -72,6 +72,7 @@ def main() -> int:
             "bench_odeint_grid.py",
             ["--device", "cuda", "--out", str(HERE / "results" / "odeint_grid_cuda.json")],
         ),
+        ("bench_pde_throughput.py", ["--device", "cuda"]),
     ):
         start = time.perf_counter()
         code = subprocess.call([sys.executable, str(HERE / script), *extra])
