@@ -20,6 +20,7 @@ Section "PDE solvers on Burgers":
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -209,6 +210,11 @@ def run(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     device = resolve_device(args.device)
+    if device.type == "cpu" and "OMP_NUM_THREADS" not in os.environ:
+        # The tour's tensors are small: a second OpenMP thread buys nothing, and on a
+        # 2-core machine with any other load every op would wait for a busy core (seen:
+        # the Lorenz training 12x slower). OMP_NUM_THREADS, when set, wins.
+        torch.set_num_threads(1)
     results, start = {}, time.perf_counter()
     for title, section in SECTIONS:
         print(f"\n##### {title} #####", flush=True)
