@@ -452,7 +452,7 @@ def test_cli_bench_pde_errors_and_listing(capsys):
     assert "unknown" in capsys.readouterr().err
     assert main(["bench", "--list"]) == 0
     listing = capsys.readouterr().out
-    assert listing.startswith("pde ") and "odeint_grid" in listing
+    assert listing.startswith("pde ") and "odeint_grid" in listing and "bench_pde " in listing
     with pytest.raises(SystemExit) as exc:
         main(["bench", "pde", "--help"])
     assert exc.value.code == 0 and "usage: simsci bench pde" in capsys.readouterr().out
