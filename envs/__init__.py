@@ -1,9 +1,69 @@
-"""simsci.envs: gymnasium environments over simsci's systems and models.
+"""simsci.envs: gymnasium environments over simsci's systems and trained models.
 
-Installed as ``simsci.envs`` (the folder sits at the top of the repository; see
-shared/design/architecture.md). The environments themselves (``simsci/ODEControl-v0``,
-``simsci/PDEControl-v0``, ``simsci/Surrogate-v0``, batched vector envs, recording
-wrappers) arrive with the environments issue; this package is their home.
+``import simsci.envs`` registers (lazily: nothing heavy is imported until ``make``):
+
+- ``simsci/ODEControl-v0``: any ODE/SDE system under control with a task
+  (:class:`ODEControlEnv`, tasks in :data:`TASKS`);
+- ``simsci/PDEControl-v0``: Burgers, heat or Kuramoto-Sivashinsky with distributed
+  actuators (:class:`PDEControlEnv`);
+- ``simsci/Surrogate-v0``: a trained simsci model standing in for the dynamics of the
+  environment it learned (:class:`SurrogateEnv`).
+
+Each has a native batched vector environment (``gymnasium.make_vec(id, num_envs=N,
+vectorization_mode="vector_entry_point")``): all sub-environments advance as one tensor
+operation on the device, numpy or torch in/out, gymnasium's autoreset semantics.
+:class:`RecordEpisodes` / :class:`RecordVectorEpisodes` write episodes into the
+trajectory format (kind "rollout"); :func:`to_minari` / :func:`from_minari` convert to
+and from Minari datasets (optional extra ``simsci[minari]``).
+
+Surrogate checkpoint interface: a model that can advance an environment's state has
+``env_id``, ``env_kwargs``, ``state_shape``, ``action_dim`` and ``advance(state (B, *S),
+action (B, A) | None, dt) -> (B, *S)`` (see :mod:`simsci.envs._surrogate`).
 """
 
-__all__: list[str] = []
+from __future__ import annotations
+
+import gymnasium
+
+from simsci.envs._core import Dynamics, SimsciEnv, SimsciVectorEnv
+from simsci.envs._ode import TASKS, ODEControlEnv, ODEControlVectorEnv, Task
+from simsci.envs._surrogate import SurrogateEnv, SurrogateVectorEnv, load_surrogate
+
+__all__ = [
+    "TASKS",
+    "Task",
+    "Dynamics",
+    "SimsciEnv",
+    "SimsciVectorEnv",
+    "ODEControlEnv",
+    "ODEControlVectorEnv",
+    "SurrogateEnv",
+    "SurrogateVectorEnv",
+    "load_surrogate",
+    "ENV_IDS",
+]
+
+#: id -> (entry point, vector entry point)
+ENV_IDS = {
+    "simsci/ODEControl-v0": (
+        "simsci.envs._ode:ODEControlEnv",
+        "simsci.envs._ode:ODEControlVectorEnv",
+    ),
+    "simsci/PDEControl-v0": (
+        "simsci.envs._pde:PDEControlEnv",
+        "simsci.envs._pde:PDEControlVectorEnv",
+    ),
+    "simsci/Surrogate-v0": (
+        "simsci.envs._surrogate:SurrogateEnv",
+        "simsci.envs._surrogate:SurrogateVectorEnv",
+    ),
+}
+
+
+def _register() -> None:
+    for env_id, (entry, vector_entry) in ENV_IDS.items():
+        if env_id not in gymnasium.registry:
+            gymnasium.register(env_id, entry_point=entry, vector_entry_point=vector_entry)
+
+
+_register()
