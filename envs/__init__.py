@@ -27,6 +27,7 @@ import gymnasium
 
 from simsci.envs._core import Dynamics, SimsciEnv, SimsciVectorEnv
 from simsci.envs._ode import TASKS, ODEControlEnv, ODEControlVectorEnv, Task
+from simsci.envs._sb3 import to_sb3
 from simsci.envs._surrogate import SurrogateEnv, SurrogateVectorEnv, load_surrogate
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "SurrogateEnv",
     "SurrogateVectorEnv",
     "load_surrogate",
+    "to_sb3",
     "ENV_IDS",
 ]
 

@@ -48,6 +48,8 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
 
+from simsci.envs import _render
+
 __all__ = ["Dynamics", "SimsciEnv", "SimsciVectorEnv", "check_actions"]
 
 ACTION_BOUNDS = ("clip", "error")
@@ -94,6 +96,16 @@ class Dynamics:
     def config(self) -> dict:
         """JSON-able description (system, task, parameters) recorded in rollout files."""
         return {}
+
+    def target(self, params) -> torch.Tensor | None:
+        """``(n, *S)`` target states of the task (None when it has none); for rendering."""
+        return None
+
+    def render_frame(self, state: torch.Tensor, params, scale: float) -> np.ndarray:
+        """An ``(H, W, 3)`` uint8 frame of one state ``(*S)`` (``params`` its row or None)."""
+        target = self.target(None if params is None else params[None])
+        target = None if target is None else target[0].detach().cpu().numpy()
+        return _render.profile_frame(state.detach().cpu().numpy(), target, scale)
 
 
 def _box(low, high) -> gymnasium.spaces.Box:
@@ -166,6 +178,15 @@ def check_actions(action, *, batch: int | None, low, high, mode: str, device, dt
     if mode == "clip":
         a = torch.maximum(torch.minimum(a, high_t), low_t)
     return a
+
+
+def _check_render_mode(render_mode):
+    if render_mode not in (None, "rgb_array"):
+        raise ValueError(
+            f"render_mode must be None or 'rgb_array', got {render_mode!r} (simsci "
+            "environments draw numpy frames; record rollouts and plot those for more)"
+        )
+    return render_mode
 
 
 class _Batch:
@@ -243,6 +264,16 @@ class _Common:
         if seed is not None:
             self._generator.manual_seed(_seed_from(seed))
 
+    def _frame(self, i: int) -> np.ndarray:
+        batch = self._batch
+        if batch.state is None:
+            raise gymnasium.error.ResetNeeded("call reset() before render()")
+        state = batch.state[i]
+        peak = float(state.abs().max()) if state.numel() else 1.0
+        self._scale = max(getattr(self, "_scale", 1.0), 1.1 * peak)
+        params = None if batch.params is None else batch.params[i]
+        return self.dynamics.render_frame(state, params, self._scale)
+
     def _observe(self) -> torch.Tensor:
         obs = self.dynamics.observe(self._batch.state)
         return obs.to(torch.float32)
@@ -256,14 +287,10 @@ class SimsciEnv(_Common, gymnasium.Env):
     ``gymnasium.error.ResetNeeded``.
     """
 
-    metadata: dict[str, Any] = {"render_modes": []}
+    metadata: dict[str, Any] = {"render_modes": ["rgb_array"], "render_fps": 20}
 
     def __init__(self, dynamics: Dynamics, *, action_bounds: str = "clip", render_mode=None):
-        if render_mode is not None:
-            raise ValueError(
-                f"render_mode {render_mode!r} is not supported; simsci environments have no "
-                "renderer (record rollouts with simsci.envs.RecordEpisodes and plot those)"
-            )
+        self.render_mode = _check_render_mode(render_mode)
         self._setup(dynamics, action_bounds)
         self.observation_space = self._obs_space
         self.action_space = self._act_space
@@ -312,6 +339,15 @@ class SimsciEnv(_Common, gymnasium.Env):
         obs = self._observe()[0].cpu().numpy()
         return obs, float(reward[0]), term, trunc, self._info()
 
+    def render(self):
+        """An ``(H, W, 3)`` uint8 frame of the current state (``render_mode="rgb_array"``)."""
+        if self.render_mode is None:
+            gymnasium.logger.warn(
+                "render() called with render_mode=None; pass render_mode='rgb_array'"
+            )
+            return None
+        return self._frame(0)
+
 
 class SimsciVectorEnv(_Common, gymnasium.vector.VectorEnv):
     """``num_envs`` sub-environments of a :class:`Dynamics`, stepped as one batch.
@@ -323,7 +359,11 @@ class SimsciVectorEnv(_Common, gymnasium.vector.VectorEnv):
     ``SameStep`` adds ``final_obs``/``final_info`` for the sub-environments that ended.
     """
 
-    metadata: dict[str, Any] = {"render_modes": [], "autoreset_mode": AutoresetMode.NEXT_STEP}
+    metadata: dict[str, Any] = {
+        "render_modes": ["rgb_array"],
+        "render_fps": 20,
+        "autoreset_mode": AutoresetMode.NEXT_STEP,
+    }
 
     def __init__(
         self,
@@ -353,8 +393,7 @@ class SimsciVectorEnv(_Common, gymnasium.vector.VectorEnv):
             raise ValueError(
                 f"autoreset_mode {mode.value!r} is not supported; use NextStep or SameStep"
             )
-        if render_mode is not None:
-            raise ValueError(f"render_mode {render_mode!r} is not supported")
+        self.render_mode = _check_render_mode(render_mode)
         self._setup(dynamics, action_bounds)
         self.num_envs = int(num_envs)
         self.array_backend = array_backend
@@ -450,6 +489,12 @@ class SimsciVectorEnv(_Common, gymnasium.vector.VectorEnv):
             self._out(truncated),
             infos,
         )
+
+    def render(self):
+        """A tuple of ``(H, W, 3)`` uint8 frames, one per sub-environment."""
+        if self.render_mode is None:
+            return None
+        return tuple(self._frame(i) for i in range(self.num_envs))
 
     def close_extras(self, **kwargs):
         self._batch.state = None

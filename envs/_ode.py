@@ -62,6 +62,7 @@ import torch
 
 from simsci import systems as _systems
 from simsci._device import resolve_device
+from simsci.envs import _render
 from simsci.envs._core import Dynamics, SimsciEnv, SimsciVectorEnv
 from simsci.errors import unknown_name
 
@@ -427,6 +428,14 @@ class ODEControlDynamics(Dynamics):
 
     def observe(self, state):
         return state if self._spec.observe is None else self._spec.observe(state)
+
+    def target(self, params):
+        return self._targets(self._rows(params, 1))
+
+    def render_frame(self, state, params, scale):
+        if self.task_name == "pendulum-swingup" and self.system_name == "damped_pendulum":
+            return _render.pendulum_frame(float(state[0]))
+        return super().render_frame(state, params, scale)
 
     def reward(self, state, action, next_state, params):
         target = self._targets(self._rows(params, next_state.shape[0]))

@@ -391,3 +391,37 @@ def test_stable_baselines3_ppo_runs_end_to_end():
     obs, _ = env.reset(seed=0)
     action, _ = model.predict(obs, deterministic=True)
     assert env.action_space.contains(action)
+
+
+def test_rgb_array_render():
+    env = gymnasium.make(ENV_ID, task="pendulum-swingup", render_mode="rgb_array")
+    env.reset(seed=0)
+    frame = env.render()
+    assert frame.shape == (240, 320, 3) and frame.dtype == np.uint8
+    assert (frame != 255).any()  # something was drawn
+    vec = ODEControlVectorEnv(2, "lorenz63-stabilize", render_mode="rgb_array")
+    vec.reset(seed=0)
+    frames = vec.render()
+    assert len(frames) == 2 and frames[0].shape == (240, 320, 3)
+    with pytest.raises(ValueError, match="rgb_array"):
+        ODEControlEnv(render_mode="human")
+
+
+def test_sb3_make_vec_env_and_batched_adapter():
+    sb3 = pytest.importorskip("stable_baselines3")
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecMonitor
+
+    from simsci.envs import to_sb3
+
+    dummy = make_vec_env(ENV_ID, n_envs=2, env_kwargs={"task": "lorenz63-stabilize"})
+    assert dummy.reset().shape == (2, 3)
+    venv = VecMonitor(to_sb3(ODEControlVectorEnv(4, "pendulum-swingup", max_episode_steps=20)))
+    model = sb3.PPO("MlpPolicy", venv, n_steps=32, batch_size=64, n_epochs=1, seed=0)
+    model.learn(total_timesteps=256)
+    assert model.num_timesteps >= 256
+    # episodes of 20 steps ended and were reported with their final observation
+    assert len(model.ep_info_buffer) >= 4
+    assert all(info["l"] == 20 for info in model.ep_info_buffer)
+    with pytest.raises(TypeError, match="simsci vector environment"):
+        to_sb3(gymnasium.make(ENV_ID))
