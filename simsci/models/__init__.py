@@ -11,11 +11,12 @@ Every model follows the training-loop contract of :mod:`simsci.train`
 from __future__ import annotations
 
 from simsci.errors import unknown_name
+from simsci.models.controlled_ode import ControlledODE
 from simsci.models.latent_ode import LatentODE
 
-MODELS: dict[str, type] = {"latent_ode": LatentODE}
+MODELS: dict[str, type] = {"latent_ode": LatentODE, "controlled_ode": ControlledODE}
 
-__all__ = ["MODELS", "get", "LatentODE"]
+__all__ = ["MODELS", "get", "LatentODE", "ControlledODE"]
 
 
 def get(name: str, **kwargs):

@@ -50,6 +50,7 @@ from simsci.train._checkpoint import (
     TrainingError,
     load_checkpoint,
     load_model,
+    save_model,
 )
 from simsci.train._config import TrainConfig
 from simsci.train._sampler import EpochBatchSampler
@@ -61,6 +62,7 @@ __all__ = [
     "evaluate",
     "load_checkpoint",
     "load_model",
+    "save_model",
     "EpochBatchSampler",
     "CheckpointError",
     "TrainingError",

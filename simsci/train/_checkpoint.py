@@ -10,6 +10,7 @@ the recorded ``module:qualname`` path and calls it with the recorded ``init_args
 from __future__ import annotations
 
 import contextlib
+import copy
 import importlib
 import os
 import random
@@ -20,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from simsci._io import atomic_path
+from simsci._io import atomic_path, check_parent_dir
 from simsci._version import __version__
 from simsci.errors import CheckpointError, TrainingError  # noqa: F401  (re-exported)
 
@@ -150,6 +151,31 @@ def save_checkpoint(path: str | os.PathLike, payload: dict) -> Path:
     with atomic_path(path) as tmp:
         torch.save(payload, tmp)
     return path
+
+
+def save_model(model: nn.Module, path: str | os.PathLike, *, extra: dict | None = None) -> Path:
+    """Write ``model`` (weights + ``init_args``) as a checkpoint :func:`load_model` reads.
+
+    For a model built or trained outside :class:`simsci.train.Trainer` (a surrogate
+    fitted in a script, say). The model needs ``init_args``, the keyword arguments that
+    rebuild it. The write is atomic.
+    """
+    init_args = getattr(model, "init_args", None)
+    if not isinstance(init_args, dict):
+        raise TypeError(
+            f"{type(model).__name__} has no init_args dict; a checkpoint must record the "
+            "constructor arguments that rebuild the model"
+        )
+    check_parent_dir(path)
+    payload = {
+        "kind": KIND,
+        "format_version": FORMAT_VERSION,
+        "model": {"import_path": model_import_path(model), "init_args": copy.deepcopy(init_args)},
+        "model_state": model.state_dict(),
+        "versions": versions(),
+        "extra": copy.deepcopy(extra or {}),
+    }
+    return save_checkpoint(path, payload)
 
 
 def load_checkpoint(path: str | os.PathLike, map_location="cpu") -> dict:

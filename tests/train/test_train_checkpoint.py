@@ -164,3 +164,19 @@ def test_resume_true_without_checkpoint_starts_fresh(tmp_path):
     assert summary["resumed_from"] is None and summary["steps"] == 2
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == 2 and '"loss": 9.0' not in lines[0]
+
+
+def test_save_model_round_trip_without_trainer(tmp_path):
+    from simsci.models import ControlledODE
+    from simsci.train import save_model
+
+    model = ControlledODE(state_shape=(2,), action_dim=1, dt=0.1, hidden_dim=8, depth=1)
+    path = save_model(model, tmp_path / "m.pt", extra={"note": "scripted"})
+    again = load_model(path)
+    x, u = torch.randn(4, 2, dtype=torch.float64), torch.randn(4, 1, dtype=torch.float64)
+    torch.testing.assert_close(again.advance(x, u, 0.1), model.advance(x, u, 0.1))
+    assert again.checkpoint_extra == {"note": "scripted"}
+    with pytest.raises(TypeError, match="init_args"):
+        save_model(torch.nn.Linear(2, 2), tmp_path / "linear.pt")
+    with pytest.raises(FileNotFoundError):
+        save_model(model, tmp_path / "missing" / "m.pt")
