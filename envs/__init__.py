@@ -27,6 +27,7 @@ import gymnasium
 
 from simsci.envs._core import Dynamics, SimsciEnv, SimsciVectorEnv
 from simsci.envs._ode import TASKS, ODEControlEnv, ODEControlVectorEnv, Task
+from simsci.envs._pde import PDE_TASKS, PDEControlEnv, PDEControlVectorEnv, PDETask
 from simsci.envs._sb3 import to_sb3
 from simsci.envs._surrogate import SurrogateEnv, SurrogateVectorEnv, load_surrogate
 
@@ -38,6 +39,10 @@ __all__ = [
     "SimsciVectorEnv",
     "ODEControlEnv",
     "ODEControlVectorEnv",
+    "PDE_TASKS",
+    "PDETask",
+    "PDEControlEnv",
+    "PDEControlVectorEnv",
     "SurrogateEnv",
     "SurrogateVectorEnv",
     "load_surrogate",

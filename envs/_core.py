@@ -276,7 +276,9 @@ class _Common:
 
     def _observe(self) -> torch.Tensor:
         obs = self.dynamics.observe(self._batch.state)
-        return obs.to(torch.float32)
+        # a finite float64 state beyond float32's range must not become an inf observation
+        big = float(np.finfo(np.float32).max)
+        return obs.clamp(-big, big).to(torch.float32)
 
 
 class SimsciEnv(_Common, gymnasium.Env):

@@ -2,13 +2,14 @@ r"""The :class:`PDESystem` base: batched periodic PDE solvers on uniform grids.
 
 A PDE system is written as
 
-.. math:: \partial_t u = \mathcal L u + \mathcal N(t, u),
+.. math:: \partial_t u = \mathcal L u + \mathcal N(t, u) + f,
 
 with a *linear* part :math:`\mathcal L = \sum_j a_j(p)\, \partial^{\alpha_j}` (constant
 coefficients per sample and channel, e.g. :math:`\nu\partial_x^2`) and a *nonlinear*
 part in flux form :math:`\mathcal N = \sum_j \partial^{\beta_j} F_j(t, u)` (e.g. Burgers
-:math:`\partial_x(-u^2/2)`, Allen-Cahn :math:`u - u^3` with :math:`\beta = 0`). A
-subclass describes the PDE once (:meth:`PDESystem.linear_terms`,
+:math:`\partial_x(-u^2/2)`, Allen-Cahn :math:`u - u^3` with :math:`\beta = 0`), and an
+optional time-constant source :math:`f(x)` (``simulate(..., forcing=f)``; zero by
+default). A subclass describes the PDE once (:meth:`PDESystem.linear_terms`,
 :meth:`PDESystem.nonlinear_terms`) and gets three solvers:
 
 ``etdrk4``
@@ -62,6 +63,14 @@ Design choices the task left open, and why:
   :class:`simsci.errors.SolverError` names the trajectories (batch indices) and the
   time of detection. One host synchronisation per check keeps GPU runs asynchronous
   in between.
+- **Forcing.** ``simulate(..., forcing=f)`` adds a time-constant source field ``f``
+  ``(B, *resolution, C)`` (or ``(1, ...)`` shared by the batch): the spectral solvers
+  add its full, undealiased spectrum (it is data, not a product of the solution) to
+  every evaluation of :math:`\hat{\mathcal N}`, ``rk4`` adds ``f`` to the right-hand
+  side. ETDRK4 is then exact for a linear PDE (:math:`f_1 + 4 f_2 + f_3 =
+  (e^{hL} - 1)/L`), SBDF2 and RK4 keep their orders. It is what an environment's
+  actuators hold constant over one control interval; ``forcing=None`` runs the
+  unforced code unchanged.
 - **Domain and initial conditions** are constructor options beside ``resolution``
   (``get("kuramoto_sivashinsky", domain=22.0)``, ``ic="sines"``), since they fix the
   grid of a batch like the resolution does. Initial fields come from
@@ -355,6 +364,15 @@ class SimulateOptions:
             or self.check_every < 1
         ):
             raise ValueError(f"check_every must be a positive integer, got {self.check_every!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class _SolveOptions(SimulateOptions):
+    """:class:`SimulateOptions` plus the validated forcing, channels-first ``(B|1, C,
+    *resolution)``, handed to the runners (subclasses that override a runner pass
+    ``opts`` through unchanged, so the forcing reaches the base solvers)."""
+
+    forcing: torch.Tensor | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 # ---------------------------------------------------------------------- the base
@@ -821,6 +839,7 @@ class PDESystem(System):
         method: str | None = None,
         dt: float | None = None,
         grid=None,
+        forcing=None,
         **options,
     ) -> torch.Tensor:
         """Solve from ``u0`` ``(B, *resolution, C)``; return ``(B, T, *resolution, C)``.
@@ -832,13 +851,18 @@ class PDESystem(System):
         :attr:`default_dt`/:attr:`method_dt`; for ``rk4`` also at most 0.9 of
         :meth:`stable_dt`); each output interval takes ``ceil(interval/dt)`` equal steps.
         ``grid``: optional coordinates (array in 1D, or ``{"x": ..., "y": ...}``) checked
-        against the system's periodic grid. ``options``: see :class:`SimulateOptions`.
+        against the system's periodic grid. ``forcing``: an optional time-constant
+        source ``f`` of shape ``(B, *resolution, C)`` or ``(1, *resolution, C)`` (shared),
+        on ``u0``'s device, cast to its dtype: the PDE becomes
+        :math:`u_t = \\mathcal L u + \\mathcal N(u) + f` (methods ``etdrk4``, ``imex``,
+        ``rk4``; gradients flow to ``f``). ``options``: see :class:`SimulateOptions`.
         Runs on ``u0``'s device and dtype.
 
-        Raises ValueError before running for non-finite ``u0``, a wrong shape, an
-        unknown method, a non-uniform grid, parameters out of range or an explicit
-        ``dt`` beyond the stability limit; :class:`simsci.errors.SolverError` naming
-        the trajectories and the time when the solution becomes non-finite.
+        Raises ValueError before running for non-finite ``u0`` or ``forcing``, a wrong
+        shape, an unknown method, a non-uniform grid, parameters out of range or an
+        explicit ``dt`` beyond the stability limit (TypeError for a non-real forcing);
+        :class:`simsci.errors.SolverError` naming the trajectories and the time when
+        the solution becomes non-finite.
         """
         opts = SimulateOptions(**options) if options else SimulateOptions()
         u0 = self._check_u0(u0)
@@ -852,6 +876,10 @@ class PDESystem(System):
         times = _check_times(t)
         B = u0.shape[0]
         p = self._batch_params(params, B, u0)
+        if forcing is not None:
+            opts = _SolveOptions(
+                **dataclasses.asdict(opts), forcing=self._check_forcing(forcing, u0, method)
+            )
         if dt is None:
             dt = self._default_step(method, p, u0)
         elif isinstance(dt, bool) or not isinstance(dt, (int, float, np.number)):
@@ -879,6 +907,48 @@ class PDESystem(System):
             frames = self._run_spectral(method, w, times, counts, hs, p, grid_, opts)
         return torch.stack([u0, *[f.movedim(1, -1) for f in frames]], dim=1)
 
+    def _check_forcing(self, forcing, u0: torch.Tensor, method: str) -> torch.Tensor:
+        """Validate a source field; return it channels-first in ``u0``'s dtype."""
+        if method not in SPECTRAL_METHODS | EXPLICIT_METHODS:
+            raise ValueError(
+                f"{self.name}: forcing= is supported by the methods "
+                f"{sorted(SPECTRAL_METHODS | EXPLICIT_METHODS)}, not {method!r}"
+            )
+        shape = (*self.resolution, len(self.channel_names))
+        B = u0.shape[0]
+        if isinstance(forcing, torch.Tensor):
+            if forcing.device != u0.device:
+                raise ValueError(
+                    f"{self.name}: forcing is on {forcing.device} but u0 is on {u0.device}; "
+                    "move it with forcing.to(u0.device)"
+                )
+            f = forcing
+        else:
+            arr = np.asarray(forcing)
+            if arr.dtype.kind not in "fiu":
+                raise TypeError(
+                    f"{self.name}: forcing must hold real numbers, got dtype {arr.dtype}"
+                )
+            f = torch.as_tensor(arr, device=u0.device)
+        if f.dtype == torch.bool or f.is_complex():
+            raise TypeError(f"{self.name}: forcing must be a real tensor, got {f.dtype}")
+        dims = ", ".join(map(str, shape))
+        if f.ndim != len(shape) + 1 or tuple(f.shape[1:]) != shape or f.shape[0] not in (1, B):
+            raise ValueError(
+                f"{self.name}: forcing must have shape ({B}, {dims}) (one source field per "
+                f"sample) or (1, {dims}) (shared by the batch), got {tuple(f.shape)}"
+            )
+        f = f.to(u0.dtype)
+        finite = torch.isfinite(f.detach()).reshape(f.shape[0], -1).all(dim=1)
+        if not bool(finite.all()):
+            bad = torch.nonzero(~finite).flatten().tolist()
+            raise ValueError(
+                f"{self.name}: the forcing of sample {bad[0]}"
+                f"{f' (and {len(bad) - 1} more)' if len(bad) > 1 else ''} contains NaN or inf "
+                "values; give a finite source field"
+            )
+        return f.movedim(-1, 1)
+
     def _check_finite(self, state, t_prev: float, t_now: float, method: str, h: float):
         finite = torch.isfinite(state).reshape(state.shape[0], -1).all(dim=1)
         if bool(finite.all()):
@@ -900,6 +970,8 @@ class PDESystem(System):
         history = None  # SBDF2: (v_prev, N_prev, h)
         t_ok = float(times[0])
         coeffs, h_coeffs = None, None
+        forcing = getattr(opts, "forcing", None)
+        f_hat = None if forcing is None else grid.to_spectral(forcing)
         for i in range(len(counts)):
             h = float(hs[i])
             if h != h_coeffs:  # equal intervals reuse the coefficients without a lookup
@@ -908,9 +980,9 @@ class PDESystem(System):
             for j in range(int(counts[i])):
                 tj = t0 + j * h
                 if method == "etdrk4":
-                    v = self._etdrk4_step(v, tj, h, coeffs, pw, grid)
+                    v = self._etdrk4_step(v, tj, h, coeffs, pw, grid, f_hat)
                 else:
-                    v, history = self._imex_step(v, tj, h, coeffs, pw, grid, history)
+                    v, history = self._imex_step(v, tj, h, coeffs, pw, grid, history, f_hat)
                 if (j + 1) % opts.check_every == 0:
                     t_now = tj + h
                     self._check_finite(v, t_ok, t_now, method, h)
@@ -920,9 +992,20 @@ class PDESystem(System):
             frames.append(grid.to_physical(v))
         return frames
 
-    def _etdrk4_step(self, v, t, h, coeffs, p, grid):
+    def _forced(self, f_hat):
+        """:meth:`nonlinear_hat`, plus the forcing spectrum ``f_hat`` when given."""
+        if f_hat is None:
+            return self.nonlinear_hat
+        base = self.nonlinear_hat
+
+        def forced(t, v, p, grid):
+            return base(t, v, p, grid) + f_hat
+
+        return forced
+
+    def _etdrk4_step(self, v, t, h, coeffs, p, grid, f_hat=None):
         E, E2, Q, f1, f2x2, f3 = coeffs  # f2x2 = 2 f2 (cached that way)
-        N = self.nonlinear_hat
+        N = self._forced(f_hat)
         # Cox & Matthews' ETDRK4, written with fused multiply-adds (fewer passes over
         # the batch: the step is memory-bound on CPU)
         Nv = N(t, v, p, grid)
@@ -937,9 +1020,9 @@ class PDESystem(System):
         out.addcmul_(f2x2, Na.add_(Nb))
         return out.addcmul_(f3, Nc)
 
-    def _imex_step(self, v, t, h, coeffs, p, grid, history):
+    def _imex_step(self, v, t, h, coeffs, p, grid, history, f_hat=None):
         inv1, inv2 = coeffs
-        Nv = self.nonlinear_hat(t, v, p, grid)
+        Nv = self._forced(f_hat)(t, v, p, grid)
         if history is None or history[2] != h:
             new = (v + h * Nv) * inv1  # IMEX Euler start (and restart when h changes)
         else:
@@ -950,9 +1033,11 @@ class PDESystem(System):
     def _run_rk4(self, w, times, counts, hs, p, grid, opts):
         pw = p.to(w.dtype)
         coefs = self._coefficients("rk4", float(hs[0]) if len(hs) else 0.0, p, grid)
+        forcing = getattr(opts, "forcing", None)
 
         def rhs(t, u):
-            return self._apply_linear_fd(u, coefs) + self.nonlinear_fd(t, u, pw, grid)
+            out = self._apply_linear_fd(u, coefs) + self.nonlinear_fd(t, u, pw, grid)
+            return out if forcing is None else out + forcing
 
         u = w
         frames = []
