@@ -1,0 +1,144 @@
+"""Environment throughput: simsci's batched vector environments vs gymnasium's
+SyncVectorEnv of the single environment, at 1, 64, 1024 and 4096 sub-environments.
+
+Claim checked: stepping all sub-environments as one tensor operation is fast enough to
+train on -- the issue's target is >= 50x SyncVectorEnv at 1024 sub-environments on
+the CPU.
+
+For each environment and each N, in the same run: the native vector environment
+(``gymnasium.make_vec(id, num_envs=N, vectorization_mode="vector_entry_point")``) and
+``gymnasium.make_vec(..., vectorization_mode="sync")`` (N single environments stepped
+one after another), both with numpy in/out, next-step autoreset, the same fixed
+random actions. Each step is timed (median over repeats after warm-up); throughput is
+N / median step time in environment steps per second. SyncVectorEnv at large N takes
+seconds per step, so it gets fewer repeats (``--sync-repeat``).
+
+Usage: ``python benchmarks/bench_envs.py [--quick] [--device cpu|cuda]``. Writes
+``benchmarks/results/envs_<device>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import gymnasium
+import numpy as np
+import torch
+
+import simsci.envs  # noqa: F401  (registers the ids)
+from simsci._device import resolve_device
+from simsci.bench import time_call, write_result
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def env_cases(device: torch.device) -> list[tuple[str, str, dict]]:
+    """(label, id, kwargs) of every environment measured."""
+    cases = [
+        ("ODEControl pendulum-swingup", "simsci/ODEControl-v0", {"task": "pendulum-swingup"}),
+        ("ODEControl lorenz63-stabilize", "simsci/ODEControl-v0", {"task": "lorenz63-stabilize"}),
+        (
+            "ODEControl lotka-volterra-target",
+            "simsci/ODEControl-v0",
+            {"task": "lotka-volterra-target"},
+        ),
+        (
+            "ODEControl stochastic_lorenz (SDE)",
+            "simsci/ODEControl-v0",
+            {"task": "lorenz63-stabilize", "system": "stochastic_lorenz"},
+        ),
+        ("PDEControl burgers-stabilize", "simsci/PDEControl-v0", {"task": "burgers-stabilize"}),
+        ("PDEControl heat-track", "simsci/PDEControl-v0", {"task": "heat-track"}),
+        ("PDEControl ks-stabilize", "simsci/PDEControl-v0", {"task": "ks-stabilize"}),
+        ("Surrogate ControlledODE pendulum", "simsci/Surrogate-v0", {"model": surrogate_model()}),
+    ]
+    return [(label, env_id, {**kw, "device": str(device)}) for label, env_id, kw in cases]
+
+
+def surrogate_model():
+    """A ControlledODE of the pendulum task at its default size (weights untrained: the
+    cost of a step does not depend on them)."""
+    from simsci.models import ControlledODE
+
+    torch.manual_seed(0)
+    return ControlledODE(
+        state_shape=(2,),
+        action_dim=1,
+        dt=0.05,
+        env_id="simsci/ODEControl-v0",
+        env_kwargs={"task": "pendulum-swingup"},
+    ).to(torch.float64)
+
+
+def step_timer(env, seed: int):
+    env.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    space = env.action_space
+    actions = rng.uniform(space.low, space.high, size=space.shape).astype(np.float32)
+
+    def step():
+        env.step(actions)
+
+    return step
+
+
+def measure(env_id, kwargs, n, device, repeat, sync_repeat, sync_max):
+    vec = gymnasium.make_vec(env_id, num_envs=n, vectorization_mode="vector_entry_point", **kwargs)
+    t_vec = time_call(step_timer(vec, 0), repeat=repeat, warmup=3, device=device).median
+    vec.close()
+    row = {"num_envs": n, "batched_step_s": t_vec, "batched_steps_per_s": n / t_vec}
+    if n <= sync_max:
+        t0 = time.perf_counter()
+        sync = gymnasium.make_vec(env_id, num_envs=n, vectorization_mode="sync", **kwargs)
+        row["sync_build_s"] = round(time.perf_counter() - t0, 2)
+        t_sync = time_call(step_timer(sync, 0), repeat=sync_repeat, warmup=1, device=device).median
+        sync.close()
+        row.update(
+            sync_step_s=t_sync,
+            sync_steps_per_s=n / t_sync,
+            speedup=t_sync / t_vec,
+        )
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="N up to 64 only (smoke)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--sync-repeat", type=int, default=3)
+    parser.add_argument("--sync-max", type=int, default=4096, help="largest N run with sync")
+    parser.add_argument("--only", default=None, help="substring of the env labels to run")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
+    sizes = (1, 64) if args.quick else (1, 64, 1024, 4096)
+    result = {"sizes": list(sizes), "envs": {}}
+    for label, env_id, kwargs in env_cases(device):
+        if args.only and args.only not in label:
+            continue
+        rows = []
+        for n in sizes:
+            row = measure(env_id, kwargs, n, device, args.repeat, args.sync_repeat, args.sync_max)
+            rows.append(row)
+            ratio = f"{row['speedup']:7.1f}x" if "speedup" in row else "      -"
+            print(
+                f"{label:38s} N={n:5d}  batched {row['batched_steps_per_s']:12.0f} steps/s  "
+                f"sync {row.get('sync_steps_per_s', float('nan')):10.0f} steps/s  {ratio}",
+                flush=True,
+            )
+        shown = {
+            k: (type(v).__name__ if isinstance(v, torch.nn.Module) else v)
+            for k, v in kwargs.items()
+        }
+        result["envs"][label] = {"id": env_id, "kwargs": shown, "rows": rows}
+    out = args.out or RESULTS / f"envs_{device.type}.json"
+    print(f"wrote {write_result(out, result, device=device)}")
+
+
+if __name__ == "__main__":
+    main()
