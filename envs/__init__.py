@@ -26,8 +26,10 @@ from __future__ import annotations
 import gymnasium
 
 from simsci.envs._core import Dynamics, SimsciEnv, SimsciVectorEnv
+from simsci.envs._minari import from_minari, to_minari
 from simsci.envs._ode import TASKS, ODEControlEnv, ODEControlVectorEnv, Task
 from simsci.envs._pde import PDE_TASKS, PDEControlEnv, PDEControlVectorEnv, PDETask
+from simsci.envs._record import RecordEpisodes, RecordVectorEpisodes
 from simsci.envs._sb3 import to_sb3
 from simsci.envs._surrogate import SurrogateEnv, SurrogateVectorEnv, load_surrogate
 
@@ -47,6 +49,10 @@ __all__ = [
     "SurrogateVectorEnv",
     "load_surrogate",
     "to_sb3",
+    "RecordEpisodes",
+    "RecordVectorEpisodes",
+    "to_minari",
+    "from_minari",
     "ENV_IDS",
 ]
 

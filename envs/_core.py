@@ -30,8 +30,13 @@ Design choices, and why:
   the sub-environments. Out-of-bounds actions are clipped to the action space
   (``action_bounds="clip"``, the default, as the classic-control environments do) or
   rejected (``action_bounds="error"``).
-- **Truncation** at ``max_episode_steps`` happens inside the environment (not by a
-  ``TimeLimit`` wrapper), so single and vector environments truncate identically.
+- **Truncation** at ``max_episode_steps`` (a keyword of every constructor and of
+  ``make_vec``; default the task's) happens inside the environment, not by a
+  ``TimeLimit`` wrapper, so single and vector environments truncate identically.
+  ``gymnasium.make`` keeps a ``max_episode_steps`` argument for itself and adds its
+  ``TimeLimit`` on top: that shortens episodes below the task's length but cannot
+  lengthen them; for longer episodes construct the class (``ODEControlEnv(...,
+  max_episode_steps=1000)``) or use ``make_vec``.
 - **Autoreset.** Vector environments follow gymnasium's ``NEXT_STEP`` mode by default
   (the step after an episode ends resets that sub-environment, ignores its action and
   returns reward 0 and false flags); ``autoreset_mode="SameStep"`` resets within the
@@ -50,7 +55,7 @@ from gymnasium.vector import AutoresetMode
 
 from simsci.envs import _render
 
-__all__ = ["Dynamics", "SimsciEnv", "SimsciVectorEnv", "check_actions"]
+__all__ = ["Dynamics", "SimsciEnv", "SimsciVectorEnv", "check_actions", "own_spec"]
 
 ACTION_BOUNDS = ("clip", "error")
 ARRAY_BACKENDS = ("numpy", "torch")
@@ -178,6 +183,16 @@ def check_actions(action, *, batch: int | None, low, high, mode: str, device, dt
     if mode == "clip":
         a = torch.maximum(torch.minimum(a, high_t), low_t)
     return a
+
+
+def own_spec(env, env_id: str, kwargs: dict) -> None:
+    """Give a directly constructed environment the spec ``gymnasium.make`` would give it
+    (``make`` overwrites it anyway), so recorders and Minari know how to rebuild it."""
+    from gymnasium.envs.registration import EnvSpec
+
+    registered = gymnasium.registry.get(env_id)
+    entry = registered.entry_point if registered is not None else None
+    env.spec = EnvSpec(id=env_id, entry_point=entry, kwargs=dict(kwargs))
 
 
 def _check_render_mode(render_mode):
@@ -471,6 +486,7 @@ class SimsciVectorEnv(_Common, gymnasium.vector.VectorEnv):
             if index.numel():
                 final_obs = self._observe()
                 final_state = batch.state
+                final_t = batch.time()
                 batch.reset(self._generator, index)
                 done_np = done.cpu().numpy()
                 extra = {
@@ -479,6 +495,8 @@ class SimsciVectorEnv(_Common, gymnasium.vector.VectorEnv):
                     "final_info": {
                         "state": self._out(final_state),
                         "_state": done_np,
+                        "t": self._out(final_t),
+                        "_t": done_np,
                     },
                     "_final_info": done_np,
                 }

@@ -63,7 +63,7 @@ import torch
 from simsci import systems as _systems
 from simsci._device import resolve_device
 from simsci.envs import _render
-from simsci.envs._core import Dynamics, SimsciEnv, SimsciVectorEnv
+from simsci.envs._core import Dynamics, SimsciEnv, SimsciVectorEnv, own_spec
 from simsci.errors import unknown_name
 
 __all__ = ["TASKS", "Task", "ODEControlDynamics", "ODEControlEnv", "ODEControlVectorEnv"]
@@ -517,7 +517,8 @@ class ODEControlEnv(SimsciEnv):
 
     ## Episode End
     Terminated when the state leaves ``state_bound`` or becomes non-finite (reward
-    ``failure_reward``); truncated after ``max_episode_steps``.
+    ``failure_reward``); truncated after ``max_episode_steps``
+    (see ``simsci.envs._core`` on gymnasium.make's own ``max_episode_steps``).
 
     ## Version History
     * v0: first version.
@@ -530,6 +531,9 @@ class ODEControlEnv(SimsciEnv):
     ):
         super().__init__(
             ODEControlDynamics(task, **kwargs), action_bounds=action_bounds, render_mode=render_mode
+        )
+        own_spec(
+            self, "simsci/ODEControl-v0", {"task": task, "action_bounds": action_bounds, **kwargs}
         )
 
 
@@ -563,4 +567,15 @@ class ODEControlVectorEnv(SimsciVectorEnv):
             array_backend=array_backend,
             autoreset_mode=autoreset_mode,
             render_mode=render_mode,
+        )
+        own_spec(
+            self,
+            "simsci/ODEControl-v0",
+            {
+                "task": task,
+                "action_bounds": action_bounds,
+                "array_backend": array_backend,
+                "autoreset_mode": autoreset_mode,
+                **kwargs,
+            },
         )

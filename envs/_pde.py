@@ -104,7 +104,7 @@ import torch
 
 from simsci import systems as _systems
 from simsci._device import resolve_device
-from simsci.envs._core import Dynamics, SimsciEnv, SimsciVectorEnv
+from simsci.envs._core import Dynamics, SimsciEnv, SimsciVectorEnv, own_spec
 from simsci.envs._ode import _check_dtype, _per_action
 from simsci.errors import SolverError, unknown_name
 
@@ -539,7 +539,8 @@ class PDEControlEnv(SimsciEnv):
 
     ## Episode End
     Terminated when the field exceeds ``state_bound`` in absolute value or the solver
-    blows up (reward ``failure_reward``); truncated after ``max_episode_steps``.
+    blows up (reward ``failure_reward``); truncated after ``max_episode_steps``
+    (see ``simsci.envs._core`` on gymnasium.make's own ``max_episode_steps``).
 
     ## Version History
     * v0: first version.
@@ -552,6 +553,9 @@ class PDEControlEnv(SimsciEnv):
     ):
         super().__init__(
             PDEControlDynamics(task, **kwargs), action_bounds=action_bounds, render_mode=render_mode
+        )
+        own_spec(
+            self, "simsci/PDEControl-v0", {"task": task, "action_bounds": action_bounds, **kwargs}
         )
 
 
@@ -585,4 +589,15 @@ class PDEControlVectorEnv(SimsciVectorEnv):
             array_backend=array_backend,
             autoreset_mode=autoreset_mode,
             render_mode=render_mode,
+        )
+        own_spec(
+            self,
+            "simsci/PDEControl-v0",
+            {
+                "task": task,
+                "action_bounds": action_bounds,
+                "array_backend": array_backend,
+                "autoreset_mode": autoreset_mode,
+                **kwargs,
+            },
         )

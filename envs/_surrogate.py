@@ -33,11 +33,14 @@ from collections.abc import Mapping
 
 import torch
 
-from simsci.envs._core import Dynamics, SimsciEnv, SimsciVectorEnv
+from simsci.envs._core import Dynamics, SimsciEnv, SimsciVectorEnv, own_spec
 from simsci.errors import unknown_name
 
 __all__ = ["SurrogateDynamics", "SurrogateEnv", "SurrogateVectorEnv", "load_surrogate"]
 
+_FRONT_END_KEYS = frozenset(
+    {"action_bounds", "array_backend", "autoreset_mode", "render_mode", "num_envs"}
+)
 _PROTOCOL = ("env_id", "env_kwargs", "state_shape", "action_dim", "advance")
 
 
@@ -99,7 +102,10 @@ class SurrogateDynamics(Dynamics):
         self.env_id = str(model.env_id)
         if not isinstance(model.env_kwargs, Mapping):
             raise TypeError(f"{where}: env_kwargs must be a dict, got {model.env_kwargs!r}")
-        base_kwargs = {**dict(model.env_kwargs), **env_kwargs}
+        # the front ends' own keywords (recorded in rollout files' env_kwargs) are not
+        # the dynamics'; the surrogate front end takes its own
+        learned = {k: v for k, v in dict(model.env_kwargs).items() if k not in _FRONT_END_KEYS}
+        base_kwargs = {**learned, **env_kwargs}
         if device is not None:
             base_kwargs["device"] = device
         if dtype is not None:
@@ -211,6 +217,11 @@ class SurrogateEnv(SimsciEnv):
             action_bounds=action_bounds,
             render_mode=render_mode,
         )
+        own_spec(
+            self,
+            "simsci/Surrogate-v0",
+            {"checkpoint": checkpoint, "action_bounds": action_bounds, **kwargs},
+        )
 
 
 class SurrogateVectorEnv(SimsciVectorEnv):
@@ -241,4 +252,15 @@ class SurrogateVectorEnv(SimsciVectorEnv):
             array_backend=array_backend,
             autoreset_mode=autoreset_mode,
             render_mode=render_mode,
+        )
+        own_spec(
+            self,
+            "simsci/Surrogate-v0",
+            {
+                "checkpoint": checkpoint,
+                "action_bounds": action_bounds,
+                "array_backend": array_backend,
+                "autoreset_mode": autoreset_mode,
+                **kwargs,
+            },
         )

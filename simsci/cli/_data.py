@@ -1,4 +1,5 @@
-"""``simsci data info|check``: look at and validate trajectory files."""
+"""``simsci data info|check|import|export-minari|import-minari``: look at, validate and
+convert trajectory files."""
 
 from __future__ import annotations
 
@@ -49,6 +50,40 @@ def add_to(sub) -> None:
     imp.add_argument("--compression", choices=["gzip", "lzf"], default=None)
     imp.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     imp.set_defaults(run=run_import)
+    exp = dsub.add_parser(
+        "export-minari",
+        help="write a rollout file as a Minari dataset (offline RL)",
+        description="Write a rollout file (kind='rollout', recorded with RecordEpisodes) as "
+        "a local Minari dataset under $MINARI_DATASETS_PATH (default ~/.minari/datasets). "
+        'Needs the optional package minari: pip install "simsci[minari]".',
+        formatter_class=HelpFormatter,
+    )
+    exp.add_argument("file", help="the rollout file (or a directory of part-*.h5 shards)")
+    exp.add_argument("dataset_id", help="the Minari id, '(namespace/)name-v<version>'")
+    exp.add_argument(
+        "--env",
+        default=None,
+        help="a gymnasium id to attach (default: the file's env_id when registered)",
+    )
+    exp.add_argument("--overwrite", action="store_true", help="replace an existing dataset")
+    exp.add_argument("--description", default=None, help="the dataset description")
+    exp.add_argument("--author", default=None, help="the dataset author")
+    exp.add_argument("--author-email", default=None, help="the author's contact")
+    exp.add_argument("--algorithm-name", default=None, help="the policy that collected the data")
+    exp.add_argument("--code-permalink", default=None, help="a link to the code that made it")
+    exp.set_defaults(run=run_export_minari)
+    imn = dsub.add_parser(
+        "import-minari",
+        help="write a local Minari dataset as a rollout file",
+        description="Write a local Minari dataset (Box observations, Box or Discrete "
+        "actions) as a trajectory file of kind 'rollout'. Needs the optional package "
+        'minari: pip install "simsci[minari]".',
+        formatter_class=HelpFormatter,
+    )
+    imn.add_argument("dataset_id", help="the Minari id, '(namespace/)name-v<version>'")
+    imn.add_argument("out", help="the trajectory file to write")
+    imn.add_argument("--compression", choices=["gzip", "lzf"], default=None)
+    imn.set_defaults(run=run_import_minari)
 
 
 def run_info(args) -> int:
@@ -82,5 +117,48 @@ def run_import(args) -> int:
         compression=args.compression,
         progress=not args.no_progress,
     )
+    print(f"wrote {path}")
+    return 0
+
+
+def _minari_missing(args, exc: ImportError) -> int:
+    # main() reports ValueError/OSError/...; a missing optional package gets the same line
+    if args.traceback:
+        raise exc
+    print(f"simsci: error: {exc}", file=sys.stderr)
+    return 2
+
+
+def run_export_minari(args) -> int:
+    from simsci.envs._minari import to_minari
+
+    try:
+        dataset = to_minari(
+            args.file,
+            args.dataset_id,
+            env=args.env,
+            overwrite=args.overwrite,
+            description=args.description,
+            author=args.author,
+            author_email=args.author_email,
+            algorithm_name=args.algorithm_name,
+            code_permalink=args.code_permalink,
+        )
+    except ImportError as exc:
+        return _minari_missing(args, exc)
+    print(
+        f"wrote Minari dataset {args.dataset_id} ({dataset.total_episodes} episodes, "
+        f"{dataset.total_steps} steps) to {dataset.spec.data_path}"
+    )
+    return 0
+
+
+def run_import_minari(args) -> int:
+    from simsci.envs._minari import from_minari
+
+    try:
+        path = from_minari(args.dataset_id, args.out, compression=args.compression)
+    except ImportError as exc:
+        return _minari_missing(args, exc)
     print(f"wrote {path}")
     return 0

@@ -26,6 +26,7 @@ def run(capsys, *argv):
         ["data", "check"],
         ["train"],
         ["evaluate"],
+        ["env"],
         ["bench"],
         ["tour"],
     ],
