@@ -1,6 +1,7 @@
 # simsci: the two commands of README.md are `make tour` and `make test`.
 #
-# `make venv` creates .venv and installs simsci editable with its extras. If the Python
+# `make venv` creates .venv and installs simsci editable with its extras (dev, plot, and
+# rl + minari so the Stable Baselines3 and Minari tests run rather than skip). If the Python
 # that creates it already has torch (a user's own CUDA build, say), the venv sees it
 # through --system-site-packages and keeps it; otherwise torch==2.13.0 is installed
 # (on this project's machines a CPU build of it lies on disk).
@@ -25,7 +26,7 @@ $(STAMP): pyproject.toml
 	  fi; \
 	fi
 	@$(PY) -c "import torch" >/dev/null 2>&1 || $(PY) -m pip install "torch==2.13.0"
-	$(PY) -m pip install -e ".[dev,plot]"
+	$(PY) -m pip install -e ".[dev,plot,rl,minari]"
 	@touch $(STAMP)
 
 tour: venv

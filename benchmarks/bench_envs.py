@@ -9,7 +9,8 @@ For each environment and each N, in the same run: the native vector environment
 (``gymnasium.make_vec(id, num_envs=N, vectorization_mode="vector_entry_point")``) and
 ``gymnasium.make_vec(..., vectorization_mode="sync")`` (N single environments stepped
 one after another), both with numpy in/out, next-step autoreset, the same fixed
-random actions. Each step is timed (median over repeats after warm-up); throughput is
+random actions; float64 states unless the label says float32 (then both sides run in
+float32). Each step is timed (median over repeats after warm-up); throughput is
 N / median step time in environment steps per second. SyncVectorEnv at large N takes
 seconds per step, so it gets fewer repeats (``--sync-repeat``).
 
@@ -53,11 +54,27 @@ def env_cases(device: torch.device) -> list[tuple[str, str, dict]]:
         ("PDEControl heat-track", "simsci/PDEControl-v0", {"task": "heat-track"}),
         ("PDEControl ks-stabilize", "simsci/PDEControl-v0", {"task": "ks-stabilize"}),
         ("Surrogate ControlledODE pendulum", "simsci/Surrogate-v0", {"model": surrogate_model()}),
+        # float32 states (and model): half the memory traffic of the compute-bound cases
+        (
+            "PDEControl burgers-stabilize float32",
+            "simsci/PDEControl-v0",
+            {"task": "burgers-stabilize", "dtype": "float32"},
+        ),
+        (
+            "PDEControl ks-stabilize float32",
+            "simsci/PDEControl-v0",
+            {"task": "ks-stabilize", "dtype": "float32"},
+        ),
+        (
+            "Surrogate ControlledODE pendulum float32",
+            "simsci/Surrogate-v0",
+            {"model": surrogate_model(torch.float32), "dtype": "float32"},
+        ),
     ]
     return [(label, env_id, {**kw, "device": str(device)}) for label, env_id, kw in cases]
 
 
-def surrogate_model():
+def surrogate_model(dtype=torch.float64):
     """A ControlledODE of the pendulum task at its default size (weights untrained: the
     cost of a step does not depend on them)."""
     from simsci.models import ControlledODE
@@ -69,7 +86,7 @@ def surrogate_model():
         dt=0.05,
         env_id="simsci/ODEControl-v0",
         env_kwargs={"task": "pendulum-swingup"},
-    ).to(torch.float64)
+    ).to(dtype)
 
 
 def step_timer(env, seed: int):

@@ -73,6 +73,8 @@ def main() -> int:
             ["--device", "cuda", "--out", str(HERE / "results" / "odeint_grid_cuda.json")],
         ),
         ("bench_pde_throughput.py", ["--device", "cuda"]),
+        # every environment batched on CUDA at 1..4096; SyncVectorEnv only up to 64
+        ("bench_envs.py", ["--device", "cuda", "--sync-max", "64"]),
     ):
         start = time.perf_counter()
         code = subprocess.call([sys.executable, str(HERE / script), *extra])
