@@ -404,3 +404,37 @@ def test_other_1d_system_on_a_task_and_config():
     assert cfg["system"]["name"] == "allen_cahn" and cfg["task"] == "ks-stabilize"
     assert cfg["system"]["options"]["domain"] == [systems.get("allen_cahn").domain[0]]
     assert len(cfg["actuator_centers"]) == 8 and cfg["method"] == "etdrk4"
+
+
+def test_stable_baselines3_ppo_on_pde_and_surrogate_envs(tmp_path):
+    """Every environment trains end to end with SB3 (single env and the batched adapter)."""
+    sb3 = pytest.importorskip("stable_baselines3")
+    import gymnasium
+
+    import simsci.envs  # noqa: F401
+    from simsci.envs import PDEControlVectorEnv, to_sb3
+    from simsci.models import ControlledODE
+    from simsci.train import save_model
+
+    env = gymnasium.make("simsci/PDEControl-v0", task="heat-track")
+    model = sb3.PPO("MlpPolicy", env, n_steps=32, batch_size=32, n_epochs=1, seed=0)
+    model.learn(total_timesteps=64)
+    venv = to_sb3(PDEControlVectorEnv(4, "ks-stabilize", max_episode_steps=8))
+    model = sb3.PPO("MlpPolicy", venv, n_steps=16, batch_size=32, n_epochs=1, seed=0)
+    model.learn(total_timesteps=128)
+    assert model.num_timesteps >= 128
+
+    surrogate = ControlledODE(
+        state_shape=(2,),
+        action_dim=1,
+        dt=0.05,
+        env_id="simsci/ODEControl-v0",
+        env_kwargs={"task": "pendulum-swingup"},
+        hidden_dim=8,
+        depth=1,
+    )
+    path = save_model(surrogate, tmp_path / "s.pt")
+    env = gymnasium.make("simsci/Surrogate-v0", checkpoint=str(path))
+    model = sb3.PPO("MlpPolicy", env, n_steps=32, batch_size=32, n_epochs=1, seed=0)
+    model.learn(total_timesteps=64)
+    assert model.num_timesteps >= 64
