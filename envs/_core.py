@@ -306,9 +306,18 @@ class SimsciEnv(_Common, gymnasium.Env):
 
     metadata: dict[str, Any] = {"render_modes": ["rgb_array"], "render_fps": 20}
 
-    def __init__(self, dynamics: Dynamics, *, action_bounds: str = "clip", render_mode=None):
+    def __init__(
+        self,
+        dynamics: Dynamics,
+        *,
+        action_bounds: str = "clip",
+        render_mode=None,
+        spec: tuple[str, dict] | None = None,
+    ):
         self.render_mode = _check_render_mode(render_mode)
         self._setup(dynamics, action_bounds)
+        if spec is not None:  # (id, constructor keywords) of a registered subclass
+            own_spec(self, spec[0], {**spec[1], "action_bounds": action_bounds})
         self.observation_space = self._obs_space
         self.action_space = self._act_space
         self._batch = _Batch(dynamics, 1)
@@ -391,6 +400,7 @@ class SimsciVectorEnv(_Common, gymnasium.vector.VectorEnv):
         array_backend: str = "numpy",
         autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
         render_mode=None,
+        spec: tuple[str, dict] | None = None,
     ):
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)):
             raise TypeError(f"num_envs must be a positive int, got {num_envs!r}")
@@ -423,6 +433,13 @@ class SimsciVectorEnv(_Common, gymnasium.vector.VectorEnv):
         self._batch = _Batch(dynamics, self.num_envs)
         self._autoreset = torch.zeros(self.num_envs, dtype=torch.bool, device=dynamics.device)
         self._was_reset = False
+        if spec is not None:
+            front = {
+                "action_bounds": action_bounds,
+                "array_backend": array_backend,
+                "autoreset_mode": mode.value,
+            }
+            own_spec(self, spec[0], {**spec[1], **front})
 
     # ----------------------------------------------------------------- output
     def _out(self, x: torch.Tensor):

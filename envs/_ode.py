@@ -63,7 +63,7 @@ import torch
 from simsci import systems as _systems
 from simsci._device import resolve_device
 from simsci.envs import _render
-from simsci.envs._core import Dynamics, SimsciEnv, SimsciVectorEnv, own_spec
+from simsci.envs._core import Dynamics, SimsciEnv, SimsciVectorEnv
 from simsci.errors import unknown_name
 
 __all__ = ["TASKS", "Task", "ODEControlDynamics", "ODEControlEnv", "ODEControlVectorEnv"]
@@ -530,10 +530,10 @@ class ODEControlEnv(SimsciEnv):
         self, task: str = "pendulum-swingup", *, action_bounds="clip", render_mode=None, **kwargs
     ):
         super().__init__(
-            ODEControlDynamics(task, **kwargs), action_bounds=action_bounds, render_mode=render_mode
-        )
-        own_spec(
-            self, "simsci/ODEControl-v0", {"task": task, "action_bounds": action_bounds, **kwargs}
+            ODEControlDynamics(task, **kwargs),
+            action_bounds=action_bounds,
+            render_mode=render_mode,
+            spec=("simsci/ODEControl-v0", {"task": task, **kwargs}),
         )
 
 
@@ -567,15 +567,5 @@ class ODEControlVectorEnv(SimsciVectorEnv):
             array_backend=array_backend,
             autoreset_mode=autoreset_mode,
             render_mode=render_mode,
-        )
-        own_spec(
-            self,
-            "simsci/ODEControl-v0",
-            {
-                "task": task,
-                "action_bounds": action_bounds,
-                "array_backend": array_backend,
-                "autoreset_mode": autoreset_mode,
-                **kwargs,
-            },
+            spec=("simsci/ODEControl-v0", {"task": task, **kwargs}),
         )

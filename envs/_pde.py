@@ -104,7 +104,7 @@ import torch
 
 from simsci import systems as _systems
 from simsci._device import resolve_device
-from simsci.envs._core import Dynamics, SimsciEnv, SimsciVectorEnv, own_spec
+from simsci.envs._core import Dynamics, SimsciEnv, SimsciVectorEnv
 from simsci.envs._ode import _check_dtype, _per_action
 from simsci.errors import SolverError, unknown_name
 
@@ -552,10 +552,10 @@ class PDEControlEnv(SimsciEnv):
         self, task: str = "heat-track", *, action_bounds="clip", render_mode=None, **kwargs
     ):
         super().__init__(
-            PDEControlDynamics(task, **kwargs), action_bounds=action_bounds, render_mode=render_mode
-        )
-        own_spec(
-            self, "simsci/PDEControl-v0", {"task": task, "action_bounds": action_bounds, **kwargs}
+            PDEControlDynamics(task, **kwargs),
+            action_bounds=action_bounds,
+            render_mode=render_mode,
+            spec=("simsci/PDEControl-v0", {"task": task, **kwargs}),
         )
 
 
@@ -589,15 +589,5 @@ class PDEControlVectorEnv(SimsciVectorEnv):
             array_backend=array_backend,
             autoreset_mode=autoreset_mode,
             render_mode=render_mode,
-        )
-        own_spec(
-            self,
-            "simsci/PDEControl-v0",
-            {
-                "task": task,
-                "action_bounds": action_bounds,
-                "array_backend": array_backend,
-                "autoreset_mode": autoreset_mode,
-                **kwargs,
-            },
+            spec=("simsci/PDEControl-v0", {"task": task, **kwargs}),
         )

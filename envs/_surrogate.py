@@ -33,7 +33,7 @@ from collections.abc import Mapping
 
 import torch
 
-from simsci.envs._core import Dynamics, SimsciEnv, SimsciVectorEnv, own_spec
+from simsci.envs._core import Dynamics, SimsciEnv, SimsciVectorEnv
 from simsci.errors import unknown_name
 
 __all__ = ["SurrogateDynamics", "SurrogateEnv", "SurrogateVectorEnv", "load_surrogate"]
@@ -216,11 +216,7 @@ class SurrogateEnv(SimsciEnv):
             SurrogateDynamics(checkpoint, **kwargs),
             action_bounds=action_bounds,
             render_mode=render_mode,
-        )
-        own_spec(
-            self,
-            "simsci/Surrogate-v0",
-            {"checkpoint": checkpoint, "action_bounds": action_bounds, **kwargs},
+            spec=("simsci/Surrogate-v0", {"checkpoint": checkpoint, **kwargs}),
         )
 
 
@@ -252,15 +248,5 @@ class SurrogateVectorEnv(SimsciVectorEnv):
             array_backend=array_backend,
             autoreset_mode=autoreset_mode,
             render_mode=render_mode,
-        )
-        own_spec(
-            self,
-            "simsci/Surrogate-v0",
-            {
-                "checkpoint": checkpoint,
-                "action_bounds": action_bounds,
-                "array_backend": array_backend,
-                "autoreset_mode": autoreset_mode,
-                **kwargs,
-            },
+            spec=("simsci/Surrogate-v0", {"checkpoint": checkpoint, **kwargs}),
         )

@@ -225,21 +225,6 @@ def test_random_params_vary_per_episode_inside_the_task_range():
 
 
 # ------------------------------------------------------------------ vector envs
-def test_vector_env_of_one_equals_single_env():
-    single = PDEControlEnv("ks-stabilize")
-    vec = PDEControlVectorEnv(1, "ks-stabilize")
-    o1, _ = single.reset(seed=11)
-    o2, _ = vec.reset(seed=11)
-    np.testing.assert_array_equal(o1, o2[0])
-    rng = np.random.default_rng(0)
-    for _ in range(5):
-        a = rng.uniform(-1, 1, size=8).astype(np.float32)
-        s = single.step(a)
-        v = vec.step(a[None])
-        np.testing.assert_array_equal(s[0], v[0][0])
-        assert s[1] == v[1][0]
-
-
 def test_vector_env_of_8_equals_8_separate_envs_from_the_same_states(device):
     vec = PDEControlVectorEnv(8, "burgers-stabilize", device=device)
     vec.reset(seed=0)
@@ -411,7 +396,6 @@ def test_stable_baselines3_ppo_on_pde_and_surrogate_envs(tmp_path):
     sb3 = pytest.importorskip("stable_baselines3")
     import gymnasium
 
-    import simsci.envs  # noqa: F401
     from simsci.envs import PDEControlVectorEnv, to_sb3
     from simsci.models import ControlledODE
     from simsci.train import save_model
