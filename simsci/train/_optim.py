@@ -9,8 +9,44 @@ import torch
 from simsci.train._config import TrainConfig
 
 
+def parameter_groups(model: torch.nn.Module) -> list[dict]:
+    """The optimiser's parameter groups: ``model.parameter_groups()`` when the model
+    defines it (a list of ``{"params": [...], "lr_scale": s, "name": ...}``; group
+    learning rate ``config.lr * s``, e.g. the derivative orders of a ∂-NO learning
+    faster than the weights), else one group of every parameter. Parameters that do not
+    require gradients are dropped; a parameter in two groups is an error."""
+    if hasattr(model, "parameter_groups"):
+        raw = list(model.parameter_groups())
+    else:
+        raw = [{"params": list(model.parameters()), "lr_scale": 1.0, "name": "all"}]
+    groups, seen = [], set()
+    for i, g in enumerate(raw):
+        params = [p for p in g["params"] if p.requires_grad]
+        for p in params:
+            if id(p) in seen:
+                raise ValueError(f"parameter group {g.get('name', i)!r} repeats a parameter")
+            seen.add(id(p))
+        scale = float(g.get("lr_scale", 1.0))
+        if not (scale > 0 and math.isfinite(scale)):
+            raise ValueError(f"lr_scale of group {g.get('name', i)!r} must be > 0, got {scale}")
+        if params:
+            groups.append({"params": params, "lr_scale": scale, "name": str(g.get("name", i))})
+    missing = [p for p in model.parameters() if p.requires_grad and id(p) not in seen]
+    if missing:
+        raise ValueError(
+            f"{type(model).__name__}.parameter_groups() leaves out {len(missing)} trainable "
+            "parameter(s); every parameter must be in one group"
+        )
+    return groups
+
+
 def build_optimizer(config: TrainConfig, params) -> torch.optim.Optimizer:
-    params = [p for p in params if p.requires_grad]
+    """An optimiser over ``params``: tensors, or groups from :func:`parameter_groups`."""
+    params = list(params)
+    if params and isinstance(params[0], dict):
+        params = [{**g, "lr": config.lr * g.get("lr_scale", 1.0)} for g in params]
+    else:
+        params = [p for p in params if p.requires_grad]
     if not params:
         raise ValueError("the model has no trainable parameters (none with requires_grad)")
     if config.optimizer == "adam":

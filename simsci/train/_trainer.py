@@ -71,7 +71,7 @@ from simsci.train._checkpoint import (
 )
 from simsci.train._config import TrainConfig
 from simsci.train._metrics import LEAD, MetricsLog, tensorboard_writer_class
-from simsci.train._optim import build_optimizer, build_scheduler, lr_factor
+from simsci.train._optim import build_optimizer, build_scheduler, lr_factor, parameter_groups
 from simsci.train._sampler import EpochBatchSampler, ShardBatchSampler, mix_seed
 
 # fields whose change makes a resumed run continue differently from the saved one
@@ -415,8 +415,9 @@ class Trainer:
             )
         total = c.epochs * self.steps_per_epoch
         self.total_steps = total if c.max_steps is None else min(total, c.max_steps)
-        self._params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = build_optimizer(c, self._params)
+        groups = parameter_groups(self.model)
+        self._params = [p for g in groups for p in g["params"]]
+        self.optimizer = build_optimizer(c, groups)
         self.scheduler = build_scheduler(c, self.optimizer, self.total_steps)
 
         if val_data is not None:
@@ -501,10 +502,12 @@ class Trainer:
         # the config's lr / weight_decay / schedule horizon rule from here on; with an
         # unchanged config this recomputes exactly the value LambdaLR had set
         factor = lr_factor(c, self.total_steps)(self.scheduler.last_epoch)
-        self.scheduler.base_lrs = [c.lr for _ in self.optimizer.param_groups]
+        self.scheduler.base_lrs = [
+            c.lr * g.get("lr_scale", 1.0) for g in self.optimizer.param_groups
+        ]
         for group in self.optimizer.param_groups:
-            group["initial_lr"] = c.lr
-            group["lr"] = c.lr * factor
+            group["initial_lr"] = c.lr * group.get("lr_scale", 1.0)
+            group["lr"] = group["initial_lr"] * factor
             group["weight_decay"] = c.weight_decay
         self.step = int(ckpt["step"])
         self.epoch = int(ckpt["epoch"])

@@ -180,3 +180,49 @@ def test_save_model_round_trip_without_trainer(tmp_path):
         save_model(torch.nn.Linear(2, 2), tmp_path / "linear.pt")
     with pytest.raises(FileNotFoundError):
         save_model(model, tmp_path / "missing" / "m.pt")
+
+
+class _Grouped(torch.nn.Module):
+    """y = a * x + b with b in its own group learning 10x faster."""
+
+    def __init__(self):
+        super().__init__()
+        self.init_args = {}
+        self.a = torch.nn.Parameter(torch.zeros(()))
+        self.b = torch.nn.Parameter(torch.zeros(()))
+
+    def parameter_groups(self):
+        return [
+            {"params": [self.a], "lr_scale": 1.0, "name": "weights"},
+            {"params": [self.b], "lr_scale": 10.0, "name": "fast"},
+        ]
+
+    def training_step(self, batch):
+        x, y = batch[:, 0], batch[:, 1]
+        return {"loss": ((self.a * x + self.b - y) ** 2).mean()}
+
+
+def test_model_parameter_groups_get_scaled_learning_rates_and_resume(tmp_path):
+    from simsci.train import TrainConfig, Trainer
+
+    data = torch.stack([torch.linspace(0, 1, 64), 2 * torch.linspace(0, 1, 64) + 1], dim=1)
+    config = TrainConfig(max_steps=4, epochs=100, batch_size=16, lr=0.01, progress=False)
+    trainer = Trainer(_Grouped(), config, data, None, out_dir=tmp_path / "run")
+    lrs = [g["lr"] for g in trainer.optimizer.param_groups]
+    assert lrs == pytest.approx([0.01, 0.1])
+    trainer.fit()
+    config2 = TrainConfig(max_steps=8, epochs=100, batch_size=16, lr=0.01, progress=False)
+    resumed = Trainer(_Grouped(), config2, data, None, out_dir=tmp_path / "run", resume=True)
+    assert [g["lr"] for g in resumed.optimizer.param_groups] == pytest.approx([0.01, 0.1])
+
+
+def test_parameter_groups_must_cover_every_parameter():
+    from simsci.train._optim import parameter_groups
+
+    model = _Grouped()
+    model.parameter_groups = lambda: [{"params": [model.a]}]
+    with pytest.raises(ValueError, match="leaves out 1"):
+        parameter_groups(model)
+    model.parameter_groups = lambda: [{"params": [model.a, model.b]}, {"params": [model.a]}]
+    with pytest.raises(ValueError, match="repeats"):
+        parameter_groups(model)
