@@ -1,8 +1,36 @@
-"""simsci.operators: neural operator backbones and the ∂-NO derivative features.
+"""simsci.operators: neural operators and the ∂-NO derivative features.
 
-Installed as ``simsci.operators`` (the folder sits at the top of the repository; see
-shared/design/architecture.md). The operators (FNO, DeepONet, U-Net, ∂-NO) arrive with
-the ∂-NO issue; this package is their home.
+- Backbones on channels-first grids ``(B, C, *grid)``: :class:`FNO` (1-D, 2-D),
+  :class:`DeepONet`, :class:`UNet`; ``get(name, **kwargs)`` builds one from
+  :data:`BACKBONES`.
+- ∂-NO (derivative-augmented neural operators): :class:`DerivativeFeatures` computes
+  fractional derivatives of the input with learnable orders β per feature channel
+  (Riesz :math:`|k|^\\beta` and directional :math:`(ik)^\\beta` in Fourier space; an even
+  extension for non-periodic grids); :class:`DerivativeAugmented` prepends them to any
+  backbone's input.
+- :class:`OperatorModel` trains either on any field file of the trajectory format
+  (``simsci train operator --backbone fno --features dno --data burgers.h5``) and
+  :func:`evaluate_operator` scores it per time step and channel at the training
+  resolution and finer ones. Its checkpoints enter the PDE-solver benchmark
+  (``simsci bench pde --model``) and, trained on environment rollouts, the
+  ``simsci/Surrogate-v0`` environment.
 """
 
-__all__: list[str] = []
+from __future__ import annotations
+
+from simsci.operators._backbones import BACKBONES, FNO, DeepONet, UNet, get
+from simsci.operators._dno import DerivativeAugmented, DerivativeFeatures
+from simsci.operators._model import OperatorModel, evaluate_operator, relative_l2
+
+__all__ = [
+    "BACKBONES",
+    "get",
+    "FNO",
+    "DeepONet",
+    "UNet",
+    "DerivativeFeatures",
+    "DerivativeAugmented",
+    "OperatorModel",
+    "evaluate_operator",
+    "relative_l2",
+]

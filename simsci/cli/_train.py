@@ -15,6 +15,7 @@ validation split (split == 1). A killed run continues where it stopped with --re
 Under torchrun the run is data-parallel (DDP); --batch-size is per process.
 
 examples:
+  simsci train operator --backbone fno --features dno --data data/burgers.h5 --out runs/dno
   simsci train latent_ode --data data/lorenz.h5 --out runs/lode --window 24 --epochs 20
   simsci train latent_ode --data data/lorenz.h5 --out runs/lode --resume
   torchrun --nproc_per_node 2 -m simsci train latent_ode --data data/lorenz.h5 --out runs/ddp
@@ -53,6 +54,8 @@ def add_to(sub) -> None:
     p.add_argument(
         "--model-arg", action="append", metavar="KEY=VALUE", help="model constructor argument"
     )
+    p.add_argument("--backbone", default=None, help="operator: fno, deeponet or unet")
+    p.add_argument("--features", default=None, help="operator: none or dno (∂-NO features)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints/last.pt")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(run=run_train)
@@ -126,6 +129,9 @@ def run_train(args) -> int:
         model = train.load_model(out / "checkpoints" / "last.pt")
     else:
         overrides = key_values(args.model_arg, "--model-arg")
+        for key in ("backbone", "features"):
+            if getattr(args, key) is not None:
+                overrides[key] = getattr(args, key)
         model = model_cls.from_data(traj, window=args.window, **overrides)
     trainer = train.Trainer(
         model,
@@ -133,7 +139,7 @@ def run_train(args) -> int:
         train_set,
         val_set,
         out_dir=out,
-        collate_fn=model_cls.collate,
+        collate_fn=model.collate,
         resume=args.resume,
         extra={"window": args.window, "data": str(args.data)},
     )
@@ -152,13 +158,25 @@ def run_evaluate(args) -> int:
     if window is None:  # the training window, recorded by `simsci train`
         window = model.checkpoint_extra.get("window")
     split = None if args.split == "all" else args.split
+    if hasattr(model, "evaluate_file"):  # field models score rollouts per step and channel
+        device = resolve_device(args.device)
+        metrics = model.evaluate_file(args.data, split=split, device=device)
+        for label, r in metrics["resolutions"].items():
+            note = "  (training resolution)" if r["training_resolution"] else ""
+            print(
+                f"grid {label:>9s}  rel L2 (nRMSE) mean {r['rel_l2_mean']:.4g}  final step "
+                f"{r['rel_l2_final_step']:.4g}{note}"
+            )
+        if args.out:
+            write_json(args.out, {"checkpoint": str(args.checkpoint), "data": args.data, **metrics})
+        return 0
     dataset = make_dataset(
         args.data, type(model).data_fields, split=split, window=window, stride=args.stride
     )
     metrics = train.evaluate(
         model,
         dataset,
-        collate_fn=type(model).collate,
+        collate_fn=model.collate,
         batch_size=args.batch_size,
         device=resolve_device(args.device),
     )

@@ -13,10 +13,15 @@ from __future__ import annotations
 from simsci.errors import unknown_name
 from simsci.models.controlled_ode import ControlledODE
 from simsci.models.latent_ode import LatentODE
+from simsci.operators._model import OperatorModel
 
-MODELS: dict[str, type] = {"latent_ode": LatentODE, "controlled_ode": ControlledODE}
+MODELS: dict[str, type] = {
+    "latent_ode": LatentODE,
+    "controlled_ode": ControlledODE,
+    "operator": OperatorModel,  # neural operators and ∂-NO (simsci.operators)
+}
 
-__all__ = ["MODELS", "get", "LatentODE", "ControlledODE"]
+__all__ = ["MODELS", "get", "LatentODE", "ControlledODE", "OperatorModel"]
 
 
 def get(name: str, **kwargs):

@@ -1,0 +1,579 @@
+r"""``OperatorModel``: a neural operator (plain or ∂-NO) trained on any field file.
+
+Two tasks, chosen from the data:
+
+``rollout`` (time-dependent fields: Burgers, KdV, Navier-Stokes, PDEControl rollouts)
+    the one-step map of the file's time grid (every ``time_stride``-th frame),
+    :math:`(u_{k-h+1}, \dots, u_k) \mapsto u_{k+1}` with ``in_frames = h`` history frames
+    stacked as channels. The network predicts the normalised *increment*,
+    :math:`z_{k+1} = z_k + \mathcal G_\theta(z_{k-h+1..k})` (a near-identity map is what
+    a short step is; predicting it from scratch wastes capacity). Longer horizons are
+    autoregressive. Actions of rollout files (``action`` ``(A,)`` per step) enter as
+    ``A`` constant input channels, so a PDEControl surrogate sees its actuation.
+``map`` (steady problems, one frame per episode: Darcy)
+    input channels to output channels of the same frame (``a -> u``).
+
+Normalisation: per channel mean and std of the file's ``/stats/x`` (train split) when
+present, else computed from up to 64 training episodes; inputs are normalised, the
+output is decoded before the loss. Loss: the relative L2 error
+:math:`\|\hat u - u\|_2 / \|u\|_2` per sample (over grid and channels), mean over the
+batch, plus ``h1_weight`` times the relative :math:`H^1` seminorm error (spectral
+gradient, periodic grids) when asked. ``rollout_steps = K > 1`` trains through K
+autoregressive steps (the loss averages them).
+
+Resolution: ``subsample`` (per axis) trains on every s-th grid point of the file; the
+same weights evaluate at any finer subsample (FNO, DeepONet, ∂-NO features are
+resolution-agnostic), which :func:`evaluate_operator` reports at s, s/2 and s/4.
+
+Interfaces it follows: the training contract of :mod:`simsci.train`; the PDE-solver
+benchmark's ``rollout(u0, t, params)`` (channels-last, ``t`` multiples of the model's
+step); and, when trained on rollout files of a simsci environment, the surrogate
+checkpoint interface of :mod:`simsci.envs` (``advance(state, action, dt)``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+__all__ = ["OperatorModel", "evaluate_operator", "relative_l2"]
+
+TASKS = ("rollout", "map")
+FEATURES = ("none", "dno")
+
+
+def relative_l2(pred: torch.Tensor, target: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
+    """``(B,)`` relative L2 errors over all but the batch axis."""
+    diff = (pred - target).flatten(1).norm(dim=1)
+    return diff / target.flatten(1).norm(dim=1).clamp_min(eps)
+
+
+def _spectral_grad(u: torch.Tensor, dim: int) -> list[torch.Tensor]:
+    """Periodic spectral derivatives of ``u`` (B, C, *grid) along each grid axis (unit box)."""
+    out = []
+    for axis in range(dim):
+        ax = u.ndim - dim + axis
+        n = u.shape[ax]
+        k = torch.fft.fftfreq(n, d=1.0 / n, device=u.device).to(u.dtype) * 2 * math.pi
+        if n % 2 == 0:
+            k[n // 2] = 0
+        shape = [1] * u.ndim
+        shape[ax] = n
+        uh = torch.fft.fft(u, dim=ax)
+        out.append(torch.fft.ifft(uh * (1j * k.reshape(shape)), dim=ax).real)
+    return out
+
+
+def _check_finite(x: torch.Tensor, what: str) -> None:
+    bad = ~torch.isfinite(x.flatten(1)).all(dim=1)
+    if bool(bad.any()):
+        rows = torch.nonzero(bad).flatten()[:5].tolist()
+        raise ValueError(f"{what}: sample(s) {rows} hold NaN or inf; clean the data first")
+
+
+class OperatorModel(nn.Module):
+    """A backbone (``fno``, ``deeponet``, ``unet``), optionally ∂-NO-augmented, as a
+    trainable field-to-field model. Build with :meth:`from_data`; see the module docstring.
+
+    Args:
+        task: "rollout" or "map". channels: names of the state channels C (rollout) or
+            of all the file's channels (map). inputs/targets (map): channel indices.
+        dim: grid dimension (1 or 2). backbone, backbone_kwargs: a key of
+            ``simsci.operators.BACKBONES`` and its keywords (width, modes, ...).
+        features: "none" or "dno"; feature_kwargs: ``DerivativeFeatures`` keywords
+            (beta_init, beta_range, kinds, periodic, ...); beta_lr_scale.
+        in_frames, time_stride, rollout_steps, subsample, dt: see the module docstring
+            (dt is the model's step in the file's time units).
+        mean, std: per-channel normalisation of the file's channels.
+        action_dim, action_mean, action_std: actions of rollout files (0: none).
+        env_id, env_kwargs: the environment it learned (surrogate interface; "" if none).
+        system: the registered PDE of the data (checked by the PDE benchmark).
+        h1_weight: weight of the relative H1 seminorm term of the loss.
+    """
+
+    data_fields = ("t", "x", "state", "action")
+
+    def __init__(
+        self,
+        *,
+        task: str,
+        channels: Sequence[str],
+        dim: int,
+        grid: Sequence[int],
+        backbone: str = "fno",
+        backbone_kwargs: Mapping | None = None,
+        features: str = "none",
+        feature_kwargs: Mapping | None = None,
+        beta_lr_scale: float = 10.0,
+        inputs: Sequence[int] | None = None,
+        targets: Sequence[int] | None = None,
+        in_frames: int = 1,
+        time_stride: int = 1,
+        rollout_steps: int = 1,
+        subsample: int | Sequence[int] = 1,
+        dt: float | None = None,
+        mean: Sequence[float] | None = None,
+        std: Sequence[float] | None = None,
+        action_dim: int = 0,
+        action_mean: Sequence[float] | None = None,
+        action_std: Sequence[float] | None = None,
+        state_field: str = "x",
+        env_id: str = "",
+        env_kwargs: Mapping | None = None,
+        system: str = "",
+        h1_weight: float = 0.0,
+    ):
+        super().__init__()
+        from simsci.operators._backbones import get as get_backbone
+        from simsci.operators._dno import DerivativeAugmented
+
+        if task not in TASKS:
+            raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+        if features not in FEATURES:
+            raise ValueError(f"features must be one of {FEATURES}, got {features!r}")
+        if dim not in (1, 2):
+            raise ValueError(f"dim must be 1 or 2, got {dim!r}")
+        channels = [str(c) for c in channels]
+        C = len(channels)
+        if task == "map":
+            inputs = list(range(C - 1)) if inputs is None else [int(i) for i in inputs]
+            targets = [C - 1] if targets is None else [int(i) for i in targets]
+            for i in (*inputs, *targets):
+                if not 0 <= i < C:
+                    raise ValueError(f"channel index {i} outside the {C} channels {channels}")
+        for name, v in (("in_frames", in_frames), ("time_stride", time_stride)):
+            if int(v) != v or v < 1:
+                raise ValueError(f"{name} must be a positive int, got {v!r}")
+        if int(rollout_steps) != rollout_steps or rollout_steps < 1:
+            raise ValueError(f"rollout_steps must be a positive int, got {rollout_steps!r}")
+        sub = [int(subsample)] * dim if np.isscalar(subsample) else [int(s) for s in subsample]
+        if len(sub) != dim or min(sub) < 1:
+            raise ValueError(
+                f"subsample must be a positive int or {dim} of them, got {subsample!r}"
+            )
+        self.task, self.channels, self.dim = task, channels, int(dim)
+        self.grid = tuple(int(g) for g in grid)
+        self.inputs, self.targets = inputs, targets
+        self.in_frames, self.time_stride = int(in_frames), int(time_stride)
+        self.rollout_steps, self.subsample = int(rollout_steps), tuple(sub)
+        self.dt = None if dt is None else float(dt)
+        self.action_dim = int(action_dim)
+        self.state_field = state_field
+        self.env_id, self.env_kwargs = str(env_id), dict(env_kwargs or {})
+        self.system, self.h1_weight = str(system), float(h1_weight)
+        self.features = features
+        mean = [0.0] * C if mean is None else [float(m) for m in mean]
+        std = [1.0] * C if std is None else [float(s) if s > 0 else 1.0 for s in std]
+        amean = [0.0] * self.action_dim if action_mean is None else list(map(float, action_mean))
+        astd = [1.0] * self.action_dim if action_std is None else list(map(float, action_std))
+        self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32), persistent=False)
+        self.register_buffer("std", torch.tensor(std, dtype=torch.float32), persistent=False)
+        self.register_buffer("a_mean", torch.tensor(amean, dtype=torch.float32), persistent=False)
+        self.register_buffer("a_std", torch.tensor(astd, dtype=torch.float32), persistent=False)
+
+        if task == "rollout":
+            n_in, n_out = C * self.in_frames + self.action_dim, C
+        else:
+            n_in, n_out = len(inputs), len(targets)
+        bkw = dict(backbone_kwargs or {})
+        net = get_backbone(backbone, in_channels=n_in, out_channels=n_out, dim=self.dim, **bkw)
+        if features == "dno":
+            # features band-limited to the training grid (see DerivativeFeatures.max_modes)
+            train_grid = [-(-g // si) for g, si in zip(self.grid, self.subsample)]
+            band = [max(1, n // 2 - 1) for n in train_grid]
+            fkw = {"periodic": True, "max_modes": band, **dict(feature_kwargs or {})}
+            net = DerivativeAugmented(net, features=fkw, beta_lr_scale=beta_lr_scale)
+        self.net = net
+        self.init_args = {
+            "task": task,
+            "channels": channels,
+            "dim": self.dim,
+            "grid": list(self.grid),
+            "backbone": backbone,
+            "backbone_kwargs": bkw,
+            "features": features,
+            "feature_kwargs": dict(feature_kwargs or {}),
+            "beta_lr_scale": float(beta_lr_scale),
+            "inputs": inputs,
+            "targets": targets,
+            "in_frames": self.in_frames,
+            "time_stride": self.time_stride,
+            "rollout_steps": self.rollout_steps,
+            "subsample": list(self.subsample),
+            "dt": self.dt,
+            "mean": mean,
+            "std": std,
+            "action_dim": self.action_dim,
+            "action_mean": amean,
+            "action_std": astd,
+            "state_field": state_field,
+            "env_id": self.env_id,
+            "env_kwargs": self.env_kwargs,
+            "system": self.system,
+            "h1_weight": self.h1_weight,
+        }
+
+    # ------------------------------------------------------------------ description
+    @property
+    def state_shape(self) -> tuple[int, ...]:
+        """One state of the surrogate interface: the full-resolution grid, channels last."""
+        return (*self.grid, len(self.channels))
+
+    @property
+    def resolution(self):
+        """None: the operator runs at any resolution (one benchmark point per tested one)."""
+        return None
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def parameter_groups(self) -> list[dict]:
+        """The ∂-NO orders in their own learning-rate group (see DerivativeAugmented)."""
+        if hasattr(self.net, "parameter_groups"):
+            return list(self.net.parameter_groups())
+        return [{"params": list(self.parameters()), "lr_scale": 1.0, "name": "weights"}]
+
+    def evaluate_file(self, source, **kwargs) -> dict:
+        """:func:`evaluate_operator` on a trajectory file (used by ``simsci evaluate``)."""
+        return evaluate_operator(self, source, **kwargs)
+
+    def betas(self) -> dict[str, float]:
+        """The learned derivative orders (empty for a plain operator)."""
+        if self.features != "dno":
+            return {}
+        summary = getattr(self.net, "beta_summary", None) or self.net.features.beta_summary
+        return {k: float(v) for k, v in summary().items()}
+
+    # ------------------------------------------------------------------ data
+    @classmethod
+    def from_data(cls, trajectories, *, window=None, **overrides) -> OperatorModel:
+        """Infer task, channels, grid, dt and normalisation from a field or rollout file."""
+        from simsci import data
+
+        traj = (
+            trajectories if isinstance(trajectories, data.Trajectories) else data.open(trajectories)
+        )
+        field = "state" if "state" in traj.step_fields else "x"
+        if traj.kind not in ("field", "rollout"):
+            raise ValueError(
+                f"an operator learns fields: the file has kind {traj.kind!r}; give a field "
+                "file (simsci generate burgers ...) or a PDEControl rollout file"
+            )
+        shape = traj.step_fields[field].shape
+        if len(shape) not in (2, 3):
+            raise ValueError(
+                f"field {field!r} has per-step shape {tuple(shape)}; expected (*grid, C) with "
+                "a 1-D or 2-D grid"
+            )
+        grid, C = tuple(shape[:-1]), int(shape[-1])
+        names = traj.names(field)
+        channels = list(names) if names and len(names) == C else [f"c{i}" for i in range(C)]
+        lengths = np.asarray(traj.lengths)
+        task = overrides.pop("task", "map" if int(lengths.max()) == 1 else "rollout")
+        train = np.arange(len(lengths))
+        if "split" in traj.episode_fields:
+            train = np.flatnonzero(np.asarray(traj.column("split")) == 0)
+        pick = train[np.linspace(0, len(train) - 1, min(64, len(train))).astype(int)]
+        if field == "x" and getattr(traj, "stats", None) and "x" in traj.stats:
+            mean = np.asarray(traj.stats["x"]["mean"], dtype=np.float64).reshape(-1)
+            std = np.asarray(traj.stats["x"]["std"], dtype=np.float64).reshape(-1)
+        else:
+            frames = np.concatenate([np.asarray(traj[int(i)][field]) for i in pick])
+            flat = frames.reshape(-1, C)
+            mean, std = flat.mean(0), flat.std(0)
+        action_dim, amean, astd = 0, None, None
+        if traj.kind == "rollout" and "action" in traj.step_fields:
+            acts = np.concatenate([np.asarray(traj[int(i)]["action"]) for i in pick])
+            acts = acts.reshape(len(acts), -1)
+            acts = acts[np.isfinite(acts).all(1)]
+            action_dim, amean, astd = acts.shape[1], acts.mean(0).tolist(), acts.std(0).tolist()
+        meta = traj.meta or {}
+        dt = None
+        if task == "rollout":
+            t = np.asarray(traj[int(train[0])]["t"], dtype=np.float64)
+            if len(t) > 1:
+                dt = float(np.median(np.diff(t))) * overrides.get("time_stride", 1)
+        env_kwargs = dict(meta.get("env_kwargs") or {})
+        if meta.get("max_episode_steps") is not None:
+            env_kwargs.setdefault("max_episode_steps", int(meta["max_episode_steps"]))
+        kwargs = {
+            "task": task,
+            "channels": channels,
+            "dim": len(grid),
+            "grid": list(grid),
+            "dt": dt,
+            "mean": mean.tolist(),
+            "std": std.tolist(),
+            "action_dim": action_dim,
+            "action_mean": amean,
+            "action_std": astd,
+            "state_field": field,
+            "env_id": str(meta.get("env_id") or ""),
+            "env_kwargs": env_kwargs,
+            "system": traj.system if traj.kind == "field" else "",
+        }
+        kwargs.update(overrides)
+        return cls(**kwargs)
+
+    def _sub(self, x: torch.Tensor, factor: Sequence[int] | None = None) -> torch.Tensor:
+        """Every s-th grid point of channels-last ``x`` (..., *grid, C)."""
+        s = self.subsample if factor is None else factor
+        index = [slice(None)] * x.ndim
+        for axis in range(self.dim):
+            index[x.ndim - 1 - self.dim + axis] = slice(None, None, s[axis])
+        return x[tuple(index)]
+
+    def collate(self, items: list[dict]) -> dict:
+        """Episodes or windows -> every training window at the model's subsample.
+
+        rollout: ``inputs`` (W, h, *grid, C), ``actions`` (W, K, A) or None, ``targets``
+        (W, K, *grid, C); map: ``inputs`` (W, *grid, C_all) and ``targets`` the same.
+        """
+        field = self.state_field
+        ins, acts, outs = [], [], []
+        for item in items:
+            x = torch.as_tensor(np.asarray(item[field]))
+            x = self._sub(x)
+            if self.task == "map":
+                ins.append(x.reshape(-1, *x.shape[-self.dim - 1 :]))
+                continue
+            x = x[:: self.time_stride]
+            a = None
+            if self.action_dim:
+                a = torch.as_tensor(np.asarray(item["action"])).reshape(len(item["action"]), -1)
+                # the action held over a strided step is the first one's (zero-order hold)
+                a = a[:: self.time_stride]
+            h, K = self.in_frames, self.rollout_steps
+            for s in range(0, x.shape[0] - h - K + 1):
+                ins.append(x[s : s + h])
+                outs.append(x[s + h : s + h + K])
+                if a is not None:
+                    acts.append(a[s + h - 1 : s + h - 1 + K])
+        if not ins:
+            need = self.in_frames + self.rollout_steps
+            raise ValueError(
+                f"no training window: episodes need at least {need} frames (in_frames + "
+                f"rollout_steps) after time_stride {self.time_stride}"
+            )
+        if self.task == "map":
+            x = torch.cat(ins)
+            return {"inputs": x, "targets": x}
+        return {
+            "inputs": torch.stack(ins),
+            "targets": torch.stack(outs),
+            "actions": torch.stack(acts) if acts else None,
+        }
+
+    # ------------------------------------------------------------------ the map
+    def _norm(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - self.mean.to(x.dtype)) / self.std.to(x.dtype)
+
+    def _denorm(self, z: torch.Tensor) -> torch.Tensor:
+        return z * self.std.to(z.dtype) + self.mean.to(z.dtype)
+
+    def _first(self, x: torch.Tensor) -> torch.Tensor:
+        """channels-last (B, *grid, C) -> channels-first (B, C, *grid)."""
+        return x.movedim(-1, 1)
+
+    def _last(self, x: torch.Tensor) -> torch.Tensor:
+        return x.movedim(1, -1)
+
+    def step(self, history: torch.Tensor, action: torch.Tensor | None = None) -> torch.Tensor:
+        """One model step: ``history`` (B, h, *grid, C) physical units -> next frame."""
+        z = self._norm(history)
+        B = z.shape[0]
+        zin = self._first(z.movedim(1, -2).reshape(B, *z.shape[2:-1], -1))  # (B, hC, *grid)
+        if self.action_dim:
+            if action is None:
+                raise ValueError(f"this operator takes {self.action_dim} action channels")
+            an = (action.to(z.dtype) - self.a_mean.to(z.dtype)) / self.a_std.to(z.dtype)
+            an = an.reshape(B, self.action_dim, *([1] * self.dim)).expand(-1, -1, *z.shape[2:-1])
+            zin = torch.cat([zin, an], dim=1)
+        dz = self._last(self.net(zin))
+        return self._denorm(z[:, -1] + dz)
+
+    def map(self, x: torch.Tensor) -> torch.Tensor:
+        """Steady task: (B, *grid, C_all) physical -> (B, *grid, len(targets))."""
+        z = self._norm(x)
+        out = self._last(self.net(self._first(z[..., self.inputs])))
+        mean, std = self.mean[self.targets].to(out.dtype), self.std[self.targets].to(out.dtype)
+        return out * std + mean
+
+    def _loss(self, pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        loss = relative_l2(pred, target).mean()
+        if self.h1_weight > 0:
+            gp = _spectral_grad(self._first(pred), self.dim)
+            gt = _spectral_grad(self._first(target), self.dim)
+            h1 = relative_l2(torch.cat(gp, 1), torch.cat(gt, 1)).mean()
+            loss = loss + self.h1_weight * h1
+        return loss
+
+    def _batch_loss(self, batch: dict) -> tuple[torch.Tensor, dict]:
+        p = next(self.parameters())
+        x = batch["inputs"].to(p.device, p.dtype)
+        _check_finite(x, "operator input batch")
+        if self.task == "map":
+            target = x[..., self.targets]
+            pred = self.map(x)
+            return self._loss(pred, target), {}
+        targets = batch["targets"].to(p.device, p.dtype)
+        _check_finite(targets, "operator target batch")
+        actions = batch.get("actions")
+        actions = None if actions is None else actions.to(p.device, p.dtype)
+        history, losses = x, []
+        for k in range(self.rollout_steps):
+            nxt = self.step(history, None if actions is None else actions[:, k])
+            losses.append(self._loss(nxt, targets[:, k]))
+            history = torch.cat([history[:, 1:], nxt[:, None]], dim=1)
+        return torch.stack(losses).mean(), {}
+
+    def training_step(self, batch: dict) -> dict:
+        loss, extra = self._batch_loss(batch)
+        out = {"loss": loss, **extra}
+        out.update({f"beta_{k}": v for k, v in list(self.betas().items())[:8]})
+        return out
+
+    def validation_step(self, batch: dict) -> dict:
+        loss, _ = self._batch_loss(batch)
+        return {"loss": loss}
+
+    # ------------------------------------------------------------------ interfaces
+    def rollout(self, u0: torch.Tensor, t, params=None, actions=None) -> torch.Tensor:
+        """PDE-benchmark protocol: ``u0`` (B, *grid, C) -> (B, T, *grid, C) at times ``t``.
+
+        ``t[i] - t[0]`` must be whole multiples of the model's step ``dt`` (autoregressive
+        steps); needs ``in_frames == 1``. ``params`` are ignored (the model learned one
+        parameter setting, or infers it from the state).
+        """
+        if self.task != "rollout":
+            raise ValueError("rollout() needs a time-dependent operator (task 'rollout')")
+        if self.in_frames != 1:
+            raise ValueError(
+                f"this operator needs {self.in_frames} input frames; rollout from one state "
+                "needs in_frames=1"
+            )
+        if self.dt is None:
+            raise ValueError("the operator has no time step (dt); it cannot roll out in time")
+        times = np.asarray(torch.as_tensor(t).detach().cpu(), dtype=np.float64).reshape(-1)
+        steps = (times - times[0]) / self.dt
+        whole = np.round(steps)
+        if np.any(np.abs(steps - whole) > 1e-6 * np.maximum(1.0, whole)) or np.any(
+            np.diff(whole) < 0
+        ):
+            raise ValueError(
+                f"output times must be t[0] + whole multiples of the operator's step "
+                f"{self.dt:g}, got {times.tolist()[:6]}"
+            )
+        _check_finite(u0, "rollout u0")
+        frames, u, done = [u0], u0, 0
+        for target in whole[1:].astype(int):
+            while done < target:
+                u = self.step(u[:, None], None)
+                done += 1
+            frames.append(u)
+        return torch.stack(frames, dim=1)
+
+    def advance(self, state: torch.Tensor, action: torch.Tensor | None, dt: float) -> torch.Tensor:
+        """Surrogate-environment protocol: ``state`` (B, *grid, C) one control interval on."""
+        if self.dt is None or abs(dt / self.dt - round(dt / self.dt)) > 1e-6:
+            raise ValueError(
+                f"the environment's interval {dt:g} is not a whole number of the operator's "
+                f"step {self.dt}"
+            )
+        u = state
+        for _ in range(max(1, round(dt / self.dt))):
+            u = self.step(u[:, None], action if self.action_dim else None)
+        return u
+
+
+@torch.no_grad()
+def evaluate_operator(
+    model: OperatorModel,
+    source,
+    *,
+    split: str | None = "test",
+    factors: Sequence[int] | None = None,
+    batch_size: int = 16,
+    max_episodes: int | None = None,
+    device=None,
+) -> dict:
+    """Relative L2 (PDEBench's nRMSE) and RMSE per output time step and channel.
+
+    Rollout task: from the first ``in_frames`` frames (excluded from the scores) the model
+    rolls out autoregressively over the rest of each episode (at the model's time
+    stride). Map task: one score per channel. ``factors``: subsample factors to
+    evaluate at (default: the training subsample s, s/2 and s/4 where whole: the
+    training resolution and 2x and 4x finer). Returns ``{"resolutions": {label:
+    {"grid": [...], "rel_l2": [[step][channel]], "rmse": [...], "rel_l2_mean": float}}}``.
+    """
+    from simsci import data
+
+    traj = source if isinstance(source, data.Trajectories) else data.open(source)
+    field = model.state_field
+    index = np.arange(len(traj.lengths))
+    if split is not None and "split" in traj.episode_fields:
+        code = {"train": 0, "val": 1, "test": 2}[split]
+        index = index[np.asarray(traj.column("split")) == code]
+    if max_episodes is not None:
+        index = index[:max_episodes]
+    if len(index) == 0:
+        raise ValueError(f"no episodes to evaluate (split {split!r})")
+    p = next(model.parameters())
+    model = model.eval().to(device or p.device)
+    p = next(model.parameters())
+    s = model.subsample
+    if factors is None:
+        factors = sorted({max(1, si // f) for si in s[:1] for f in (1, 2, 4)}, reverse=True)
+    out = {}
+    for f in factors:
+        fac = [max(1, int(f))] * model.dim
+        sums, cnt, rmse = None, 0, None
+        for start in range(0, len(index), batch_size):
+            eps = [traj[int(i)] for i in index[start : start + batch_size]]
+            x = torch.stack([torch.as_tensor(np.asarray(e[field])) for e in eps])
+            x = model._sub(x, fac).to(p.device, p.dtype)
+            if model.task == "map":
+                x = x[:, 0]
+                pred = model.map(x)[:, None]
+                true = x[..., model.targets][:, None]
+            else:
+                x = x[:, :: model.time_stride]
+                acts = None
+                if model.action_dim:
+                    acts = torch.stack(
+                        [torch.as_tensor(np.asarray(e["action"])) for e in eps]
+                    ).reshape(len(eps), -1, model.action_dim)[:, :: model.time_stride]
+                    acts = acts.to(p.device, p.dtype)
+                h = model.in_frames
+                history, preds = x[:, :h], []
+                for k in range(h, x.shape[1]):
+                    a = None if acts is None else acts[:, k - 1]
+                    nxt = model.step(history, a)
+                    preds.append(nxt)
+                    history = torch.cat([history[:, 1:], nxt[:, None]], dim=1)
+                pred, true = torch.stack(preds, 1), x[:, h:]
+            grid_axes = tuple(range(2, 2 + model.dim))
+            err = (pred - true).pow(2).sum(grid_axes)  # (B, K, C)
+            norm = true.pow(2).sum(grid_axes).clamp_min(1e-24)
+            rel = (err / norm).sqrt()
+            npts = math.prod(true.shape[2 : 2 + model.dim])
+            r = (err / npts).sqrt()
+            sums = rel.sum(0) if sums is None else sums + rel.sum(0)
+            rmse = r.sum(0) if rmse is None else rmse + r.sum(0)
+            cnt += rel.shape[0]
+        rel_l2 = (sums / cnt).cpu().double()
+        label = "x".join(str(g // fi) for g, fi in zip(model.grid, fac))
+        out[label] = {
+            "subsample": fac,
+            "grid": [g // fi for g, fi in zip(model.grid, fac)],
+            "training_resolution": list(fac) == list(model.subsample),
+            "rel_l2": rel_l2.tolist(),
+            "rmse": (rmse / cnt).cpu().double().tolist(),
+            "rel_l2_mean": float(rel_l2.mean()),
+            "rel_l2_final_step": float(rel_l2[-1].mean()),
+        }
+    return {"episodes": int(len(index)), "channels": model.channels, "resolutions": out}
