@@ -7,7 +7,13 @@ Two tasks, chosen from the data:
     :math:`(u_{k-h+1}, \dots, u_k) \mapsto u_{k+1}` with ``in_frames = h`` history frames
     stacked as channels. The network predicts the normalised *increment*,
     :math:`z_{k+1} = z_k + \mathcal G_\theta(z_{k-h+1..k})` (a near-identity map is what
-    a short step is; predicting it from scratch wastes capacity). Longer horizons are
+    a short step is; predicting it from scratch wastes capacity).
+
+∂-NO defaults (``features="dno"``): Riesz and directional features with two learnable
+orders each, started at :math:`m/2` and :math:`3m/4` inside :math:`[0, m]` (``m`` the
+system's ``pde_order``; 2 when unknown), band-limited to the training grid. On a small
+Burgers set two orders started there gave 0.028 rollout error against 0.032 for one
+order at 1 and 0.037 for one at 0.5 (plain FNO 0.035). Longer horizons are
     autoregressive. Actions of rollout files (``action`` ``(A,)`` per step) enter as
     ``A`` constant input channels, so a PDEControl surrogate sees its actuation.
 ``map`` (steady problems, one frame per episode: Darcy)
@@ -66,6 +72,15 @@ def _spectral_grad(u: torch.Tensor, dim: int) -> list[torch.Tensor]:
         uh = torch.fft.fft(u, dim=ax)
         out.append(torch.fft.ifft(uh * (1j * k.reshape(shape)), dim=ax).real)
     return out
+
+
+def _pde_order(system: str) -> int | None:
+    """The ``pde_order`` of a registered system (None for other names)."""
+    from simsci import systems
+
+    if system not in systems.SYSTEMS:
+        return None
+    return getattr(systems.SYSTEMS[system], "pde_order", None)
 
 
 def _check_finite(x: torch.Tensor, what: str) -> None:
@@ -316,6 +331,13 @@ class OperatorModel(nn.Module):
             "env_kwargs": env_kwargs,
             "system": traj.system if traj.kind == "field" else "",
         }
+        if overrides.get("features") == "dno":
+            # two learnable orders per feature kind, started at m/2 and 3m/4 inside
+            # [0, m] (m the PDE order when the system is registered, else 2): the paper's
+            # optimal order lies below m, and two orders let the fit pick the trade-off
+            m = float(_pde_order(traj.system) or 2)
+            fkw = {"n_orders": 2, "beta_init": [m / 2, 3 * m / 4], "beta_range": [0.0, m]}
+            overrides["feature_kwargs"] = {**fkw, **dict(overrides.get("feature_kwargs") or {})}
         kwargs.update(overrides)
         return cls(**kwargs)
 
