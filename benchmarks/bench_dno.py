@@ -138,7 +138,7 @@ def matched_plain(path, problem, backbone, target: int):
     return model
 
 
-def fit(model, path, steps: int, seed: int, batch_size: int) -> float:
+def fit(model, path, steps: int, seed: int, batch_size: int, device: str = "cpu") -> float:
     traj = data.open(path)
     ds = data.TrajectoryDataset(traj, fields=("t", "x"), split="train")
     config = train.TrainConfig(
@@ -150,7 +150,7 @@ def fit(model, path, steps: int, seed: int, batch_size: int) -> float:
         grad_clip=1.0,
         progress=False,
         seed=seed,
-        device="cpu",
+        device=device,
     )
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
@@ -166,6 +166,7 @@ def main() -> None:
     parser.add_argument("--only", default=None, help="comma-separated problem:backbone runs")
     parser.add_argument("--episodes", type=int, default=320, help="generated per problem")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument(
         "--no-solver-comparison",
         dest="solver_comparison",
@@ -200,9 +201,15 @@ def main() -> None:
                 model = type(model)(**model.init_args)  # same seed for the initial weights
                 # rollout tasks get ~10 windows per episode; map tasks one
                 per_step = fit(
-                    model, path, steps, seed, batch_size=4 if model.task == "rollout" else 16
+                    model,
+                    path,
+                    steps,
+                    seed,
+                    batch_size=4 if model.task == "rollout" else 16,
+                    device=args.device,
                 )
-                scores = evaluate_operator(model, path, split="test")["resolutions"]
+                scores = evaluate_operator(model, path, split="test", device=args.device)
+                scores = scores["resolutions"]
                 row = {
                     "seed": seed,
                     "parameters": model.num_parameters(),
@@ -238,12 +245,12 @@ def main() -> None:
             "rows": rows,
         }
         if problem == "burgers" and backbone == "fno" and args.solver_comparison:
-            result["vs_solver"] = solver_comparison(model_for_solver, args.quick)
-    out = args.out or RESULTS / "dno_cpu.json"
-    print(f"wrote {write_result(out, result)}")
+            result["vs_solver"] = solver_comparison(model_for_solver, args.quick, args.device)
+    out = args.out or RESULTS / f"dno_{torch.device(args.device).type}.json"
+    print(f"wrote {write_result(out, result, device=args.device)}")
 
 
-def solver_comparison(model, quick: bool) -> dict:
+def solver_comparison(model, quick: bool, device: str = "cpu") -> dict:
     """The trained Burgers ∂-NO in the PDE-solver benchmark against ETDRK4 (same initial
     fields, errors against a fine ETDRK4 reference, speed-up at matched accuracy)."""
     from simsci.bench import format_table, pde_benchmark
@@ -260,6 +267,7 @@ def solver_comparison(model, quick: bool) -> dict:
         models=[model.eval()],
         pypde=False,
         repeat=1 if quick else 3,
+        device=device,
     )
     print(format_table(result), flush=True)
     return result

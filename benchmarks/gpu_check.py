@@ -75,6 +75,8 @@ def main() -> int:
         ("bench_pde_throughput.py", ["--device", "cuda"]),
         # every environment batched on CUDA at 1..4096; SyncVectorEnv only up to 64
         ("bench_envs.py", ["--device", "cuda", "--sync-max", "64"]),
+        # ∂-NO vs FNO on Burgers (one seed, few steps) and the surrogate vs ETDRK4
+        ("bench_dno.py", ["--quick", "--device", "cuda", "--only", "burgers:fno"]),
     ):
         start = time.perf_counter()
         code = subprocess.call([sys.executable, str(HERE / script), *extra])

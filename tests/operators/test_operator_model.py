@@ -177,3 +177,34 @@ def test_operator_as_a_pde_surrogate_environment(tmp_path):
     obs, _ = env.reset(seed=0)
     obs, reward, *_ = env.step(np.zeros(8, np.float32))
     assert obs.shape == (64,) and np.isfinite(reward)
+
+
+def test_checkpoint_enters_the_pde_solver_benchmark(heat_file, tmp_path):
+    from simsci.bench import pde_benchmark
+
+    torch.manual_seed(0)
+    model = _small(heat_file)
+    _fit(model, heat_file, steps=30)
+    path = train.save_model(model, tmp_path / "heat_op.pt")
+    result = pde_benchmark(
+        "heat",
+        methods=("etdrk4",),
+        quick=True,
+        t_end=0.4,  # output frames 0.1 apart: the operator's step
+        params={"nu": 0.02},
+        models=[str(path)],
+        pypde=False,
+        repeat=1,
+    )
+    runs = [r for r in result["runs"] if r["solver"].startswith("model:")]
+    assert runs and all(np.isfinite(r["error"]) for r in runs)
+
+
+def test_h1_loss_and_device(heat_file, device):
+    model = _small(heat_file, h1_weight=0.5).to(device)
+    batch = model.collate([data.open(heat_file)[i] for i in range(2)])
+    out = model.training_step(batch)
+    assert torch.isfinite(out["loss"]) and out["loss"].device.type == device.type
+    out["loss"].backward()
+    u0 = torch.randn(2, 64, 1, device=device)
+    assert model.rollout(u0, torch.tensor([0.0, 0.2])).device.type == device.type
