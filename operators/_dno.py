@@ -62,6 +62,17 @@ Choices the task left open, and why:
   at 64 and 0.83 at 128). With the band limit of the training grid the features of a
   band-limited input are the same at every resolution. ``OperatorModel`` sets it to the
   training grid's Nyquist mode minus one; None keeps every mode.
+- **Feature standardisation** (``normalize="rms"``; ``OperatorModel``'s default): each
+  feature is divided by its RMS over batch and grid points (the batch's during training,
+  with gradient; a running estimate, ``momentum``, in evaluation), then scaled by the
+  learnable per-feature scale. The gain :math:`|n|^\beta` reaches :math:`10^4` on the
+  band of a 128-point grid at :math:`\beta = 2.25` (KdV's start), so unnormalised
+  features of a rough field (a steepening shock) are orders of magnitude larger than
+  the field: seen on KdV, rollout error 0.31-0.40 with them against 0.093 without
+  features. Standardised, their size no longer depends on :math:`\beta` or on the
+  roughness of the data, only their shape does, which is what :math:`\beta` should
+  choose. The RMS per grid point is the same at every resolution for band-limited
+  features.
 - **Range of beta**: :math:`\beta = lo + (hi - lo)\,\sigma(\theta)` with the logit
   :math:`\theta` as the parameter, initialised to
   :math:`\sigma^{-1}((\beta_0 - lo)/(hi - lo))` (``beta_init`` strictly inside the
@@ -125,6 +136,7 @@ from simsci.operators._common import check_dim, check_input, positive_int
 
 __all__ = ["DerivativeAugmented", "DerivativeFeatures"]
 
+NORMALIZE = ("none", "rms")
 KINDS = ("riesz", "directional")
 EXTENSIONS = ("even", "even-half")
 
@@ -175,6 +187,8 @@ class DerivativeFeatures(nn.Module):
         domain: float | Sequence[float] | None = None,
         extension: str = "even",
         max_modes: int | Sequence[int] | None = None,
+        normalize: str = "none",
+        momentum: float = 0.05,
     ):
         super().__init__()
         self.in_channels = positive_int("in_channels", in_channels)
@@ -251,6 +265,13 @@ class DerivativeFeatures(nn.Module):
             self.theta = nn.Parameter(theta.to(torch.get_default_dtype()))
         else:
             self.register_buffer("theta", theta.to(torch.get_default_dtype()))
+        if normalize not in NORMALIZE:
+            raise ValueError(f"normalize must be one of {NORMALIZE}, got {normalize!r}")
+        if not 0.0 < float(momentum) <= 1.0:
+            raise ValueError(f"momentum must lie in (0, 1], got {momentum!r}")
+        self.normalize, self.momentum = normalize, float(momentum)
+        # running RMS of each feature over samples and grid points (normalize="rms")
+        self.register_buffer("running_rms", torch.ones(self.out_channels))
         if learn_scale:
             self.scale = nn.Parameter(scale)
         else:
@@ -268,6 +289,8 @@ class DerivativeFeatures(nn.Module):
             "domain": None if domain is None else list(lengths),
             "extension": extension,
             "max_modes": None if max_modes is None else list(self.max_modes),
+            "normalize": normalize,
+            "momentum": self.momentum,
         }
 
     def _expand_beta_init(self, beta_init) -> Tensor:
@@ -421,7 +444,21 @@ class DerivativeFeatures(nn.Module):
         if not self.periodic:
             for axis, n in enumerate(grid, start=2):
                 out = out.narrow(axis, 0, n)
+        if self.normalize == "rms":
+            out = out / self._rms(out).view(1, -1, *ones)
         return out * self.scale.view(1, -1, *ones)
+
+    def _rms(self, out: Tensor) -> Tensor:
+        """Per-feature RMS over batch and grid: the batch's in training (with gradient;
+        the running estimate follows it), the running estimate in evaluation."""
+        if self.training:
+            rms = out.detach().pow(2).mean(dim=(0, *range(2, out.ndim))).sqrt()
+            with torch.no_grad():
+                self.running_rms.lerp_(rms.to(self.running_rms.dtype), self.momentum)
+            rms = out.pow(2).mean(dim=(0, *range(2, out.ndim))).sqrt()
+        else:
+            rms = self.running_rms.to(out.dtype)
+        return rms.clamp_min(1e-12)
 
     def extra_repr(self) -> str:
         return (

@@ -343,7 +343,7 @@ def test_names_orders_and_beta_init_layout(device):
 def test_frozen_orders_and_scales_are_buffers(device):
     f = feats(device, in_channels=1, dim=1, learn_beta=False, learn_scale=False)
     assert list(f.parameters()) == []
-    assert set(f.state_dict()) == {"theta", "scale"}
+    assert set(f.state_dict()) == {"theta", "scale", "running_rms"}
 
 
 def test_output_follows_device_and_dtype(device):
@@ -508,3 +508,18 @@ def test_wrapping_the_real_fno(device):
     torch.testing.assert_close(clone(x), y)
     y.pow(2).mean().backward()
     assert torch.isfinite(model.features.theta.grad).all()
+
+
+def test_rms_standardisation_train_and_eval():
+    torch.manual_seed(0)
+    feats = DerivativeFeatures(1, 1, beta_init=1.8, normalize="rms", momentum=1.0)
+    x = torch.randn(4, 1, 64)
+    out = feats(x)  # training mode: unit RMS per feature over batch and grid
+    rms = out.pow(2).mean(dim=(0, 2)).sqrt()
+    torch.testing.assert_close(rms, torch.ones_like(rms))
+    feats.eval()  # momentum 1: the running estimate is this batch's RMS
+    torch.testing.assert_close(feats(x), out.detach())
+    out.sum().backward()
+    assert torch.isfinite(feats.theta.grad).all()
+    with pytest.raises(ValueError, match="normalize"):
+        DerivativeFeatures(1, 1, normalize="batch")

@@ -124,13 +124,20 @@ def test_grid_coarser_than_the_fourier_modes_is_refused(heat_file):
 
 
 def test_checkpoint_from_a_different_backbone_is_refused(heat_file, tmp_path):
+    traj = data.open(heat_file)
+    ds = data.TrajectoryDataset(traj, fields=("t", "x"), split="train")
+    config = train.TrainConfig(max_steps=1, epochs=10, batch_size=4, progress=False, device="cpu")
     fno = _small(heat_file)
-    path = train.save_model(fno, tmp_path / "fno.pt")
+    train.Trainer(fno, config, ds, None, out_dir=tmp_path, collate_fn=fno.collate).fit()
     unet = _small(heat_file, backbone="unet", backbone_kwargs={"width": 8, "levels": 2})
-    ckpt = train.load_checkpoint(path)
-    with pytest.raises(RuntimeError):
-        unet.load_state_dict(ckpt["model_state"])
-    again = train.load_model(path)  # the checkpoint rebuilds its own backbone
+    with (
+        pytest.warns(UserWarning, match="init_args differ"),
+        pytest.raises(train.CheckpointError, match="do not fit"),
+    ):
+        train.Trainer(
+            unet, config, ds, None, out_dir=tmp_path, collate_fn=unet.collate, resume=True
+        )
+    again = train.load_model(tmp_path / "checkpoints" / "last.pt")  # rebuilds its own FNO
     assert again.init_args["backbone"] == "fno"
 
 
