@@ -60,8 +60,9 @@ Choices the task left open, and why:
   features of a finer grid contain new, amplified high modes the network never saw:
   zero-shot super-resolution then fails (seen: heat, trained at 64 points, 0.05 error
   at 64 and 0.83 at 128). With the band limit of the training grid the features of a
-  band-limited input are the same at every resolution. ``OperatorModel`` sets it to the
-  training grid's Nyquist mode minus one; None keeps every mode.
+  band-limited input are the same at every resolution. ``OperatorModel`` uses a
+  quarter of the training grid (half its band; its module docstring gives the
+  ablation); None keeps every mode.
 - **Feature standardisation** (``normalize="rms"``; ``OperatorModel``'s default): each
   feature is divided by its RMS over batch and grid points (the batch's during training,
   with gradient; a running estimate, ``momentum``, in evaluation), then scaled by the
