@@ -603,10 +603,11 @@ def evaluate_operator(
             rmse = r.sum(0) if rmse is None else rmse + r.sum(0)
             cnt += rel.shape[0]
         rel_l2 = (sums / cnt).cpu().double()
-        label = "x".join(str(g // fi) for g, fi in zip(model.grid, fac))
+        grid = [-(-g // fi) for g, fi in zip(model.grid, fac)]  # points kept by [::fi]
+        label = "x".join(map(str, grid))
         out[label] = {
             "subsample": fac,
-            "grid": [g // fi for g, fi in zip(model.grid, fac)],
+            "grid": grid,
             "training_resolution": list(fac) == list(model.subsample),
             "rel_l2": rel_l2.tolist(),
             "rmse": (rmse / cnt).cpu().double().tolist(),
