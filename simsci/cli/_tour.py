@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -51,6 +52,14 @@ def add_to(sub) -> None:
     p.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run of seconds")
     p.add_argument("--device", default="cpu", help="cpu, cuda or auto")
     p.set_defaults(run=run)
+
+
+def _fresh(run_dir: Path) -> Path:
+    """An empty training folder inside the tour's output: a second tour starts over
+    (the trainer refuses to write into a folder that holds another run)."""
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    return run_dir
 
 
 def _banner(text: str) -> None:
@@ -104,7 +113,12 @@ def lorenz_latent_ode(out: Path, quick: bool, device: torch.device) -> dict:
     )
     start = time.perf_counter()
     summary = train.Trainer(
-        model, config, train_set, val_set, out_dir=out / "latent_ode", collate_fn=model.collate
+        model,
+        config,
+        train_set,
+        val_set,
+        out_dir=_fresh(out / "latent_ode"),
+        collate_fn=model.collate,
     ).fit()
     train_time = time.perf_counter() - start
 
@@ -275,7 +289,7 @@ def environments(out: Path, quick: bool, device: torch.device) -> dict:
     )
     dataset = data.TrajectoryDataset(traj, fields=("t", "state", "action"))
     summary = train.Trainer(
-        model, config, dataset, None, out_dir=out / "surrogate", collate_fn=model.collate
+        model, config, dataset, None, out_dir=_fresh(out / "surrogate"), collate_fn=model.collate
     ).fit()
     checkpoint = summary["paths"]["last_checkpoint"]
     print(f"checkpoint: {checkpoint}")
@@ -348,7 +362,7 @@ def dno_burgers(out: Path, quick: bool, device: torch.device) -> dict:
         )
         start = time.perf_counter()
         train.Trainer(
-            model, config, dataset, None, out_dir=out / f"operator_{features}",
+            model, config, dataset, None, out_dir=_fresh(out / f"operator_{features}"),
             collate_fn=model.collate,
         ).fit()  # fmt: skip
         result = evaluate_operator(model, traj, split="test")["resolutions"]

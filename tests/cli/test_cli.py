@@ -188,6 +188,12 @@ def test_tour_quick(tmp_path, capsys):
     section = summary["latent ODE on irregular Lorenz-63"]
     assert section["interp_mse"] > 0 and section["locf_mse"] > 0
     assert (tmp_path / "tour" / "lorenz_interpolation.png").stat().st_size > 10_000
+    for title in ("environments and a learned surrogate", "∂-NO on Burgers"):
+        assert title in summary
+    assert set(summary["∂-NO on Burgers"]["rel_l2"]) == {"none", "dno"}
+    # a second tour into the same folder starts its training runs over
+    code, _, err = run(capsys, "tour", "--quick", "--out", tmp_path / "tour")
+    assert code == 0, err
 
 
 def test_bench_lists_scripts(capsys):
