@@ -22,8 +22,10 @@ over 10 steps at 128 points; plain FNO: Burgers nu=1e-3 0.085, KdV 0.151):
   of the band amplifies the rollout's own high-frequency errors;
 - band n/8 (16 modes): stable but no gain (Burgers 0.094, KdV 0.156);
 - band n/4 (32 modes): Burgers 0.089, KdV 0.131 -- the default, the robust choice.
-On a smoother Burgers set (nu = 0.01) two orders started at m/2, 3m/4 gave 0.028
-against 0.032 for one order at 1 and 0.037 for one at 0.5 (plain FNO 0.035). Longer horizons are
+On a smoother Burgers set (nu = 0.01, the tour's) unstandardised full-band features with
+two orders at m/2, 3m/4 gave 0.028 against 0.032 for one order at 1 and 0.037 for one
+at 0.5 (plain FNO 0.035); with the defaults above the same set gives 0.0356 (a tie): the
+defaults trade that gain for stability on rough data. Longer horizons are
     autoregressive. Actions of rollout files (``action`` ``(A,)`` per step) enter as
     ``A`` constant input channels, so a PDEControl surrogate sees its actuation.
 ``map`` (steady problems, one frame per episode: Darcy)
