@@ -1,0 +1,19 @@
+"""simsci.models.sdevi: SDE-induced variational inference for irregular time series.
+
+In progress (issue 6). Present: the Gauss–Markov algebra of linear SDEs
+(:func:`lti_transition`: exact transitions by one matrix exponential; :func:`propagate`;
+:func:`gaussian_kl`; :func:`chain_kl`: the KL between two Gauss–Markov chains in closed
+form), on which the posterior, the prior and the ELBO are built.
+"""
+
+from __future__ import annotations
+
+from simsci.models.sdevi._gauss_markov import (
+    chain_kl,
+    gaussian_kl,
+    lti_transition,
+    propagate,
+    safe_cholesky,
+)
+
+__all__ = ["lti_transition", "propagate", "gaussian_kl", "chain_kl", "safe_cholesky"]

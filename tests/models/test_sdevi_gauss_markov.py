@@ -1,0 +1,142 @@
+"""The Gauss–Markov core of SDEVI against exact solutions and Monte Carlo."""
+
+import math
+
+import pytest
+import torch
+from torch.distributions import MultivariateNormal, kl_divergence
+
+import simsci
+from simsci.models.sdevi import chain_kl, gaussian_kl, lti_transition, propagate
+
+
+def _stable(d, batch=(), gen=None, dtype=torch.float64):
+    M = torch.randn(*batch, d, d, generator=gen, dtype=dtype)
+    return M - (d + 1.0) * torch.eye(d, dtype=dtype)  # eigenvalues in the left half-plane
+
+
+def _spd(d, batch=(), dtype=torch.float64):
+    M = torch.randn(*batch, d, d, dtype=dtype)
+    return M @ M.transpose(-1, -2) + 0.5 * torch.eye(d, dtype=dtype)
+
+
+def test_transition_matches_the_moment_odes(device):
+    d, dt = 3, 0.37
+    A = _stable(d).to(device)
+    b = torch.randn(d, dtype=torch.float64, device=device)
+    L = torch.randn(d, 2, dtype=torch.float64, device=device)
+    m0 = torch.randn(d, dtype=torch.float64, device=device)
+    P0 = _spd(d).to(device)
+    F, c, Q = lti_transition(A, b, L, torch.tensor(dt))
+
+    def moments(t, y):  # dm = A m + b, dP = A P + P A^T + L L^T (flattened)
+        m, P = y[:, :d], y[:, d:].reshape(-1, d, d)
+        dP = A @ P + P @ A.T + L @ L.T
+        return torch.cat([m @ A.T + b, dP.reshape(-1, d * d)], dim=1)
+
+    y0 = torch.cat([m0, P0.reshape(-1)])[None]
+    t = torch.tensor([0.0, dt], dtype=torch.float64)
+    yT = simsci.odeint(moments, y0, t, method="dopri5", rtol=1e-12, atol=1e-12)[0, -1]
+    # agreement to the ODE solver's accuracy (a wrong F, c or Q is off by O(1))
+    torch.testing.assert_close(F @ m0 + c, yT[:d], rtol=1e-7, atol=1e-8)
+    torch.testing.assert_close(F @ P0 @ F.T + Q, yT[d:].reshape(d, d), rtol=1e-7, atol=1e-8)
+
+
+def test_ornstein_uhlenbeck_closed_form_and_singular_drift():
+    theta, sigma, dt = 1.7, 0.6, torch.tensor([0.1, 1.0, 5.0], dtype=torch.float64)
+    A = torch.full((1, 1), -theta, dtype=torch.float64)
+    F, c, Q = lti_transition(A, torch.tensor([theta * 2.0]), torch.full((1, 1), sigma), dt)
+    torch.testing.assert_close(F[:, 0, 0], torch.exp(-theta * dt))
+    torch.testing.assert_close(c[:, 0], 2.0 * (1 - torch.exp(-theta * dt)))  # mean 2
+    var = sigma**2 / (2 * theta) * (1 - torch.exp(-2 * theta * dt))
+    torch.testing.assert_close(Q[:, 0, 0], var)
+    # A = 0 (Brownian motion with drift): F = 1, c = b dt, Q = sigma^2 dt -- no 1/eigenvalue
+    F, c, Q = lti_transition(
+        torch.zeros(1, 1, dtype=torch.float64), torch.tensor([0.5]), torch.eye(1) * sigma, dt
+    )
+    torch.testing.assert_close(c[:, 0], 0.5 * dt)
+    torch.testing.assert_close(Q[:, 0, 0], sigma**2 * dt)
+
+
+def test_gaussian_kl_matches_torch_distributions():
+    d = 4
+    m_q, m_p = torch.randn(5, d, dtype=torch.float64), torch.randn(5, d, dtype=torch.float64)
+    P_q, P_p = _spd(d, (5,)), _spd(d, (5,))
+    ref = kl_divergence(MultivariateNormal(m_q, P_q), MultivariateNormal(m_p, P_p))
+    torch.testing.assert_close(gaussian_kl(m_q, P_q, m_p, P_p), ref)
+
+
+def _chain(B, n, d, scale=1.0):
+    A = _stable(d, (B, n - 1)) * scale
+    b = torch.randn(B, n - 1, d, dtype=torch.float64)
+    L = 0.5 * torch.randn(B, n - 1, d, d, dtype=torch.float64)
+    L = L + torch.eye(d, dtype=torch.float64)
+    dt = torch.rand(B, n - 1, dtype=torch.float64) * 0.5 + 0.05
+    return lti_transition(A, b, L, dt)
+
+
+def test_chain_kl_matches_monte_carlo_and_vanishes_for_equal_chains():
+    torch.manual_seed(1)
+    B, n, d = 2, 4, 2
+    q = _chain(B, n, d)
+    p = _chain(B, n, d, scale=0.5)
+    m1q, P1q = torch.randn(B, d, dtype=torch.float64), _spd(d, (B,))
+    m1p, P1p = torch.randn(B, d, dtype=torch.float64), _spd(d, (B,))
+    kl = chain_kl(m1q, P1q, q, m1p, P1p, p)
+    # Monte Carlo: E_q[log q(z_1..n) - log p(z_1..n)]
+    S = 200_000
+    z = MultivariateNormal(m1q, P1q).sample((S,))  # (S, B, d)
+    logr = MultivariateNormal(m1q, P1q).log_prob(z) - MultivariateNormal(m1p, P1p).log_prob(z)
+    for i in range(n - 1):
+        mean_q = (q[0][:, i] @ z[..., None])[..., 0] + q[1][:, i]
+        z_next = MultivariateNormal(mean_q, q[2][:, i]).sample()
+        mean_p = (p[0][:, i] @ z[..., None])[..., 0] + p[1][:, i]
+        logr = logr + MultivariateNormal(mean_q, q[2][:, i]).log_prob(z_next)
+        logr = logr - MultivariateNormal(mean_p, p[2][:, i]).log_prob(z_next)
+        z = z_next
+    mc, se = logr.mean(0), logr.std(0) / math.sqrt(S)
+    assert (kl - mc).abs().max() < 5 * se.max() + 1e-3, (kl, mc, se)
+    same = chain_kl(m1q, P1q, q, m1q, P1q, q)
+    torch.testing.assert_close(same, torch.zeros(B, dtype=torch.float64), atol=1e-9, rtol=0)
+    assert (kl > 0).all()
+
+
+def test_chain_kl_mask_drops_padded_transitions():
+    torch.manual_seed(2)
+    B, n, d = 1, 5, 2
+    q, p = _chain(B, n, d), _chain(B, n, d, 0.3)
+    m, P = torch.zeros(B, d, dtype=torch.float64), _spd(d, (B,))
+    short = chain_kl(m, P, tuple(x[:, :2] for x in q), m, P, tuple(x[:, :2] for x in p))
+    mask = torch.tensor([[True, True, False, False]])
+    torch.testing.assert_close(chain_kl(m, P, q, m, P, p, mask=mask), short)
+
+
+def test_propagate_matches_sequential_sampling_moments():
+    torch.manual_seed(3)
+    q = _chain(1, 3, 2)
+    m0, P0 = torch.zeros(1, 2, dtype=torch.float64), torch.eye(2, dtype=torch.float64)[None]
+    means, covs = propagate(m0, P0, *q)
+    F, c, Q = q[0][0, 0], q[1][0, 0], q[2][0, 0]
+    torch.testing.assert_close(means[0, 1], c)
+    torch.testing.assert_close(covs[0, 1], F @ F.T + Q)
+
+
+def test_bad_covariances_and_times_are_refused():
+    A = -torch.eye(2, dtype=torch.float64)
+    with pytest.raises(ValueError, match="must be >= 0"):
+        lti_transition(A, torch.zeros(2), torch.eye(2), torch.tensor(-0.1))
+    bad = torch.tensor([[1.0, 2.0], [2.0, 1.0]], dtype=torch.float64)  # indefinite
+    with pytest.raises(ValueError, match="lost positive definiteness"):
+        gaussian_kl(torch.zeros(2), bad, torch.zeros(2), torch.eye(2, dtype=torch.float64))
+
+
+def test_gradients_flow_through_the_transition():
+    A = (-torch.eye(2, dtype=torch.float64) * 0.7).requires_grad_()
+    L = (torch.eye(2, dtype=torch.float64) * 0.3).requires_grad_()
+    b = torch.zeros(2, dtype=torch.float64, requires_grad=True)
+
+    def f(A, b, L):
+        F, c, Q = lti_transition(A, b, L, torch.tensor(0.4, dtype=torch.float64))
+        return F.sum() + c.sum() + Q.sum()
+
+    assert torch.autograd.gradcheck(f, (A, b, L))
