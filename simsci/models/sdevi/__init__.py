@@ -3,7 +3,9 @@
 In progress (issue 6). Present: the Gauss–Markov algebra of linear SDEs
 (:func:`lti_transition`: exact transitions by one matrix exponential; :func:`propagate`;
 :func:`gaussian_kl`; :func:`chain_kl`: the KL between two Gauss–Markov chains in closed
-form), on which the posterior, the prior and the ELBO are built.
+form), on which the posterior, the prior and the ELBO are built; and
+:func:`kalman_log_likelihood`, the exact log evidence of linear-SDE data with irregular
+times and per-channel masks (the bound SDEVI's ELBO is checked against).
 """
 
 from __future__ import annotations
@@ -15,5 +17,13 @@ from simsci.models.sdevi._gauss_markov import (
     propagate,
     safe_cholesky,
 )
+from simsci.models.sdevi._kalman import kalman_log_likelihood
 
-__all__ = ["lti_transition", "propagate", "gaussian_kl", "chain_kl", "safe_cholesky"]
+__all__ = [
+    "lti_transition",
+    "propagate",
+    "gaussian_kl",
+    "chain_kl",
+    "safe_cholesky",
+    "kalman_log_likelihood",
+]

@@ -1,0 +1,78 @@
+"""Kalman log-likelihood of irregular, masked observations against the dense Gaussian."""
+
+import pytest
+import torch
+from torch.distributions import MultivariateNormal
+
+from simsci.models.sdevi import kalman_log_likelihood, lti_transition
+
+
+def _dense(y, mask, t, A, b, L, m0, P0, H, R):
+    n, D = y.shape
+    F, c, Q = lti_transition(A, b, L, torch.diff(t))
+    mu, cov = [m0], {(0, 0): P0}
+    for i in range(n - 1):
+        mu.append(F[i] @ mu[-1] + c[i])
+        cov[(i + 1, i + 1)] = F[i] @ cov[(i, i)] @ F[i].T + Q[i]
+    for j in range(1, n):
+        for i in range(j):
+            cov[(j, i)] = F[j - 1] @ cov[(j - 1, i)]  # Cov(z_j, z_i) = F Cov(z_{j-1}, z_i)
+    big = torch.zeros(n * D, n * D, dtype=y.dtype)
+    for i in range(n):
+        for j in range(n):
+            Cij = cov[(i, j)] if i >= j else cov[(j, i)].T
+            big[i * D : (i + 1) * D, j * D : (j + 1) * D] = H @ Cij @ H.T
+        big[i * D : (i + 1) * D, i * D : (i + 1) * D] += torch.diag(R)
+    mean = torch.cat([H @ m for m in mu])
+    keep = mask.reshape(-1)
+    return MultivariateNormal(mean[keep], big[keep][:, keep]).log_prob(y.reshape(-1)[keep])
+
+
+def test_kalman_likelihood_equals_the_dense_gaussian_with_masks():
+    torch.manual_seed(0)
+    d, D, n = 2, 3, 5
+    A = torch.tensor([[-0.3, 1.2], [-1.2, -0.3]], dtype=torch.float64)  # damped oscillator
+    b = torch.tensor([0.1, -0.2], dtype=torch.float64)
+    L = torch.tensor([[0.5, 0.0], [0.1, 0.4]], dtype=torch.float64)
+    H = torch.randn(D, d, dtype=torch.float64)
+    R = torch.tensor([0.1, 0.2, 0.05], dtype=torch.float64)
+    m0, P0 = torch.zeros(d, dtype=torch.float64), torch.eye(d, dtype=torch.float64)
+    t = torch.tensor([0.0, 0.3, 0.35, 1.2, 2.0], dtype=torch.float64)
+    y = torch.randn(n, D, dtype=torch.float64)
+    mask = torch.tensor(
+        [[1, 1, 0], [0, 0, 0], [1, 0, 1], [1, 1, 1], [0, 1, 0]], dtype=torch.bool
+    )  # a fully missing step included
+    y = torch.where(mask, y, torch.full_like(y, float("nan")))
+    ll, means, covs = kalman_log_likelihood(y[None], mask[None], t[None], A, b, L, m0, P0, H, R)
+    ref = _dense(torch.nan_to_num(y), mask, t, A, b, L, m0, P0, H, R)
+    torch.testing.assert_close(ll[0], ref)
+    assert means.shape == (1, n, d) and covs.shape == (1, n, d, d)
+
+
+def test_padded_rows_do_not_change_the_likelihood():
+    torch.manual_seed(1)
+    A, b, L = -torch.eye(1, dtype=torch.float64), torch.zeros(1), torch.eye(1) * 0.5
+    H, R = torch.eye(1, dtype=torch.float64), torch.tensor([0.1], dtype=torch.float64)
+    m0, P0 = torch.zeros(1, dtype=torch.float64), torch.eye(1, dtype=torch.float64)
+    y = torch.randn(2, 4, 1, dtype=torch.float64)
+    t = torch.tensor([[0.0, 0.5, 1.0, 1.5], [0.0, 0.5, 1.0, 1.0]], dtype=torch.float64)
+    mask = torch.ones(2, 4, 1, dtype=torch.bool)
+    valid = torch.tensor([[True] * 4, [True, True, True, False]])
+    ll, _, _ = kalman_log_likelihood(y, mask, t, A, b, L, m0, P0, H, R, valid=valid)
+    short, _, _ = kalman_log_likelihood(y[1:, :3], mask[1:, :3], t[1:, :3], A, b, L, m0, P0, H, R)
+    torch.testing.assert_close(ll[1], short[0])
+
+
+def test_bad_input_is_refused():
+    A, b, L = -torch.eye(1, dtype=torch.float64), torch.zeros(1), torch.eye(1)
+    H, R = torch.eye(1, dtype=torch.float64), torch.tensor([0.1], dtype=torch.float64)
+    m0, P0 = torch.zeros(1, dtype=torch.float64), torch.eye(1, dtype=torch.float64)
+    y = torch.zeros(1, 3, 1, dtype=torch.float64)
+    mask = torch.ones(1, 3, 1, dtype=torch.bool)
+    t = torch.tensor([[0.0, 1.0, 0.5]], dtype=torch.float64)
+    with pytest.raises(ValueError, match="must not decrease"):
+        kalman_log_likelihood(y, mask, t, A, b, L, m0, P0, H, R)
+    with pytest.raises(ValueError, match="shape of y"):
+        kalman_log_likelihood(y, mask[..., :0], t.sort().values, A, b, L, m0, P0, H, R)
+    with pytest.raises(ValueError, match="R must be > 0"):
+        kalman_log_likelihood(y, mask, t.sort().values, A, b, L, m0, P0, H, -R)
