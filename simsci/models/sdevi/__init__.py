@@ -5,11 +5,13 @@ In progress (issue 6). Present: the Gauss–Markov algebra of linear SDEs
 :func:`gaussian_kl`; :func:`chain_kl`: the KL between two Gauss–Markov chains in closed
 form), on which the posterior, the prior and the ELBO are built; and
 :func:`kalman_log_likelihood`, the exact log evidence of linear-SDE data with irregular
-times and per-channel masks (the bound SDEVI's ELBO is checked against).
+times and per-channel masks (the bound SDEVI's ELBO is checked against); and
+:func:`linear_gaussian_elbo`, the path-free ELBO for a linear-Gaussian decoder.
 """
 
 from __future__ import annotations
 
+from simsci.models.sdevi._elbo import linear_gaussian_elbo
 from simsci.models.sdevi._gauss_markov import (
     chain_kl,
     gaussian_kl,
@@ -26,4 +28,5 @@ __all__ = [
     "chain_kl",
     "safe_cholesky",
     "kalman_log_likelihood",
+    "linear_gaussian_elbo",
 ]
