@@ -13,15 +13,17 @@ from __future__ import annotations
 from simsci.errors import unknown_name
 from simsci.models.controlled_ode import ControlledODE
 from simsci.models.latent_ode import LatentODE
+from simsci.models.sdevi import SDEVI
 from simsci.operators._model import OperatorModel
 
 MODELS: dict[str, type] = {
     "latent_ode": LatentODE,
     "controlled_ode": ControlledODE,
     "operator": OperatorModel,  # neural operators and ∂-NO (simsci.operators)
+    "sdevi": SDEVI,  # SDE-induced variational inference (in progress, issue 6)
 }
 
-__all__ = ["MODELS", "get", "LatentODE", "ControlledODE", "OperatorModel"]
+__all__ = ["MODELS", "get", "LatentODE", "ControlledODE", "OperatorModel", "SDEVI"]
 
 
 def get(name: str, **kwargs):

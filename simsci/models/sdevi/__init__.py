@@ -1,6 +1,8 @@
 """simsci.models.sdevi: SDE-induced variational inference for irregular time series.
 
-In progress (issue 6). Present: the Gauss–Markov algebra of linear SDEs
+In progress (issue 6). Present: :class:`SDEVI`, the linear-SDE-induced model
+(``simsci train sdevi``, interpolation on irregular, masked data); and the Gauss–Markov
+algebra of linear SDEs
 (:func:`lti_transition`: exact transitions by one matrix exponential; :func:`propagate`;
 :func:`gaussian_kl`; :func:`chain_kl`: the KL between two Gauss–Markov chains in closed
 form), on which the posterior, the prior and the ELBO are built; and
@@ -20,8 +22,10 @@ from simsci.models.sdevi._gauss_markov import (
     safe_cholesky,
 )
 from simsci.models.sdevi._kalman import kalman_log_likelihood
+from simsci.models.sdevi._model import SDEVI
 
 __all__ = [
+    "SDEVI",
     "lti_transition",
     "propagate",
     "gaussian_kl",
