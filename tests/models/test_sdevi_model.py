@@ -46,3 +46,27 @@ def test_sdevi_checkpoint_round_trip_and_errors(ou_file, tmp_path):
         model.training_step(empty)
     with pytest.raises(ValueError, match="time_scale"):
         SDEVI(2, time_scale=0.0)
+
+
+def test_model_elbo_never_exceeds_the_exact_evidence_of_its_own_prior(ou_file):
+    """For any encoder output, the ELBO is a lower bound on log p(y) under the model's
+    (linear-Gaussian) generative model, computed exactly by the Kalman filter."""
+    from simsci.models.latent_ode import observed_mask
+    from simsci.models.sdevi import kalman_log_likelihood
+
+    torch.manual_seed(0)
+    traj = data.open(ou_file)
+    model = SDEVI.from_data(traj, latent_dim=3, hidden_dim=8).double()
+    ds = data.TrajectoryDataset(traj, fields=("t", "x"), dtype=torch.float64)
+    batch = model.collate([ds[i] for i in range(4)])
+    observed = observed_mask(batch)
+    with torch.no_grad():
+        elbo, _, xn, _ = model._elbo(batch, observed)
+        prior = model.prior(torch.float64, xn.device)
+        s = (batch["t"] - batch["t"][:, :1]) / model.time_scale
+        logp, _, _ = kalman_log_likelihood(
+            xn - model.H.bias, observed, s, prior["A"], prior["b"], prior["L"],
+            prior["m0"], prior["P0"], model.H.weight, model.log_r.exp().clamp_min(1e-4),
+            valid=batch["valid"],
+        )  # fmt: skip
+    assert (elbo <= logp + 1e-6).all(), (elbo, logp)
