@@ -140,3 +140,13 @@ def test_gradients_flow_through_the_transition():
         return F.sum() + c.sum() + Q.sum()
 
     assert torch.autograd.gradcheck(f, (A, b, L))
+
+
+def test_expm_matches_torch_matrix_exp_for_small_and_large_norms():
+    from simsci.models.sdevi._gauss_markov import expm
+
+    M = (
+        torch.randn(6, 5, 5, dtype=torch.float64)
+        * torch.tensor([0.01, 0.3, 1, 3, 10, 30.0]).reshape(-1, 1, 1).double()
+    )
+    torch.testing.assert_close(expm(M), torch.linalg.matrix_exp(M), rtol=1e-9, atol=1e-12)
