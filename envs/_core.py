@@ -45,6 +45,7 @@ Design choices, and why:
 
 from __future__ import annotations
 
+import abc
 import math
 from typing import Any
 
@@ -61,7 +62,7 @@ ACTION_BOUNDS = ("clip", "error")
 ARRAY_BACKENDS = ("numpy", "torch")
 
 
-class Dynamics:
+class Dynamics(abc.ABC):
     """Physics + task for a batch of sub-environments (subclass and fill in).
 
     Attributes set by subclasses: ``state_shape``, ``dt`` (control interval),
@@ -82,21 +83,21 @@ class Dynamics:
     device: torch.device
     dtype: torch.dtype
 
+    @abc.abstractmethod
     def sample_reset(self, n: int, generator: torch.Generator):
         """``(states (n, *S), params (n, P) or None)`` for ``n`` fresh episodes."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def advance(self, state, params, action, generator: torch.Generator):
         """All states one control interval ahead; ``action`` ``(n, A)`` held constant."""
-        raise NotImplementedError
 
     def observe(self, state) -> torch.Tensor:
         """``(n, *obs_shape)`` observations of ``state``."""
         return state
 
+    @abc.abstractmethod
     def reward(self, state, action, next_state, params) -> torch.Tensor:
         """``(n,)`` rewards of the transitions ``state --action--> next_state``."""
-        raise NotImplementedError
 
     def config(self) -> dict:
         """JSON-able description (system, task, parameters) recorded in rollout files."""

@@ -252,6 +252,17 @@ def _spec_meta(spec) -> dict:
     }
 
 
+def recorded_env_kwargs(meta: Mapping) -> dict:
+    """The constructor keywords of the environment a rollout file recorded (``meta`` of
+    the file): ``env_kwargs`` plus the episode length, which the file keeps beside them
+    (``gymnasium.make`` takes it as its own argument) and simsci environments take as
+    the keyword ``max_episode_steps``. What a surrogate model records as ``env_kwargs``."""
+    kwargs = dict(meta.get("env_kwargs") or {})
+    if meta.get("max_episode_steps") is not None:
+        kwargs.setdefault("max_episode_steps", int(meta["max_episode_steps"]))
+    return kwargs
+
+
 def _float_attr(obj, name: str) -> float | None:
     value = getattr(obj, name, None)
     if value is None:

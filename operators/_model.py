@@ -58,6 +58,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from simsci.envs._record import recorded_env_kwargs
+
 __all__ = ["OperatorModel", "evaluate_operator", "relative_l2"]
 
 TASKS = ("rollout", "map")
@@ -324,9 +326,7 @@ class OperatorModel(nn.Module):
             t = np.asarray(traj[int(train[0])]["t"], dtype=np.float64)
             if len(t) > 1:
                 dt = float(np.median(np.diff(t))) * overrides.get("time_stride", 1)
-        env_kwargs = dict(meta.get("env_kwargs") or {})
-        if meta.get("max_episode_steps") is not None:
-            env_kwargs.setdefault("max_episode_steps", int(meta["max_episode_steps"]))
+        env_kwargs = recorded_env_kwargs(meta)
         kwargs = {
             "task": task,
             "channels": channels,

@@ -74,6 +74,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from simsci.envs._record import recorded_env_kwargs
 from simsci.integrate import odeint
 
 __all__ = ["ControlledODE"]
@@ -296,11 +297,7 @@ class ControlledODE(nn.Module):
             )
         window = 9 if window is None else window
         meta = traj.meta
-        env_kwargs = dict(meta.get("env_kwargs") or {})
-        # the recorder stores the episode length beside the keywords (gymnasium.make takes
-        # it as its own argument); simsci environments take it as a keyword
-        if meta.get("max_episode_steps") is not None:
-            env_kwargs.setdefault("max_episode_steps", int(meta["max_episode_steps"]))
+        env_kwargs = recorded_env_kwargs(meta)
         kwargs: dict = {
             "state_shape": list(s_info.shape),
             "action_dim": int(a_info.shape[0]),

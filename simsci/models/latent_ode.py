@@ -40,7 +40,13 @@ from torch import nn
 
 from simsci.integrate import odeint
 
-__all__ = ["LatentODE", "observed_mask", "hide_time_points", "last_observation_carried"]
+__all__ = [
+    "LatentODE",
+    "observed_mask",
+    "hide_time_points",
+    "last_observation_carried",
+    "vector_data_kwargs",
+]
 
 
 def observed_mask(batch: dict) -> torch.Tensor:
@@ -67,6 +73,27 @@ def hide_time_points(
     interior = row_obs & (idx > first[:, None]) & (idx < last[:, None])
     u = torch.rand(row_obs.shape, generator=generator, device="cpu").to(row_obs.device)
     return interior & (u < fraction)
+
+
+def vector_data_kwargs(trajectories, window: int | None, who: str) -> dict:
+    """Constructor sizes of a model of vector series from a file: ``obs_dim`` from the
+    ``x`` field, ``data_mean``/``data_std`` from its /stats (train split), ``time_scale``
+    from the duration of ``window`` steps of the first episode (LatentODE, SDEVI)."""
+    if "x" not in trajectories.step_fields:
+        raise ValueError(f"{trajectories.path}: {who} needs a step field 'x'")
+    shape = tuple(trajectories.step_fields["x"].shape)
+    if len(shape) != 1:
+        raise ValueError(f"{trajectories.path}: {who} models vectors; x has per-step shape {shape}")
+    kwargs = {"obs_dim": shape[0]}
+    stats = trajectories.stats.get("x")
+    if stats is not None:
+        kwargs["data_mean"] = [float(v) for v in stats["mean"].ravel()]
+        kwargs["data_std"] = [max(float(v), 1e-8) for v in stats["std"].ravel()]
+    t = trajectories[0]["t"]
+    span = len(t) if window is None else min(window, len(t))
+    if span > 1:
+        kwargs["time_scale"] = float(t[span - 1] - t[0])
+    return kwargs
 
 
 def last_observation_carried(x: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
@@ -182,22 +209,7 @@ class LatentODE(nn.Module):
         obs_dim comes from the ``x`` field, data_mean/std from the file's /stats (train
         split), time_scale from the duration of ``window`` steps of the first episode.
         """
-        if "x" not in trajectories.step_fields:
-            raise ValueError(f"{trajectories.path}: the latent ODE needs a step field 'x'")
-        shape = tuple(trajectories.step_fields["x"].shape)
-        if len(shape) != 1:
-            raise ValueError(
-                f"{trajectories.path}: the latent ODE models vectors; x has per-step shape {shape}"
-            )
-        kwargs = {"obs_dim": shape[0]}
-        stats = trajectories.stats.get("x")
-        if stats is not None:
-            kwargs["data_mean"] = [float(v) for v in stats["mean"].ravel()]
-            kwargs["data_std"] = [max(float(v), 1e-8) for v in stats["std"].ravel()]
-        t = trajectories[0]["t"]
-        span = len(t) if window is None else min(window, len(t))
-        if span > 1:
-            kwargs["time_scale"] = float(t[span - 1] - t[0])
+        kwargs = vector_data_kwargs(trajectories, window, "the latent ODE")
         kwargs.update(overrides)
         return cls(**kwargs)
 

@@ -31,7 +31,13 @@ import math
 import torch
 from torch import nn
 
-from simsci.models.latent_ode import hide_time_points, interpolation_scores, observed_mask
+from simsci.models.latent_ode import (
+    LatentODE,
+    hide_time_points,
+    interpolation_scores,
+    observed_mask,
+    vector_data_kwargs,
+)
 from simsci.models.sdevi._elbo import linear_gaussian_elbo
 
 __all__ = ["SDEVI"]
@@ -100,27 +106,10 @@ class SDEVI(nn.Module):
 
     @classmethod
     def from_data(cls, trajectories, *, window: int | None = None, **overrides) -> SDEVI:
-        shape = tuple(trajectories.step_fields["x"].shape)
-        if len(shape) != 1:
-            raise ValueError(f"SDEVI models vectors; x has per-step shape {shape}")
-        kwargs = {"obs_dim": shape[0]}
-        stats = trajectories.stats.get("x")
-        if stats is not None:
-            kwargs["data_mean"] = [float(v) for v in stats["mean"].ravel()]
-            kwargs["data_std"] = [float(v) for v in stats["std"].ravel()]
-        t = trajectories[0]["t"]
-        span = len(t) if window is None else min(window, len(t))
-        if span > 1:
-            kwargs["time_scale"] = float(t[span - 1] - t[0])
-        kwargs.update(overrides)
-        return cls(**kwargs)
+        return cls(**{**vector_data_kwargs(trajectories, window, "SDEVI"), **overrides})
 
-    @staticmethod
-    def collate(batch: list[dict]) -> dict:
-        from simsci.data import union_collate
-
-        span = max(float(item["t"][-1] - item["t"][0]) for item in batch if len(item["t"]))
-        return union_collate(batch, relative=True, tol=1e-5 * max(span, 1e-12))
+    # the latent ODE's batches: padded episodes on one union grid, shifted to t = 0
+    collate = staticmethod(LatentODE.collate)
 
     # ----------------------------------------------------------------- pieces
     def prior(self, dtype, device) -> dict:
