@@ -23,6 +23,12 @@ Design choices the task left open:
   a documented burn-in with a fixed-step RK4 on ``device`` (``burn_in`` class
   attribute, in time units), independently of :mod:`simsci.integrate`, because only the
   end point matters.
+- A system may simulate itself by a method of its own, beside the integrators': the
+  names in ``own_methods`` (e.g. ``"exact"`` for a linear SDE, whose Gaussian
+  transitions are known in closed form) go to ``_simulate_own`` instead of
+  :func:`simsci.integrate.odeint`/``sdeint``. Every other method name still goes to the
+  integrators, so the system stays comparable with any solver; ``generate`` records the
+  method in ``meta["method"]`` as usual. No system outside ``own_methods`` changes.
 """
 
 from __future__ import annotations
@@ -153,6 +159,9 @@ class System:
     default_method: ClassVar[str] = "dopri5"
     burn_in: ClassVar[float] = 0.0
     burn_in_step: ClassVar[float] = 0.01
+    #: simulation methods the system implements itself (``_simulate_own``), not the
+    #: integrators; may include ``default_method``
+    own_methods: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, **params: float):
         unknown = [k for k in params if k not in self.param_names]
@@ -454,8 +463,9 @@ class System:
         ``(T_b, *S)``). ``params``: ``(B, P)``/``(P,)`` array, dict name -> value(s), or
         None (defaults). ODEs go to :func:`simsci.integrate.odeint`, SDEs to
         :func:`simsci.integrate.sdeint` (``seed`` fixes the Brownian motion; ODEs take no
-        seed). ``method`` defaults to ``default_method``; ``solver_options`` (rtol, atol,
-        step_size, dt, ...) pass through. Everything runs on ``x0``'s device and dtype
+        seed), a name in ``own_methods`` to the system's own ``_simulate_own``. ``method``
+        defaults to ``default_method``; ``solver_options`` (rtol, atol, step_size, dt, ...)
+        pass through. Everything runs on ``x0``'s device and dtype
         (the integrators move and cast ``t``, and refuse a cast that merges two times).
         """
         from simsci import integrate  # late: the integrators may import systems one day
@@ -463,6 +473,8 @@ class System:
         x0 = self.check_state(x0)
         p = self._batch_params(params, x0.shape[0], x0)
         method = method or self.default_method
+        if method in self.own_methods:
+            return self._simulate_own(method, x0, t, p, seed=seed, **solver_options)
         if not self.is_sde:
             if seed is not None:
                 raise ValueError(
@@ -471,6 +483,14 @@ class System:
                 )
             return integrate.odeint(_VectorField(self, p), x0, t, method=method, **solver_options)
         return integrate.sdeint(_SDE(self, p), x0, t, method=method, seed=seed, **solver_options)
+
+    def _simulate_own(self, method: str, x0, t, p, *, seed=None, **options):
+        """Simulate by ``method``, one of ``own_methods``: ``x0`` ``(B, *S)`` checked, ``p``
+        ``(B, P)`` validated, ``t`` as for :meth:`simulate`; same return as :meth:`simulate`."""
+        raise NotImplementedError(
+            f"{type(self).__name__} lists own_methods {self.own_methods} but does not define "
+            "_simulate_own()"
+        )
 
 
 def _check_count(n) -> int:

@@ -49,6 +49,9 @@ Design choices the task left open, and why:
   subsampling (``keep < 1``, ``per_channel``) and ``rtol``/``atol`` are ODE features
   and refused for fields. ``batch_size`` defaults so that one batch's fine-grid output
   stays under ``MAX_BATCH_VALUES`` values.
+- **A system's own method** (a name in ``system.own_methods``, such as ``"exact"`` of
+  ``linear_sde``) simulates the recorded grid directly: it takes no ``step_size`` and
+  ``meta["solver_options"]`` is empty. SDE paths are then seeded per batch as above.
 - **Distributed runs** (a ``torch.distributed`` process group is initialised, or the
   environment has ``WORLD_SIZE > 1`` and ``RANK``): ``out`` is a directory, rank r
   generates episodes ``[r N / W, (r + 1) N / W)`` of the N requested, with streams
@@ -70,7 +73,7 @@ import torch
 
 from simsci._device import resolve_device
 from simsci._version import __version__
-from simsci.errors import SolverError
+from simsci.errors import SolverError, UnknownNameError, unknown_name
 from simsci.systems._base import System
 from simsci.systems._pde import PDESystem
 from simsci.systems._registry import get
@@ -366,13 +369,30 @@ def generate(
         step_size = _positive("step_size", step_size)
     device = resolve_device(device)
     method = method or system.default_method
-    if is_field:
+    own_method = method in system.own_methods
+    if own_method:
+        # the system simulates itself (e.g. linear_sde's exact transitions): no solver step
+        if step_size is not None:
+            raise ValueError(
+                f"step_size applies to the integrators; method {method!r} of {system.name!r} "
+                "is the system's own (exact transitions between the recorded times) and takes "
+                f"no step. Drop step_size, or choose an integrator method (got step_size="
+                f"{step_size})"
+            )
+        fixed_step = False
+    elif is_field:
         method = system._check_method(method)  # unknown name: fails before any work
         fixed_step = False
     elif system.is_sde:
-        from simsci.integrate._methods import get_sde_method
+        from simsci.integrate._methods import SDE_METHODS, get_sde_method
 
-        get_sde_method(method)  # an unknown name fails here, before any simulation
+        try:
+            get_sde_method(method)  # an unknown name fails here, before any simulation
+        except UnknownNameError:
+            if not system.own_methods:
+                raise
+            valid = [*SDE_METHODS, *system.own_methods]
+            raise unknown_name(f"SDE method (for {system.name!r})", method, valid) from None
         fixed_step = False
     else:
         fixed_step = _is_fixed_step(method)
@@ -431,7 +451,9 @@ def generate(
     data = np.empty((count, length, *shape), dtype=np_dtype)
 
     options: dict = {}
-    if is_field:
+    if own_method:
+        pass
+    elif is_field:
         if step_size is not None:
             options["dt"] = step_size
     elif system.is_sde:

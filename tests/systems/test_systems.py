@@ -45,6 +45,7 @@ def test_registry_lists_the_built_in_systems():
         "ornstein_uhlenbeck",
         "geometric_brownian_motion",
         "stochastic_lorenz",
+        "linear_sde",
     }
     assert set(ALL) == expected
     assert set(systems.available()) == expected | FIELDS
