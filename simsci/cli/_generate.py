@@ -1,16 +1,21 @@
-"""``simsci generate``: simulate a registered system into a trajectory file."""
+"""``simsci generate``: simulate a registered system, or build a registered dataset, into
+a trajectory file."""
 
 from __future__ import annotations
 
 import torch
 
 from simsci.cli._common import HelpFormatter, key_values, parse_value
+from simsci.errors import unknown_name
 
 DESCRIPTION = """\
 Simulate N trajectories of a registered system as one batched solve on the device and
 write them as a trajectory file (kind="state"). Observations can be thinned to an
 irregular subset (--keep), independently per channel (--per-channel), and noised
 (--obs-noise). Under torchrun each rank writes one shard into OUT (a directory).
+A dataset name (pendulum_images, climate; see --list) builds that data set instead
+(simsci.systems.make_dataset): it takes --n, --out, --seed, --split, --compression,
+--keep and --t-end/--dt where the dataset has them, and its own options as --NAME VALUE.
 
 examples:
   mkdir -p data
@@ -19,9 +24,12 @@ examples:
   simsci generate van_der_pol --params "mu=0.5,1,2" --n 100 --out data/vdp.h5
   simsci generate lorenz96 --option dim=20 --params sample --out data/l96.h5
   simsci generate burgers --nu 0.001 --n 1000 --nx 1024 --t-end 1 --dt 0.01 --out data/b.h5
+  simsci generate pendulum_images --n 500 --out data/pend_img.h5
+  simsci generate climate --n 200 --keep 0.7 --missing 0.2 --out data/climate.h5
 
-Any other --NAME VALUE sets a parameter of the system (--rho 35, --nu 0.001); --nx and
---ny set the grid resolution of a PDE system.
+Any other --NAME VALUE sets a parameter of the system (--rho 35, --nu 0.001) or an
+option of the dataset (--size 32, --noise-std 0.1); --nx and --ny set the grid
+resolution of a PDE system.
   simsci generate --list
   torchrun --nproc_per_node 4 -m simsci generate lorenz63 --episodes 100000 --out data/shards
 """
@@ -34,8 +42,14 @@ def add_to(sub) -> None:
         description=DESCRIPTION,
         formatter_class=HelpFormatter,
     )
-    p.add_argument("system", nargs="?", help="registry name, e.g. lorenz63 (see --list)")
-    p.add_argument("--list", action="store_true", help="list the registered systems and exit")
+    p.add_argument(
+        "system",
+        nargs="?",
+        help="registry name of a system (lorenz63) or a dataset (climate); see --list",
+    )
+    p.add_argument(
+        "--list", action="store_true", help="list the registered systems and datasets and exit"
+    )
     p.add_argument("--out", help="output file (or directory of shards under torchrun)")
     p.add_argument(
         "--n",
@@ -51,8 +65,9 @@ def add_to(sub) -> None:
     p.add_argument(
         "--keep",
         type=float,
-        default=1.0,
-        help="fraction of time points kept per episode, in (0, 1]; < 1 makes irregular data",
+        default=None,
+        help="fraction of time points kept per episode, in (0, 1]; < 1 makes irregular data "
+        "(default: 1 for a system, the dataset's own for a dataset)",
     )
     p.add_argument(
         "--per-channel",
@@ -115,8 +130,13 @@ def run(args) -> int:
         print(describe_systems())
         return 0
     if not args.system or not args.out:
-        raise ValueError("generate needs a SYSTEM and --out FILE (or --list)")
-    split = tuple(float(v) for v in args.split.split(","))
+        raise ValueError("generate needs a SYSTEM (or DATASET) and --out FILE (or --list)")
+    split = _split(args.split)
+    if args.system in systems.DATASETS:
+        return run_dataset(args, split)
+    if args.system not in systems.SYSTEMS:
+        valid = [*systems.SYSTEMS, *systems.DATASETS]
+        raise unknown_name("system or dataset", args.system, valid)
     kwargs = {**key_values(args.option, "--option"), **system_arguments(args.extra)}
     system = systems.get(args.system, **kwargs)
     path = systems.generate(
@@ -125,7 +145,7 @@ def run(args) -> int:
         t_end=args.t_end,
         dt=args.dt,
         out=args.out,
-        keep=args.keep,
+        keep=1.0 if args.keep is None else args.keep,
         per_channel=args.per_channel,
         obs_noise=args.obs_noise,
         params=systems.parse_param_spec(args.params),
@@ -147,8 +167,60 @@ def run(args) -> int:
     return 0
 
 
+#: generate's options that a dataset may take (when it has an option of that name), with
+#: the parser defaults: only options given on the command line are passed on
+_SHARED_OPTIONS = {
+    "t_end": None,
+    "dt": None,
+    "keep": None,
+    "per_channel": False,
+    "obs_noise": 0.0,
+    "params": "default",
+    "option": None,
+    "burn_in": 0.0,
+    "method": None,
+    "batch_size": None,
+    "step_size": None,
+    "rtol": None,
+    "atol": None,
+    "save_resolution": None,
+    "dtype": "float64",
+}
+
+
+def run_dataset(args, split) -> int:
+    """Build the registered dataset ``args.system`` (``simsci.systems.make_dataset``)."""
+    from simsci import systems
+
+    given = {k: getattr(args, k) for k, d in _SHARED_OPTIONS.items() if getattr(args, k) != d}
+    options = {**given, **system_arguments(args.extra), "split": split}
+    if args.compression is not None:
+        options["compression"] = args.compression
+    path = systems.make_dataset(
+        args.system,
+        args.n,
+        out=args.out,
+        seed=args.seed,
+        progress=not args.no_progress,
+        **options,
+    )
+    print(f"wrote {path}")
+    return 0
+
+
+def _split(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise ValueError(
+            f"--split must be three comma-separated fractions train,val,test (e.g. "
+            f"0.8,0.1,0.1), got {text!r}"
+        ) from None
+
+
 def describe_systems() -> str:
-    """One line per registered system: name, state, noise, default parameters."""
+    """One line per registered system: name, state, noise, default parameters; then one
+    line per registered dataset: name and summary."""
     from simsci import systems
 
     lines = []
@@ -160,6 +232,8 @@ def describe_systems() -> str:
         if len(state) > 40:
             state = f"{system.dim} states"
         lines.append(f"{name:28s} {noise:9s} [{state}]  {params}")
+    for name in systems.available_datasets():
+        lines.append(f"{name:28s} {'dataset':9s} {systems.DATASETS[name].summary}")
     return "\n".join(lines)
 
 

@@ -11,13 +11,25 @@
 ``SYSTEMS`` maps names to classes; ``get(name, **kwargs)`` instantiates one with
 parameter overrides and options (``get("lorenz96", dim=10, F=10)``); ``register`` adds a
 class. ``generate`` writes data sets in the trajectory format; ``parse_param_spec``
-reads the CLI's ``--params`` text. ``PDESystem`` is the base of the periodic PDE
+reads the CLI's ``--params`` text. ``make_dataset(name, n, out=...)`` builds the data
+sets that are more than one system's trajectories (``DATASETS``: ``pendulum_images``,
+``climate``; ``available_datasets()`` lists them). ``PDESystem`` is the base of the periodic PDE
 solvers (kind "field"); ``gaussian_random_field`` and ``sum_of_sines`` draw their
 initial fields.
 """
 
-from simsci.systems import _darcy, _ode, _pde1d, _pde2d, _sde  # noqa: F401  (registers systems)
+# importing the modules registers their systems and datasets
+from simsci.systems import (  # noqa: F401
+    _climate,
+    _darcy,
+    _ode,
+    _pde1d,
+    _pde2d,
+    _pendulum_images,
+    _sde,
+)
 from simsci.systems._base import Interval, System
+from simsci.systems._datasets import DATASETS, available_datasets, make_dataset
 from simsci.systems._generate import generate, parse_param_spec
 from simsci.systems._grf import gaussian_random_field, sum_of_sines
 from simsci.systems._pde import PDESystem, PeriodicGrid
@@ -34,6 +46,9 @@ __all__ = [
     "available",
     "generate",
     "parse_param_spec",
+    "DATASETS",
+    "make_dataset",
+    "available_datasets",
     "gaussian_random_field",
     "sum_of_sines",
 ]
