@@ -1,10 +1,10 @@
-r"""The SDEVI evidence lower bound for a linear-Gaussian decoder.
+r"""The SDEVI evidence lower bound: expected log-likelihoods under Gaussian marginals.
 
 With the posterior induced by an LTV SDE (per-interval :math:`A_i, b_i, L_i`, initial
 :math:`q(z_1) = \mathcal N(m_1, P_1)`), its marginals :math:`q(z_i) = \mathcal N(m_i,
 P_i)` follow from :func:`propagate`, and for a linear decoder :math:`y_i = H z_i +
 \varepsilon`, :math:`\varepsilon \sim \mathcal N(0, \mathrm{diag}\,R)` the expected
-log-likelihood is exact:
+log-likelihood is exact (:func:`linear_expected_loglik`):
 
 .. math::
     \mathbb E_q \log p(y_{ik} \mid z_i) = -\tfrac12\Big[\frac{(y_{ik} - (Hm_i)_k)^2 +
@@ -15,6 +15,12 @@ over the same times. No path is sampled: the bound is a deterministic function o
 posterior's parameters, so its gradient has no Monte-Carlo noise. It never exceeds the
 log evidence (:func:`kalman_log_likelihood` for a linear prior) and equals it when the
 posterior is the exact smoothing distribution, which a Gauss–Markov chain can represent.
+
+For a non-linear decoder :math:`g` the expectation has no closed form;
+:func:`unscented_expected_loglik` takes it over the :math:`2d` sigma points
+:math:`m \pm \sqrt d\,\mathrm{chol}(P)_{:,j}` (weights :math:`1/2d`; the unscented
+transform of Julier & Uhlmann with :math:`\kappa = 0`): exact for quadratic :math:`g`,
+deterministic, and :math:`2d` decoder calls per time point.
 """
 
 from __future__ import annotations
@@ -24,9 +30,55 @@ import math
 import torch
 from torch import Tensor
 
-from simsci.models.sdevi._gauss_markov import chain_kl, lti_transition, propagate
+from simsci.models.sdevi._gauss_markov import chain_kl, lti_transition, propagate, safe_cholesky
 
-__all__ = ["linear_gaussian_elbo"]
+__all__ = [
+    "linear_gaussian_elbo",
+    "linear_expected_loglik",
+    "unscented_expected_loglik",
+    "sigma_points",
+]
+
+
+def linear_expected_loglik(
+    y: Tensor, obs: Tensor, means: Tensor, covs: Tensor, H: Tensor, R: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """``(E_q log p(y) per episode (B,), predictive mean (B, n, D), its variance)``.
+
+    y, obs (B, n, D) (obs: 0/1 or bool, where y counts); means (B, n, d), covs
+    (B, n, d, d); H (D, d); R (D,). The predictive variance is diag(H P Hᵀ) + R.
+    """
+    obs = obs.to(y.dtype)
+    pred = means @ H.T
+    var = ((H @ covs) * H).sum(-1)  # diag(H P H^T): (B, n, D)
+    resid = torch.where(obs > 0, y - pred, torch.zeros_like(pred))
+    ell = -0.5 * ((resid**2 + var) / R + torch.log(2 * math.pi * R)) * obs
+    return ell.sum(dim=(1, 2)), pred, var + R
+
+
+def sigma_points(means: Tensor, covs: Tensor) -> Tensor:
+    """The 2d unscented sigma points ``m ± sqrt(d) chol(P)[:, j]``: (2d, ..., d)."""
+    d = means.shape[-1]
+    chol = safe_cholesky(covs, "posterior marginal covariance")  # (..., d, d)
+    cols = math.sqrt(d) * chol.transpose(-1, -2)  # (..., d, d): row j = column j of chol
+    offsets = torch.cat([cols, -cols], dim=-2)  # (..., 2d, d)
+    return (means[..., None, :] + offsets).movedim(-2, 0)
+
+
+def unscented_expected_loglik(
+    y: Tensor, obs: Tensor, means: Tensor, covs: Tensor, decoder, R: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Like :func:`linear_expected_loglik` for any decoder ``g`` (B, n, d) -> (B, n, D),
+    by the unscented transform; the predictive moments are the sigma points' mean and
+    spread (+ R)."""
+    obs = obs.to(y.dtype)
+    points = sigma_points(means, covs)  # (2d, B, n, d)
+    out = decoder(points)  # (2d, B, n, D)
+    resid = torch.where(obs > 0, y - out, torch.zeros_like(out))
+    ell = -0.5 * (resid**2 / R + torch.log(2 * math.pi * R)) * obs
+    pred = out.mean(0)
+    var = ((out - pred) ** 2).mean(0)
+    return ell.mean(0).sum(dim=(1, 2)), pred, var + R
 
 
 def linear_gaussian_elbo(
@@ -48,16 +100,12 @@ def linear_gaussian_elbo(
     """
     B, n, D = y.shape
     valid = torch.ones(B, n, dtype=torch.bool, device=y.device) if valid is None else valid
-    obs = (mask & valid[..., None]).to(y.dtype)
+    obs = mask & valid[..., None]
     dt = torch.diff(t, dim=1).clamp_min(0)
     trans_q = lti_transition(posterior["A"], posterior["b"], posterior["L"], dt)
     trans_p = lti_transition(prior["A"], prior["b"], prior["L"], dt)
     means, covs = propagate(posterior["m1"], posterior["P1"], *trans_q)
-    pred = means @ H.T  # (B, n, D)
-    var = ((H @ covs) * H).sum(-1)  # diag(H P H^T): (B, n, D)
-    resid = torch.where(obs > 0, y - pred, torch.zeros_like(pred))
-    ell = -0.5 * ((resid**2 + var) / R + torch.log(2 * math.pi * R)) * obs
-    expected = ell.sum(dim=(1, 2))
+    expected, _, _ = linear_expected_loglik(y, obs, means, covs, H, R)
     kl = chain_kl(
         posterior["m1"],
         posterior["P1"],

@@ -1,27 +1,63 @@
-r"""``SDEVI``: linear-SDE-induced variational inference for irregular time series.
+r"""``SDEVI``: SDE-induced variational inference for irregular time series.
 
-Generative model (normalised data units, time in units of ``time_scale``):
+The latent state :math:`z(t)` is inferred at the observation times only, with a
+posterior that is the law of an SDE at those times: a Gauss–Markov chain whose
+transitions are exact (linear variants) or linearised (non-linear variant) Gaussians.
+The ELBO (:mod:`simsci.models.sdevi._elbo`) is a deterministic function of the
+posterior's parameters: no path is sampled. Time is in units of ``time_scale``; data
+are normalised by the file's statistics.
 
-- prior: a learnable stable linear SDE :math:`dz = (A_p z + b_p)\,dt + L_p\,dW` with
-  :math:`A_p = -\mathrm{diag}(\mathrm{softplus}(a)) + (W - W^\top)/2` (dissipative plus a
-  rotation, so oscillations are representable and the prior never explodes),
-  :math:`z(t_1) \sim \mathcal N(0, \mathrm{diag}(\mathrm{softplus}(p_0)))`;
-- decoder: :math:`y_i = H z(t_i) + h_0 + \varepsilon`, :math:`\varepsilon \sim
-  \mathcal N(0, \mathrm{diag}\,R)`, observed entries only (per-channel masks).
+Three variants (``variant=``), all with the same encoder and tasks:
 
-Posterior: induced by a linear *time-varying* SDE, piecewise constant between
-consecutive time points: a bidirectional GRU reads every time point of an episode
-(values and masks of the visible entries, the gaps to both neighbours) and emits, for
-each interval :math:`[t_i, t_{i+1}]`, :math:`A_i = 3\tanh(\cdot/3)`, :math:`b_i` and a
-lower-triangular :math:`L_i` (positive diagonal), and :math:`q(z(t_1))`. Its marginals and
-transitions are exact Gaussians (:func:`lti_transition`, :func:`propagate`), the ELBO is
-:func:`linear_gaussian_elbo`: no path sampling, no Monte-Carlo noise in the gradient.
-Hidden time points (interpolation training, ``hide_fraction``) stay in the chain with
-their values masked out, so the posterior at a hidden time is the model's prediction
-there, with its variance :math:`HP_iH^\top + R` as the uncertainty.
+``"linear"`` (the paper's backbone)
+    prior :math:`dz = (A_p z + b_p)\,dt + L_p\,dW`, a learnable stable linear SDE with
+    :math:`A_p = -\mathrm{diag}(\mathrm{softplus}(a)) + (W - W^\top)/2` (dissipative plus
+    a rotation, so oscillations are representable and the prior never explodes),
+    :math:`z(t_1) \sim \mathcal N(0, \mathrm{diag}\,\mathrm{softplus}(p_0))`.
+    Posterior: a linear *time-varying* SDE, piecewise constant between consecutive time
+    points; per interval the encoder emits :math:`A_i = 3\tanh(\cdot/3)`, :math:`b_i`,
+    a lower-triangular :math:`L_i`. Transitions by :func:`lti_transition` (exact).
 
-In progress (issue 6): the non-linear-SDE and complex-valued variants, extrapolation
-and classification/regression heads, baselines and benchmarks come next.
+``"nonlinear"``
+    prior drift :math:`f_p(z) = A_p z + b_p + g_\theta(z)` with a tanh MLP
+    :math:`g_\theta` (its last layer starts at zero, so training starts from the linear
+    prior); posterior drift :math:`f_p(z) + A_i z + b_i` (the encoder's correction).
+    The moments :math:`\dot m = f(m)`, :math:`\dot P = JP + PJ^\top + LL^\top` are
+    propagated by *local linearisation* (Ozaki 1992): on each of ``substeps`` sub-steps
+    per interval the drift is replaced by its first-order expansion at the current
+    posterior mean, :math:`f(z) \approx f(m) + J(m)(z - m)`, whose transition is exact
+    (:func:`lti_transition`); the scheme is exact for linear drifts and A-stable. The
+    prior's transitions are linearised at the same mean, so the KL is again the closed
+    form between two Gauss–Markov chains (on the sub-step grid, which bounds the KL of
+    the coarser chain from above: the ELBO stays a bound of the linearised model). The
+    MLP's Jacobian is analytic (:math:`W_2\,\mathrm{diag}(1-\tanh^2)\,W_1`): no autograd
+    inside the forward pass.
+
+``"complex"``
+    a complex latent :math:`z \in \mathbb C^d` with *diagonal* complex drifts,
+    :math:`dz = (\lambda \odot z + \beta)\,dt + L\,dW` (circular complex noise): prior
+    :math:`\lambda_p = -\mathrm{softplus}(a) + i\omega` (oscillatory modes with learnable
+    frequencies, started spread over ``[0, 2\pi \cdot d/2]`` per unit time), posterior
+    :math:`\lambda_i, \beta_i, L_i` per interval from the encoder; the decoder reads
+    :math:`y = \mathrm{Re}(Hz) + h_0`. A diagonalisable real linear system is diagonal
+    in its complex eigenbasis and the decoder absorbs the change of basis, so nothing is
+    lost against a real latent of size :math:`2d`, and the transitions are closed forms
+    in :math:`O(d^2)` instead of a matrix exponential. Gradients flow through those closed
+    forms by torch's complex autograd (no real-only ODE adjoint is involved).
+
+Encoder (all variants): a bidirectional GRU reads every time point of an episode
+(values and masks of the *visible* entries, the gaps to both neighbours) and emits each
+interval's posterior parameters from the states at its two ends, and :math:`q(z(t_1))`
+from the first. Hidden time points (interpolation, extrapolation targets) stay in the
+chain with their values masked out, so the posterior at a target time is the model's
+prediction there, with the predictive variance :math:`HP_iH^\top + R` as its uncertainty.
+The likelihood scores every observed value (see :mod:`simsci.models._series`).
+
+Decoders: ``"linear"`` (:math:`y = Hz + h_0 + \varepsilon`, exact expectations) or
+``"mlp"`` (a tanh MLP; expectations by the unscented transform); real variants only.
+
+Per-episode heads (classification, regression) read the posterior means at the first
+and last time point and their average over the episode.
 """
 
 from __future__ import annotations
@@ -31,16 +67,15 @@ import math
 import torch
 from torch import nn
 
-from simsci.models.latent_ode import (
-    LatentODE,
-    hide_time_points,
-    interpolation_scores,
-    observed_mask,
-    vector_data_kwargs,
-)
-from simsci.models.sdevi._elbo import linear_gaussian_elbo
+from simsci.models._series import SeriesModel
+from simsci.models.sdevi._elbo import linear_expected_loglik, unscented_expected_loglik
+from simsci.models.sdevi._gauss_markov import chain_kl, lti_transition, propagate
 
-__all__ = ["SDEVI"]
+__all__ = ["SDEVI", "VARIANTS"]
+
+#: the SDEVI variants
+VARIANTS = ("linear", "nonlinear", "complex")
+_DECODERS = ("linear", "mlp")
 
 
 def _tril(raw: torch.Tensor, d: int) -> torch.Tensor:
@@ -50,83 +85,147 @@ def _tril(raw: torch.Tensor, d: int) -> torch.Tensor:
     return torch.tril(M, -1) + torch.diag_embed(diag)
 
 
-class SDEVI(nn.Module):
-    """Linear SDEVI (see the module docstring).
+def _ctril(raw_re: torch.Tensor, raw_im: torch.Tensor, d: int) -> torch.Tensor:
+    """Complex lower-triangular (..., d, d) with a positive real diagonal."""
+    im = raw_im.reshape(*raw_im.shape[:-1], d, d)
+    return torch.complex(_tril(raw_re, d), torch.tril(im, -1))
+
+
+class _DriftMLP(nn.Module):
+    """g(z) = W2 tanh(W1 z + b1) + b2 with its Jacobian W2 diag(1 - tanh^2) W1."""
+
+    def __init__(self, d: int, hidden: int):
+        super().__init__()
+        self.inner = nn.Linear(d, hidden)
+        self.outer = nn.Linear(hidden, d)
+        nn.init.zeros_(self.outer.weight)  # start from the linear prior
+        nn.init.zeros_(self.outer.bias)
+
+    def forward(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        a = torch.tanh(self.inner(z))  # (B, h)
+        J = torch.einsum("dh,bh,he->bde", self.outer.weight, 1 - a**2, self.inner.weight)
+        return self.outer(a), J
+
+
+class SDEVI(SeriesModel):
+    """SDEVI (see the module docstring for the model and its variants).
 
     Args:
-        obs_dim: channels D. latent_dim: d. hidden_dim: GRU width.
-        data_mean, data_std: per-channel normalisation (from the file's /stats).
-        time_scale: time unit of the latent dynamics (the typical episode duration).
-        hide_fraction: interior time points hidden from the encoder in training.
+        obs_dim: channels D. latent_dim: d (complex: d complex modes).
+        hidden_dim: GRU width. variant: "linear", "nonlinear" or "complex".
+        decoder: "linear" or "mlp" (real variants). substeps: local-linearisation
+            sub-steps per interval (nonlinear). drift_hidden: width of the drift MLP.
+        Task arguments (task, hide_fraction, extrapolate_at, labels, normalisation,
+        time_scale): see :class:`simsci.models._series.SeriesModel`.
     """
-
-    data_fields = ("t", "x", "mask")
 
     def __init__(
         self,
         obs_dim: int,
         latent_dim: int = 8,
         hidden_dim: int = 64,
-        data_mean=None,
-        data_std=None,
-        time_scale: float = 1.0,
-        hide_fraction: float = 0.3,
+        variant: str = "linear",
+        decoder: str = "linear",
+        substeps: int = 1,
+        drift_hidden: int = 64,
+        **series,
     ):
-        super().__init__()
-        if obs_dim < 1 or latent_dim < 1 or hidden_dim < 1:
-            raise ValueError("obs_dim, latent_dim and hidden_dim must be positive")
-        if not (time_scale > 0 and math.isfinite(time_scale)):
-            raise ValueError(f"time_scale must be finite and > 0, got {time_scale!r}")
-        D, d = int(obs_dim), int(latent_dim)
-        self.obs_dim, self.latent_dim, self.time_scale = D, d, float(time_scale)
-        self.hide_fraction = float(hide_fraction)
-        mean = [0.0] * D if data_mean is None else [float(v) for v in data_mean]
-        std = [1.0] * D if data_std is None else [max(float(v), 1e-8) for v in data_std]
-        self.register_buffer("data_mean", torch.tensor(mean), persistent=False)
-        self.register_buffer("data_std", torch.tensor(std), persistent=False)
+        super().__init__(obs_dim, **series)
+        if variant not in VARIANTS:
+            from simsci.errors import unknown_name
+
+            raise unknown_name("SDEVI variant", variant, VARIANTS)
+        if decoder not in _DECODERS:
+            from simsci.errors import unknown_name
+
+            raise unknown_name("SDEVI decoder", decoder, _DECODERS)
+        if variant == "complex" and decoder != "linear":
+            raise ValueError("the complex variant has a linear decoder y = Re(Hz) + h0 only")
+        for name, value in (
+            ("latent_dim", latent_dim),
+            ("hidden_dim", hidden_dim),
+            ("substeps", substeps),
+            ("drift_hidden", drift_hidden),
+        ):
+            if isinstance(value, bool) or int(value) != value or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        D, d = self.obs_dim, int(latent_dim)
+        self.latent_dim, self.variant, self.decoder_kind = d, variant, decoder
+        self.substeps = int(substeps)
         self.encoder = nn.GRU(2 * D + 2, hidden_dim, batch_first=True, bidirectional=True)
-        self.to_interval = nn.Linear(4 * hidden_dim, d * d + d + d * d)
-        self.to_initial = nn.Linear(2 * hidden_dim, d + d * d)
-        self.prior_a = nn.Parameter(torch.zeros(d))
-        self.prior_w = nn.Parameter(0.1 * torch.randn(d, d))
-        self.prior_b = nn.Parameter(torch.zeros(d))
+        if variant == "complex":
+            # per interval: Re/Im of lambda (2d), of beta (2d), of L (2 d^2)
+            self.to_interval = nn.Linear(4 * hidden_dim, 4 * d + 2 * d * d)
+            self.to_initial = nn.Linear(2 * hidden_dim, 2 * d + 2 * d * d)
+            self.prior_a = nn.Parameter(torch.zeros(d))
+            self.prior_omega = nn.Parameter(torch.linspace(0.0, math.pi * d, d))
+            self.prior_b = nn.Parameter(torch.zeros(2 * d))
+            self.H_re = nn.Parameter(torch.randn(D, d) / math.sqrt(d))
+            self.H_im = nn.Parameter(torch.randn(D, d) / math.sqrt(d))
+            self.h0 = nn.Parameter(torch.zeros(D))
+        else:
+            self.to_interval = nn.Linear(4 * hidden_dim, d * d + d + d * d)
+            self.to_initial = nn.Linear(2 * hidden_dim, d + d * d)
+            self.prior_a = nn.Parameter(torch.zeros(d))
+            self.prior_w = nn.Parameter(0.1 * torch.randn(d, d))
+            self.prior_b = nn.Parameter(torch.zeros(d))
+            if decoder == "linear":
+                self.H = nn.Linear(d, D)
+            else:
+                self.H = nn.Sequential(
+                    nn.Linear(d, drift_hidden), nn.Tanh(), nn.Linear(drift_hidden, D)
+                )
+        self.drift = _DriftMLP(d, drift_hidden) if variant == "nonlinear" else None
         self.prior_l = nn.Parameter(torch.zeros(d))
         self.prior_p0 = nn.Parameter(torch.zeros(d))
-        self.H = nn.Linear(d, D)
         self.log_r = nn.Parameter(torch.full((D,), math.log(0.05)))
+        feature_dim = 3 * d * (2 if variant == "complex" else 1)
+        self._build_head(feature_dim, hidden_dim)
         self.init_args = {
-            "obs_dim": D,
+            **self.series_args,
             "latent_dim": d,
             "hidden_dim": int(hidden_dim),
-            "data_mean": mean,
-            "data_std": std,
-            "time_scale": self.time_scale,
-            "hide_fraction": self.hide_fraction,
+            "variant": variant,
+            "decoder": decoder,
+            "substeps": self.substeps,
+            "drift_hidden": int(drift_hidden),
         }
-
-    @classmethod
-    def from_data(cls, trajectories, *, window: int | None = None, **overrides) -> SDEVI:
-        return cls(**{**vector_data_kwargs(trajectories, window, "SDEVI"), **overrides})
-
-    # the latent ODE's batches: padded episodes on one union grid, shifted to t = 0
-    collate = staticmethod(LatentODE.collate)
 
     # ----------------------------------------------------------------- pieces
-    def prior(self, dtype, device) -> dict:
+    def _dtype(self) -> torch.dtype:
+        return self.log_r.dtype  # compute in the parameters' precision
+
+    def prior(self, dtype=None, device=None) -> dict:
+        """The prior SDE's parameters (real variants: A, b, L, m0, P0; complex: lam,
+        beta, L, m0, P0 with complex entries)."""
+        dtype = dtype or self._dtype()
+        device = device or self.log_r.device
         d = self.latent_dim
-        W = self.prior_w.to(device, dtype)
-        A = -torch.diag(nn.functional.softplus(self.prior_a) + 1e-2).to(device, dtype)
+        decay = nn.functional.softplus(self.prior_a) + 1e-2
+        L = torch.diag(nn.functional.softplus(self.prior_l) + 1e-3)
+        P0 = torch.diag(nn.functional.softplus(self.prior_p0) + 1e-3)
+        if self.variant == "complex":
+            cdtype = torch.complex128 if dtype == torch.float64 else torch.complex64
+            return {
+                "lam": torch.complex(-decay, self.prior_omega).to(device, cdtype),
+                "beta": torch.complex(self.prior_b[:d], self.prior_b[d:]).to(device, cdtype),
+                "L": L.to(device, cdtype),
+                "m0": torch.zeros(d, dtype=cdtype, device=device),
+                "P0": P0.to(device, cdtype),
+            }
+        W = self.prior_w
         return {
-            "A": A + 0.5 * (W - W.T),
+            "A": (-torch.diag(decay) + 0.5 * (W - W.T)).to(device, dtype),
             "b": self.prior_b.to(device, dtype),
-            "L": torch.diag(nn.functional.softplus(self.prior_l) + 1e-3).to(device, dtype),
+            "L": L.to(device, dtype),
             "m0": torch.zeros(d, dtype=dtype, device=device),
-            "P0": torch.diag(nn.functional.softplus(self.prior_p0) + 1e-3).to(device, dtype),
+            "P0": P0.to(device, dtype),
         }
 
-    def posterior(self, s: torch.Tensor, xn: torch.Tensor, visible: torch.Tensor, valid):
-        """Posterior parameters from the visible entries. s (B, n) scaled times."""
-        B, n, D = xn.shape
+    def encode(self, s: torch.Tensor, xn: torch.Tensor, visible: torch.Tensor, valid) -> dict:
+        """Posterior parameters from the visible entries. s (B, n) scaled times, xn
+        (B, n, D) normalised, visible (B, n, D) bool, valid (B, n) bool."""
+        B, n, _ = xn.shape
         d = self.latent_dim
         gaps = torch.diff(s, dim=1).clamp_min(0)
         prev = torch.cat([torch.zeros_like(s[:, :1]), gaps], 1)
@@ -140,57 +239,159 @@ class SDEVI(nn.Module):
         out, _ = self.encoder(packed)
         h, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=n)
         raw = self.to_interval(torch.cat([h[:, :-1], h[:, 1:]], -1))
+        init = self.to_initial(h[:, 0])
+        if self.variant == "complex":
+            re = 3.0 * torch.tanh(raw[..., :d] / 3.0)
+            lam = torch.complex(re, raw[..., d : 2 * d])
+            beta = torch.complex(raw[..., 2 * d : 3 * d], raw[..., 3 * d : 4 * d])
+            L = _ctril(raw[..., 4 * d : 4 * d + d * d], raw[..., 4 * d + d * d :], d)
+            m1 = torch.complex(init[..., :d], init[..., d : 2 * d])
+            l1 = _ctril(init[..., 2 * d : 2 * d + d * d], init[..., 2 * d + d * d :], d)
+            return {"m1": m1, "P1": l1 @ l1.mH, "lam": lam, "beta": beta, "L": L}
         A = 3.0 * torch.tanh(raw[..., : d * d].reshape(B, n - 1, d, d) / 3.0)
         b = raw[..., d * d : d * d + d]
         L = _tril(raw[..., d * d + d :], d)
-        init = self.to_initial(h[:, 0])
         l1 = _tril(init[..., d:], d)
         return {"m1": init[..., :d], "P1": l1 @ l1.transpose(-1, -2), "A": A, "b": b, "L": L}
 
-    def _elbo(self, batch: dict, visible: torch.Tensor):
-        dtype = self.H.weight.dtype  # compute in the parameters' precision
+    def _linearised_chains(self, post: dict, prior: dict, dt: torch.Tensor):
+        """Non-linear variant: posterior and prior transitions on the sub-step grid by
+        local linearisation at the posterior mean; returns the two transition triples
+        (B, (n-1) K, ...) and the posterior marginals at the observation times."""
+        K = self.substeps
+        B, d = post["m1"].shape
+        m, P = post["m1"], post["P1"]
+        means, covs, trans_q, trans_p = [m], [P], [], []
+        A_p, b_p, L_p = prior["A"], prior["b"], prior["L"].expand(B, d, d)
+        for i in range(dt.shape[1]):
+            h = (dt[:, i] / K).repeat(2)
+            L_both = torch.cat([post["L"][:, i], L_p])
+            for _ in range(K):
+                g, Jg = self.drift(m)
+                J_p = A_p + Jg
+                f_p = m @ A_p.T + b_p + g
+                J_q = J_p + post["A"][:, i]
+                f_q = f_p + (post["A"][:, i] @ m[..., None])[..., 0] + post["b"][:, i]
+                # f(z) ~ f(m) + J (z - m): the affine drift J z + (f(m) - J m)
+                A_both = torch.cat([J_q, J_p])
+                b_both = torch.cat([f_q, f_p]) - (A_both @ torch.cat([m, m])[..., None])[..., 0]
+                F, c, Q = lti_transition(A_both, b_both, L_both, h)
+                trans_q.append((F[:B], c[:B], Q[:B]))
+                trans_p.append((F[B:], c[B:], Q[B:]))
+                m = (F[:B] @ m[..., None])[..., 0] + c[:B]
+                P = F[:B] @ P @ F[:B].transpose(-1, -2) + Q[:B]
+                P = 0.5 * (P + P.transpose(-1, -2))
+            means.append(m)
+            covs.append(P)
+
+        def stack(items):
+            return tuple(torch.stack([it[j] for it in items], 1) for j in range(3))
+
+        return stack(trans_q), stack(trans_p), torch.stack(means, 1), torch.stack(covs, 1)
+
+    def _posterior_chain(self, batch: dict, visible: torch.Tensor) -> dict:
+        """The posterior's marginals at every step and its KL to the prior."""
+        dtype = self._dtype()
         x = batch["x"].to(dtype)
-        xn = torch.nan_to_num((x - self.data_mean.to(dtype)) / self.data_std.to(dtype))
+        xn = torch.nan_to_num(self.normalise(x))
         s = ((batch["t"] - batch["t"][:, :1]) / self.time_scale).to(dtype)
         valid = batch["valid"]
-        if bool((valid.sum(1) == 0).any()):
-            raise ValueError("an episode has no time point; drop empty episodes")
-        post = self.posterior(s, xn, visible, valid)
-        prior = self.prior(xn.dtype, xn.device)
-        H, h0 = self.H.weight, self.H.bias
+        steps = valid[:, 1:] & valid[:, :-1]
+        # padded intervals get a dummy positive step (masked out of the KL) so that
+        # their transition covariances stay positive definite
+        dt = torch.where(steps, torch.diff(s, dim=1), torch.ones_like(s[:, 1:]))
+        post = self.encode(s, xn, visible, valid)
+        prior = self.prior(dtype, xn.device)
+        B = xn.shape[0]
+        if self.variant == "complex":
+            # the posterior drift is the prior's plus the encoder's correction, so where
+            # no data pulls it away (extrapolation) it follows the learned dynamics
+            post["lam"] = prior["lam"] + post["lam"]
+            post["beta"] = prior["beta"] + post["beta"]
+            from simsci.models.sdevi._complex import (
+                complex_chain_kl,
+                complex_diag_transition,
+                complex_propagate,
+            )
+
+            trans_q = complex_diag_transition(post["lam"], post["beta"], post["L"], dt)
+            trans_p = complex_diag_transition(prior["lam"], prior["beta"], prior["L"], dt)
+            means, covs = complex_propagate(post["m1"], post["P1"], *trans_q)
+            m0, P0 = prior["m0"].expand_as(post["m1"]), prior["P0"].expand_as(post["P1"])
+            kl = complex_chain_kl(post["m1"], post["P1"], trans_q, m0, P0, trans_p, mask=steps)
+        elif self.variant == "nonlinear":
+            trans_q, trans_p, means, covs = self._linearised_chains(post, prior, dt)
+            m0, P0 = prior["m0"].expand_as(post["m1"]), prior["P0"].expand_as(post["P1"])
+            fine = steps.repeat_interleave(self.substeps, dim=1)
+            kl = chain_kl(post["m1"], post["P1"], trans_q, m0, P0, trans_p, mask=fine)
+        else:
+            post["A"] = prior["A"] + post["A"]  # prior drift + correction, as above
+            post["b"] = prior["b"] + post["b"]
+            trans_q = lti_transition(post["A"], post["b"], post["L"], dt)
+            trans_p = lti_transition(prior["A"], prior["b"], prior["L"], dt)
+            means, covs = propagate(post["m1"], post["P1"], *trans_q)
+            m0, P0 = prior["m0"].expand(B, -1), prior["P0"].expand(B, -1, -1)
+            kl = chain_kl(post["m1"], post["P1"], trans_q, m0, P0, trans_p, mask=steps)
+        return {"xn": xn, "means": means, "covs": covs, "kl": kl}
+
+    def _expected(self, chain: dict, obs: torch.Tensor):
+        """(E_q log p(y_obs) (B,), predictive mean, predictive variance), normalised."""
         R = self.log_r.exp().clamp_min(1e-4)
-        elbo, parts = linear_gaussian_elbo(xn - h0, visible, s, post, prior, H, R, valid=valid)
-        return elbo, parts, xn, post
+        xn, means, covs = chain["xn"], chain["means"], chain["covs"]
+        if self.variant == "complex":
+            H = torch.complex(self.H_re, self.H_im).to(means.dtype)
+            pred = (means @ H.T).real + self.h0
+            var = 0.5 * ((H @ covs) * H.conj()).sum(-1).real  # diag(H P H^H) / 2
+            obs = obs.to(xn.dtype)
+            resid = torch.where(obs > 0, xn - pred, torch.zeros_like(pred))
+            ell = -0.5 * ((resid**2 + var) / R + torch.log(2 * math.pi * R)) * obs
+            return ell.sum(dim=(1, 2)), pred, var + R
+        if self.decoder_kind == "linear":
+            W, h0 = self.H.weight, self.H.bias
+            expected, pred, var = linear_expected_loglik(xn - h0, obs, means, covs, W, R)
+            return expected, pred + h0, var
+        return unscented_expected_loglik(xn, obs, means, covs, self.H, R)
 
-    def predict(self, batch: dict, visible: torch.Tensor | None = None, variance: bool = False):
-        """Posterior mean (and variance) at every step, data units: (B, L, D)."""
-        observed = observed_mask(batch)
-        visible = observed if visible is None else visible & observed
-        _, parts, _, _ = self._elbo(batch, visible)
-        mean = parts["means"] @ self.H.weight.T + self.H.bias
-        out = mean * self.data_std + self.data_mean
-        if not variance:
-            return out
-        H = self.H.weight
-        var = ((H @ parts["covs"]) * H).sum(-1) + self.log_r.exp()
-        return out, var * self.data_std**2
-
-    # ----------------------------------------------------------------- training contract
-    def training_step(self, batch: dict) -> dict:
-        observed = observed_mask(batch)
-        if bool((observed.sum((1, 2)) == 0).any()):
-            raise ValueError("an episode has no observed value (all masked); drop it first")
-        hidden = hide_time_points(observed, self.hide_fraction if self.training else 0.0)
-        visible = observed & ~hidden[..., None]
-        elbo, parts, _, _ = self._elbo(batch, visible)
-        n_obs = visible.sum().clamp(min=1)
+    # ----------------------------------------------------------------- the harness
+    def objective(self, batch: dict, visible: torch.Tensor, observed: torch.Tensor) -> dict:
+        chain = self._posterior_chain(batch, visible)
+        expected, _, _ = self._expected(chain, observed)
+        n_obs = observed.sum().clamp(min=1)
         return {
-            "loss": -elbo.sum() / n_obs,
-            "kl": parts["kl"].sum() / n_obs,
-            "expected_loglik": parts["expected_loglik"].sum() / n_obs,
+            "loss": -(expected - chain["kl"]).sum() / n_obs,
+            "kl": chain["kl"].sum() / n_obs,
+            "expected_loglik": expected.sum() / n_obs,
         }
 
-    def validation_step(self, batch: dict) -> dict:
-        gen = torch.Generator().manual_seed(1234)
-        scores = interpolation_scores(self, batch, self.hide_fraction or 0.3, generator=gen)
-        return {"loss": self.training_step(batch)["loss"], **scores}
+    def elbo(self, batch: dict, visible: torch.Tensor | None = None) -> torch.Tensor:
+        """The ELBO of every observed value, per episode (B,), normalised units; the
+        encoder sees ``visible`` (default: everything observed)."""
+        from simsci.models._series import observed_mask
+
+        observed = observed_mask(batch)
+        visible = observed if visible is None else visible & observed
+        chain = self._posterior_chain(batch, visible)
+        return self._expected(chain, observed)[0] - chain["kl"]
+
+    def predict(self, batch: dict, visible: torch.Tensor | None = None, variance: bool = False):
+        """Posterior predictive mean (and variance) at every step, data units (B, L, D)."""
+        from simsci.models._series import observed_mask
+
+        observed = observed_mask(batch)
+        visible = observed if visible is None else visible & observed
+        chain = self._posterior_chain(batch, visible)
+        _, pred, var = self._expected(chain, observed)
+        std, mean = self.data_std.to(pred.dtype), self.data_mean.to(pred.dtype)
+        out = pred * std + mean
+        return (out, var * std**2) if variance else out
+
+    def features(self, batch: dict, visible: torch.Tensor) -> torch.Tensor:
+        chain = self._posterior_chain(batch, visible)
+        means, valid = chain["means"], batch["valid"]
+        if self.variant == "complex":
+            means = torch.cat([means.real, means.imag], -1)
+        w = valid.to(means.dtype)[..., None]
+        last = (valid.sum(1) - 1).clamp(min=0)
+        final = means[torch.arange(means.shape[0], device=means.device), last]
+        average = (means * w).sum(1) / w.sum(1).clamp(min=1)
+        return torch.cat([means[:, 0], final, average], -1)
