@@ -1,5 +1,5 @@
 """``simsci data info|check|import|export-minari|import-minari``: look at, validate and
-convert trajectory files."""
+convert trajectory files (``import aeon NAME`` reads aeon's bundled classification sets)."""
 
 from __future__ import annotations
 
@@ -36,19 +36,54 @@ def add_to(sub) -> None:
     check.set_defaults(run=run_check)
     imp = dsub.add_parser(
         "import",
-        help="convert a PDEBench or The Well HDF5 file to the trajectory format",
+        help="convert a PDEBench or The Well HDF5 file, or an aeon classification set, to "
+        "the trajectory format",
         description="Convert a PDEBench file (1D 'tensor' with x/t coordinates, Darcy "
         "'tensor' + 'nu', 2D per-seed groups with 'data') or a The Well file (t0_fields, "
         "t1_fields, dimensions, boundary conditions) into a kind='field' trajectory file, "
-        "streaming episode by episode.",
+        "streaming episode by episode; or a time-series classification set shipped inside "
+        "the optional package aeon (BasicMotions, JapaneseVowels, ...; read offline from "
+        "aeon's bundled files) into a kind='state' file of irregular, per-channel-masked "
+        "sequences with class labels (--keep thins each channel).\n\n"
+        "examples:\n"
+        "  simsci data import pdebench 1D_Burgers_Sols_Nu0.001.hdf5 data/burgers.h5\n"
+        "  simsci data import aeon BasicMotions data/basic_motions.h5 --keep 0.5\n"
+        "  simsci data import aeon JapaneseVowels data/vowels.h5 --keep 0.7 --seed 1",
         formatter_class=HelpFormatter,
     )
-    imp.add_argument("layout", choices=["pdebench", "thewell"], help="the source layout")
-    imp.add_argument("src", help="the source HDF5 file")
+    imp.add_argument("layout", choices=["pdebench", "thewell", "aeon"], help="the source layout")
+    imp.add_argument(
+        "src", help="the source HDF5 file; for aeon, the dataset name (e.g. BasicMotions)"
+    )
     imp.add_argument("dst", help="the trajectory file to write")
     imp.add_argument("--limit", type=int, default=None, help="import only the first N episodes")
     imp.add_argument("--compression", choices=["gzip", "lzf"], default=None)
     imp.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    aeon = imp.add_argument_group("aeon only")
+    aeon.add_argument(
+        "--keep",
+        type=float,
+        default=None,
+        help="fraction of each channel's points kept, in (0, 1] (default 1: all)",
+    )
+    aeon.add_argument("--seed", type=int, default=None, help="validation split and thinning (0)")
+    aeon.add_argument(
+        "--val-fraction",
+        type=float,
+        default=None,
+        help="share of aeon's train cases held out for validation (default 0.1)",
+    )
+    aeon.add_argument(
+        "--sampling-rate",
+        type=float,
+        default=None,
+        help="samples per second (default: the known rate, else t = sample index)",
+    )
+    aeon.add_argument(
+        "--extract-path",
+        default=None,
+        help="a folder with NAME/NAME_TRAIN.ts and NAME_TEST.ts instead of aeon's bundled sets",
+    )
     imp.set_defaults(run=run_import)
     exp = dsub.add_parser(
         "export-minari",
@@ -106,9 +141,26 @@ def run_check(args) -> int:
     return 1
 
 
+_AEON_OPTIONS = ("keep", "seed", "val_fraction", "sampling_rate", "extract_path")
+
+
 def run_import(args) -> int:
     from simsci import data
 
+    aeon_opts = {k: getattr(args, k) for k in _AEON_OPTIONS if getattr(args, k) is not None}
+    if args.layout == "aeon":
+        if args.limit is not None:
+            raise ValueError("--limit applies to pdebench/thewell; aeon imports every case")
+        try:
+            path = data.import_aeon(args.src, args.dst, compression=args.compression, **aeon_opts)
+        except ImportError as exc:
+            return _minari_missing(args, exc)
+        print(f"wrote {path}")
+        return 0
+    if aeon_opts:
+        given = ", ".join(f"--{k.replace('_', '-')}" for k in aeon_opts)
+        verb = "applies" if len(aeon_opts) == 1 else "apply"
+        raise ValueError(f"{given} {verb} to 'data import aeon' only, not to {args.layout}")
     convert = data.import_pdebench if args.layout == "pdebench" else data.import_thewell
     path = convert(
         args.src,
@@ -122,6 +174,7 @@ def run_import(args) -> int:
 
 
 def _minari_missing(args, exc: ImportError) -> int:
+    """A missing optional package (minari, aeon): one clear line, exit status 2."""
     # main() reports ValueError/OSError/...; a missing optional package gets the same line
     if args.traceback:
         raise exc

@@ -14,6 +14,8 @@ Read::
                         collate_fn=union_collate, num_workers=4)
 
 Check and describe: ``check_file(path)`` (every problem), ``info(path)`` (a summary).
+Import: ``import_pdebench``, ``import_thewell`` (PDE fields), ``import_aeon`` (aeon's
+classification sets as irregular sensor sequences; needs the optional package aeon).
 The torch parts (TrajectoryDataset, pad_collate, union_collate) import torch on first
 use, so writing, reading and checking do not need it.
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import importlib
 
+from simsci.data._aeon import bundled_aeon_datasets, import_aeon
 from simsci.data._check import check_file
 from simsci.data._import import import_pdebench, import_thewell
 from simsci.data._info import info
@@ -39,7 +42,9 @@ __all__ = [
     "TrajectoryWriter",
     "Trajectories",
     "TrajectoryDataset",
+    "bundled_aeon_datasets",
     "check_file",
+    "import_aeon",
     "import_pdebench",
     "import_thewell",
     "info",
