@@ -93,12 +93,14 @@ def test_exact_transition_matches_a_fine_euler_maruyama_solve():
             assert mean_err.max() < 4.5 and cov_err.max() < 4.5, (k, mean_err, cov_err)
 
 
-def test_exact_method_on_irregular_and_ragged_grids_without_noise_is_the_flow():
+def test_exact_method_on_irregular_and_ragged_grids_without_noise_is_the_flow(device):
     sys = systems.get("linear_sde", sigma_pos=0.0, sigma_vel=0.0)
     z0 = torch.tensor([[1.0, 0.0], [0.0, 2.0]], dtype=F64)
     A = sys.linear_form().A
     t = torch.tensor([[0.0, 0.13, 0.5, 2.2], [0.3, 0.4, 1.9, 5.0]], dtype=F64)
-    z = sys.simulate(z0, t)  # noise-free: z(t) = e^{A (t - t0)} z0 exactly
+    z = sys.simulate(z0.to(device), t.to(device))  # noise-free: z(t) = e^{A (t - t0)} z0
+    assert z.device.type == device.type
+    z = z.cpu()
     for b in range(2):
         want = torch.linalg.matrix_exp(A * (t[b] - t[b, 0])[:, None, None]) @ z0[b]
         torch.testing.assert_close(z[b], want, rtol=1e-10, atol=1e-12)
@@ -112,12 +114,15 @@ def test_exact_method_on_irregular_and_ragged_grids_without_noise_is_the_flow():
     torch.testing.assert_close(z32, z.float(), rtol=1e-5, atol=1e-5)
 
 
-def test_exact_paths_are_seeded_and_options_are_checked(tmp_path):
+def test_exact_paths_are_seeded_and_options_are_checked(tmp_path, device):
     sys = systems.get("linear_sde")
     z0 = sys.sample_initial(5, generator=torch.Generator().manual_seed(0))
     t = torch.linspace(0, 2, 11)
     a, b = sys.simulate(z0, t, seed=1), sys.simulate(z0, t, seed=1)
     assert torch.equal(a, b) and not torch.equal(a, sys.simulate(z0, t, seed=2))
+    # the noise is drawn on the CPU: a seed gives the same path on every device
+    on_device = sys.simulate(z0.to(device), t.to(device), seed=1)
+    torch.testing.assert_close(on_device.cpu(), a, rtol=1e-10, atol=1e-10)
     with pytest.raises(ValueError, match="takes no solver options.*'dt'"):
         sys.simulate(z0, t, dt=0.01)
     with pytest.raises(ValueError, match="seed must be a non-negative int"):
