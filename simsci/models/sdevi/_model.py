@@ -64,10 +64,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 from torch import nn
 
-from simsci.models._series import SeriesModel
+from simsci.models._series import SeriesModel, series_data_kwargs
 from simsci.models.sdevi._elbo import linear_expected_loglik, unscented_expected_loglik
 from simsci.models.sdevi._gauss_markov import chain_kl, lti_transition, propagate
 
@@ -83,6 +84,15 @@ def _tril(raw: torch.Tensor, d: int) -> torch.Tensor:
     M = raw.reshape(*raw.shape[:-1], d, d)
     diag = nn.functional.softplus(M.diagonal(dim1=-2, dim2=-1)) + 1e-3
     return torch.tril(M, -1) + torch.diag_embed(diag)
+
+
+def _spread(band: tuple[float, float], k: int) -> torch.Tensor:
+    """k frequencies spaced geometrically over band (one: the geometric mean)."""
+    if k <= 0:
+        return torch.zeros(0)
+    if k == 1:
+        return torch.tensor([math.sqrt(band[0] * band[1])])
+    return torch.logspace(math.log10(band[0]), math.log10(band[1]), k)
 
 
 def _ctril(raw_re: torch.Tensor, raw_im: torch.Tensor, d: int) -> torch.Tensor:
@@ -115,6 +125,9 @@ class SDEVI(SeriesModel):
         hidden_dim: GRU width. variant: "linear", "nonlinear" or "complex".
         decoder: "linear" or "mlp" (real variants). substeps: local-linearisation
             sub-steps per interval (nonlinear). drift_hidden: width of the drift MLP.
+        frequency_band: (lowest, highest) angular frequency of the prior's initial
+            oscillatory modes, in model time units (``from_data``: one period per
+            ``time_scale`` up to the Nyquist frequency of the median gap).
         Task arguments (task, hide_fraction, extrapolate_at, labels, normalisation,
         time_scale): see :class:`simsci.models._series.SeriesModel`.
     """
@@ -128,6 +141,7 @@ class SDEVI(SeriesModel):
         decoder: str = "linear",
         substeps: int = 1,
         drift_hidden: int = 64,
+        frequency_band: tuple[float, float] | None = None,
         **series,
     ):
         super().__init__(obs_dim, **series)
@@ -152,13 +166,19 @@ class SDEVI(SeriesModel):
         D, d = self.obs_dim, int(latent_dim)
         self.latent_dim, self.variant, self.decoder_kind = d, variant, decoder
         self.substeps = int(substeps)
+        band = (2 * math.pi, 2 * math.pi * d) if frequency_band is None else frequency_band
+        band = (float(band[0]), float(band[1]))
+        if not (0 < band[0] <= band[1] and math.isfinite(band[1])):
+            raise ValueError(f"frequency_band must be 0 < low <= high, got {frequency_band}")
         self.encoder = nn.GRU(2 * D + 2, hidden_dim, batch_first=True, bidirectional=True)
         if variant == "complex":
             # per interval: Re/Im of lambda (2d), of beta (2d), of L (2 d^2)
             self.to_interval = nn.Linear(4 * hidden_dim, 4 * d + 2 * d * d)
             self.to_initial = nn.Linear(2 * hidden_dim, 2 * d + 2 * d * d)
             self.prior_a = nn.Parameter(torch.zeros(d))
-            self.prior_omega = nn.Parameter(torch.linspace(0.0, math.pi * d, d))
+            # one non-oscillating mode (trends), the rest spread over the band
+            omega = torch.cat([torch.zeros(1), _spread(band, d - 1)])
+            self.prior_omega = nn.Parameter(omega)
             self.prior_b = nn.Parameter(torch.zeros(2 * d))
             self.H_re = nn.Parameter(torch.randn(D, d) / math.sqrt(d))
             self.H_im = nn.Parameter(torch.randn(D, d) / math.sqrt(d))
@@ -167,7 +187,13 @@ class SDEVI(SeriesModel):
             self.to_interval = nn.Linear(4 * hidden_dim, d * d + d + d * d)
             self.to_initial = nn.Linear(2 * hidden_dim, d + d * d)
             self.prior_a = nn.Parameter(torch.zeros(d))
-            self.prior_w = nn.Parameter(0.1 * torch.randn(d, d))
+            # 2x2 rotation blocks with frequencies spread over the band (an odd last
+            # coordinate only decays), plus a little noise to break symmetry
+            W = 0.1 * torch.randn(d, d)
+            for k, w in enumerate(_spread(band, d // 2)):
+                W[2 * k, 2 * k + 1] += w
+                W[2 * k + 1, 2 * k] -= w
+            self.prior_w = nn.Parameter(W)
             self.prior_b = nn.Parameter(torch.zeros(d))
             if decoder == "linear":
                 self.H = nn.Linear(d, D)
@@ -189,7 +215,27 @@ class SDEVI(SeriesModel):
             "decoder": decoder,
             "substeps": self.substeps,
             "drift_hidden": int(drift_hidden),
+            "frequency_band": list(band),
         }
+
+    @classmethod
+    def from_data(cls, trajectories, *, window: int | None = None, task=None, **overrides):
+        """A model sized and normalised for a dataset; the prior's initial frequencies
+        span what the data can resolve: one period per ``time_scale`` (the window) up to
+        the Nyquist frequency of the median gap between time points. Gradient descent
+        moves a frequency slowly and through local optima, so where it starts matters."""
+        model_args = {k: v for k, v in overrides.items() if k != "frequency_band"}
+        kwargs = series_data_kwargs(trajectories, window, cls.__name__, task or "interpolation")
+        scale = float({**kwargs, **model_args}.get("time_scale", 1.0))
+        gaps = []
+        for i in range(min(len(trajectories), 64)):
+            t = np.asarray(trajectories[i]["t"], dtype=np.float64)
+            gaps.append(np.diff(t if window is None else t[:window]))
+        gap = float(np.median(np.concatenate(gaps))) if gaps else 0.0
+        if gap > 0 and "frequency_band" not in overrides:
+            low, high = 2 * math.pi, math.pi * scale / gap
+            overrides = {**overrides, "frequency_band": (low, max(low, high))}
+        return cls(**{**kwargs, **overrides})
 
     # ----------------------------------------------------------------- pieces
     def _dtype(self) -> torch.dtype:
@@ -201,7 +247,7 @@ class SDEVI(SeriesModel):
         dtype = dtype or self._dtype()
         device = device or self.log_r.device
         d = self.latent_dim
-        decay = nn.functional.softplus(self.prior_a) + 1e-2
+        decay = self.prior_a.exp() + 1e-2  # log-parametrised: relative steps
         L = torch.diag(nn.functional.softplus(self.prior_l) + 1e-3)
         P0 = torch.diag(nn.functional.softplus(self.prior_p0) + 1e-3)
         if self.variant == "complex":
