@@ -266,8 +266,10 @@ class SeriesModel(nn.Module):
         self.num_classes, self.label_dim = num_classes, label_dim
         self.register_buffer("data_mean", torch.tensor(mean))
         self.register_buffer("data_std", torch.tensor(std))
-        self.register_buffer("label_mean", torch.tensor(label_mean or []))
-        self.register_buffer("label_std", torch.tensor(label_std or []))
+        # not in the state dict: init_args rebuild them, and checkpoints of models from
+        # before the harness (LatentODE) load without them
+        self.register_buffer("label_mean", torch.tensor(label_mean or []), persistent=False)
+        self.register_buffer("label_std", torch.tensor(label_std or []), persistent=False)
         self.series_args = {
             "obs_dim": obs_dim,
             "task": task,
