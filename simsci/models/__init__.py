@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from simsci.errors import unknown_name
 from simsci.models.controlled_ode import ControlledODE
+from simsci.models.gru_dt import GRUDelta
 from simsci.models.latent_ode import LatentODE
+from simsci.models.latent_sde import LatentSDE
 from simsci.models.sdevi import SDEVI
 from simsci.operators._model import OperatorModel
 
@@ -21,9 +23,20 @@ MODELS: dict[str, type] = {
     "controlled_ode": ControlledODE,
     "operator": OperatorModel,  # neural operators and ∂-NO (simsci.operators)
     "sdevi": SDEVI,  # SDE-induced variational inference (in progress, issue 6)
+    "gru_dt": GRUDelta,  # SDEVI's baselines on irregular series (issue 6)
+    "latent_sde": LatentSDE,
 }
 
-__all__ = ["MODELS", "get", "LatentODE", "ControlledODE", "OperatorModel", "SDEVI"]
+__all__ = [
+    "MODELS",
+    "get",
+    "LatentODE",
+    "LatentSDE",
+    "GRUDelta",
+    "ControlledODE",
+    "OperatorModel",
+    "SDEVI",
+]
 
 
 def get(name: str, **kwargs):
