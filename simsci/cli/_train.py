@@ -18,6 +18,7 @@ examples:
   simsci train operator --backbone fno --features dno --data data/burgers.h5 --out runs/dno
   simsci train latent_ode --data data/lorenz.h5 --out runs/lode --window 24 --epochs 20
   simsci train latent_ode --data data/lorenz.h5 --out runs/lode --resume
+  simsci train gru_dt --data data/pendulum.h5 --task extrapolation --out runs/gru_extrap
   torchrun --nproc_per_node 2 -m simsci train latent_ode --data data/lorenz.h5 --out runs/ddp
 """
 
@@ -54,6 +55,13 @@ def add_to(sub) -> None:
     p.add_argument(
         "--model-arg", action="append", metavar="KEY=VALUE", help="model constructor argument"
     )
+    p.add_argument(
+        "--task",
+        default=None,
+        help="series models (latent_ode, gru_dt, latent_sde, ...): interpolation (default), "
+        "extrapolation, classification or regression (the last two read the episode field "
+        "'label')",
+    )
     p.add_argument("--backbone", default=None, help="operator: fno, deeponet or unet")
     p.add_argument("--features", default=None, help="operator: none or dno (∂-NO features)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints/last.pt")
@@ -80,7 +88,8 @@ def add_to(sub) -> None:
 
 
 def make_dataset(source, fields, *, split=None, window=None, stride=None):
-    """A TrajectoryDataset over the fields of ``fields`` that the data has.
+    """A TrajectoryDataset over the fields of ``fields`` that the data has (step or
+    episode fields, e.g. a series model's ``label``).
 
     ``source`` is a path or an opened ``Trajectories`` (opening checks every rule, so
     open a file once and pass it around). ``split`` is ignored (all episodes) when the
@@ -89,7 +98,7 @@ def make_dataset(source, fields, *, split=None, window=None, stride=None):
     from simsci import data
 
     traj = source if isinstance(source, data.Trajectories) else data.open(source)
-    present = tuple(f for f in fields if f in traj.step_fields)
+    present = tuple(f for f in fields if f in traj.step_fields or f in traj.episode_fields)
     if split is not None and "split" not in traj.episode_fields:
         split = None
     return data.TrajectoryDataset(traj, fields=present, split=split, window=window, stride=stride)
@@ -101,6 +110,15 @@ def run_train(args) -> int:
     model_cls = models.MODELS.get(args.model)
     if model_cls is None:
         models.get(args.model)  # raises the unknown-name error with a suggestion
+    if args.task is not None:
+        from simsci.models._series import SeriesModel
+
+        if not issubclass(model_cls, SeriesModel):
+            raise ValueError(
+                "--task applies to the models of irregular series (the subclasses of "
+                f"SeriesModel, e.g. latent_ode, gru_dt, latent_sde); {args.model!r} has no "
+                "tasks: drop --task"
+            )
     out = Path(args.out or f"runs/{args.model}")
     cfg = json.loads(Path(args.config).read_text()) if args.config else {}
     flags = {
@@ -132,6 +150,8 @@ def run_train(args) -> int:
         for key in ("backbone", "features"):
             if getattr(args, key) is not None:
                 overrides[key] = getattr(args, key)
+        if args.task is not None:
+            overrides["task"] = args.task
         model = model_cls.from_data(traj, window=args.window, **overrides)
     trainer = train.Trainer(
         model,
