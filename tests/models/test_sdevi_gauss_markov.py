@@ -150,3 +150,152 @@ def test_expm_matches_torch_matrix_exp_for_small_and_large_norms():
         * torch.tensor([0.01, 0.3, 1, 3, 10, 30.0]).reshape(-1, 1, 1).double()
     )
     torch.testing.assert_close(expm(M), torch.linalg.matrix_exp(M), rtol=1e-9, atol=1e-12)
+
+
+# --------------------------------------------------------------- the scan against the loop
+def _loop(m0, P0, F, c, Q):
+    """The plain recursion (the reference the scan must reproduce)."""
+    means, covs = [m0], [0.5 * (P0 + P0.transpose(-1, -2))]
+    for i in range(F.shape[1]):
+        means.append((F[:, i] @ means[-1][..., None])[..., 0] + c[:, i])
+        P = F[:, i] @ covs[-1] @ F[:, i].transpose(-1, -2) + Q[:, i]
+        covs.append(0.5 * (P + P.transpose(-1, -2)))
+    return torch.stack(means, 1), torch.stack(covs, 1)
+
+
+def _dynamics(kind, B, n, d, dtype=torch.float64, device="cpu"):
+    """Transitions of a contracting (eigenvalues well inside the unit disc) or rotating
+    (skew-symmetric drift, |eigenvalues of F| ~ 1: nothing forgets) chain."""
+    W = torch.randn(B, n - 1, d, d, dtype=torch.float64)
+    eye = torch.eye(d, dtype=torch.float64)
+    A = 0.5 * W - 1.5 * eye if kind == "contracting" else 2.0 * (W - W.transpose(-1, -2))
+    b = torch.randn(B, n - 1, d, dtype=torch.float64)
+    L = 0.3 * torch.randn(B, n - 1, d, d, dtype=torch.float64)
+    dt = torch.rand(B, n - 1, dtype=torch.float64) * 0.2 + 0.01
+    F, c, Q = lti_transition(A, b, L, dt)
+    m0 = torch.randn(B, d, dtype=torch.float64)
+    M = torch.randn(B, d, d, dtype=torch.float64)
+    P0 = M @ M.transpose(-1, -2) + eye
+    return [x.to(device=device, dtype=dtype) for x in (m0, P0, F, c, Q)]
+
+
+def _rel(x, ref):
+    return float((x.double() - ref.double()).abs().max() / ref.double().abs().max())
+
+
+@pytest.mark.parametrize("kind", ["contracting", "rotating"])
+def test_propagate_scan_matches_the_loop_in_float64(kind, device):
+    # lengths around the loop/scan switch and the scan's odd/even splits, and a long chain
+    for n in (1, 2, 8, 9, 10, 11, 12, 17, 33, 64, 1000):
+        args = _dynamics(kind, 3, n, 4, device=device)
+        means, covs = propagate(*args)
+        ref_m, ref_P = _loop(*args)
+        assert means.shape == ref_m.shape and covs.shape == ref_P.shape
+        assert _rel(means, ref_m) < 1e-10 and _rel(covs, ref_P) < 1e-10, n
+        assert torch.equal(covs, covs.transpose(-1, -2))  # symmetrised
+
+
+@pytest.mark.parametrize("kind", ["contracting", "rotating"])
+def test_propagate_scan_is_accurate_in_float32_over_long_chains(kind):
+    args64 = _dynamics(kind, 4, 1000, 8)
+    ref_m, ref_P = _loop(*args64)
+    args32 = [x.float() for x in args64]
+    means, covs = propagate(*args32)
+    loop_m, loop_P = _loop(*args32)
+    # float32 round-off over 1000 steps: the scan is as accurate as the loop
+    assert _rel(means, ref_m) < 1e-5 and _rel(covs, ref_P) < 1e-5
+    assert _rel(means, ref_m) < 3 * _rel(loop_m, ref_m) + 1e-6
+    assert _rel(covs, ref_P) < 3 * _rel(loop_P, ref_P) + 1e-6
+
+
+def test_propagate_gradients_match_the_loop_and_pass_gradcheck():
+    for n in (5, 12, 40):  # the loop branch, and the scan with its adjoint backward
+        args = [x.requires_grad_() for x in _dynamics("rotating", 2, n, 3)]
+        w_m = torch.randn(2, n, 3, dtype=torch.float64)
+        w_P = torch.randn(2, n, 3, 3, dtype=torch.float64)  # not symmetric on purpose
+
+        def loss(fn, args=args, w_m=w_m, w_P=w_P):
+            means, covs = fn(*args)
+            return (means * w_m).sum() + (covs * w_P).sum()
+
+        got = torch.autograd.grad(loss(propagate), args)
+        want = torch.autograd.grad(loss(_loop), args)
+        for g, r in zip(got, want):
+            assert _rel(g, r) < 1e-10, n
+    args = [x.requires_grad_() for x in _dynamics("contracting", 2, 12, 2)]
+    assert torch.autograd.gradcheck(propagate, args)
+    assert torch.autograd.gradgradcheck(propagate, args)
+
+
+def test_propagate_gradient_of_one_output_and_of_expanded_inputs():
+    m0, P0, F, c, Q = _dynamics("contracting", 3, 20, 2)
+    m0 = m0[:1].requires_grad_()
+    F = F.requires_grad_()
+    # a shared initial state (expanded over the batch) and only the means used
+    means, _ = propagate(m0.expand(3, 2), P0, F, c, Q)
+    g_m0, g_F = torch.autograd.grad(means.sum(), (m0, F))
+    r_m0, r_F = torch.autograd.grad(_loop(m0.expand(3, 2), P0, F, c, Q)[0].sum(), (m0, F))
+    assert g_m0.shape == (1, 2)
+    assert _rel(g_m0, r_m0) < 1e-10 and _rel(g_F, r_F) < 1e-10
+
+
+# --------------------------------------------------------------- expm, shared prior, KL
+def test_expm_taylor_polynomial_is_exact_for_every_degree():
+    from simsci.models.sdevi._gauss_markov import _taylor
+
+    X = 0.1 * torch.randn(3, 6, 6, dtype=torch.float64)
+    for degree in range(1, 15):
+        ref = sum(torch.linalg.matrix_power(X, j) / math.factorial(j) for j in range(degree + 1))
+        torch.testing.assert_close(_taylor(X, degree), ref, rtol=0, atol=1e-15)
+
+
+def test_shared_prior_transitions_are_computed_once_per_distinct_step():
+    from simsci.models.sdevi._gauss_markov import _lti_transition
+
+    d = 3
+    A = (_stable(d) * 0.5).requires_grad_()
+    b = torch.randn(d, dtype=torch.float64, requires_grad=True)
+    L = torch.randn(d, d, dtype=torch.float64, requires_grad=True)
+    dt = torch.tensor([[0.1, 0.2, 0.1], [0.3, 0.1, 0.2]], dtype=torch.float64)  # repeats
+    got = lti_transition(A, b, L, dt)
+    want = _lti_transition(A, b, L, dt)  # every step exponentiated
+    w = [torch.randn_like(x) for x in want]
+    for g, r in zip(got, want):
+        assert g.shape == r.shape
+        torch.testing.assert_close(g, r, rtol=1e-14, atol=1e-15)
+    grads = torch.autograd.grad(sum((x * v).sum() for x, v in zip(got, w)), (A, b, L))
+    refs = torch.autograd.grad(sum((x * v).sum() for x, v in zip(want, w)), (A, b, L))
+    for g, r in zip(grads, refs):
+        torch.testing.assert_close(g, r, rtol=1e-12, atol=1e-14)
+
+
+def test_chain_kl_with_given_marginals_equals_propagating_them():
+    torch.manual_seed(4)
+    B, n, d = 2, 12, 3
+    q, p = _chain(B, n, d), _chain(B, n, d, 0.4)
+    m, P = torch.randn(B, d, dtype=torch.float64), _spd(d, (B,))
+    marginals = propagate(m, P, *q)
+    torch.testing.assert_close(
+        chain_kl(m, P, q, m * 0, P, p, marginals=marginals), chain_kl(m, P, q, m * 0, P, p)
+    )
+
+
+def test_chain_kl_matches_the_cholesky_solve_formula():
+    # the triangular-solve form of the KL terms against the textbook one
+    torch.manual_seed(5)
+    B, n, d = 3, 6, 3
+    q, p = _chain(B, n, d), _chain(B, n, d, 0.4)
+    m1q, P1q = torch.randn(B, d, dtype=torch.float64), _spd(d, (B,))
+    m1p, P1p = torch.randn(B, d, dtype=torch.float64), _spd(d, (B,))
+    means, covs = _loop(m1q, P1q, *q)
+    (F_q, c_q, Q_q), (F_p, c_p, Q_p) = q, p
+    Qp_inv = torch.linalg.inv(Q_p)
+    dF = F_q - F_p
+    mu = (dF @ means[:, :-1, :, None])[..., 0] + c_q - c_p
+    trace = (Qp_inv @ Q_q).diagonal(dim1=-2, dim2=-1).sum(-1)
+    maha = (mu[..., None, :] @ Qp_inv @ mu[..., None])[..., 0, 0]
+    spread = (dF.transpose(-1, -2) @ Qp_inv @ dF @ covs[:, :-1]).diagonal(dim1=-2, dim2=-1)
+    logdets = torch.logdet(Q_p) - torch.logdet(Q_q)
+    steps = 0.5 * (trace - d + logdets + maha + spread.sum(-1))
+    ref = gaussian_kl(m1q, P1q, m1p, P1p) + steps.sum(-1)
+    torch.testing.assert_close(chain_kl(m1q, P1q, q, m1p, P1p, p), ref, rtol=1e-10, atol=1e-12)
