@@ -64,20 +64,22 @@ def add_to(sub) -> None:
         "--keep",
         type=float,
         default=None,
-        help="fraction of each channel's points kept, in (0, 1] (default 1: all)",
+        help="fraction of each channel's points kept, in (0, 1]; None keeps them all",
     )
-    aeon.add_argument("--seed", type=int, default=None, help="validation split and thinning (0)")
+    aeon.add_argument(
+        "--seed", type=int, default=None, help="validation split and thinning; None is 0"
+    )
     aeon.add_argument(
         "--val-fraction",
         type=float,
         default=None,
-        help="share of aeon's train cases held out for validation (default 0.1)",
+        help="share of aeon's train cases held out for validation; None is 0.1",
     )
     aeon.add_argument(
         "--sampling-rate",
         type=float,
         default=None,
-        help="samples per second (default: the known rate, else t = sample index)",
+        help="samples per second; None: the known rate, else t = sample index",
     )
     aeon.add_argument(
         "--extract-path",

@@ -67,7 +67,7 @@ def add_to(sub) -> None:
         type=float,
         default=None,
         help="fraction of time points kept per episode, in (0, 1]; < 1 makes irregular data "
-        "(default: 1 for a system, the dataset's own for a dataset)",
+        "(None: 1 for a system, the dataset's own default for a dataset)",
     )
     p.add_argument(
         "--per-channel",
