@@ -196,8 +196,10 @@ def _lti_transition(A: Tensor, b: Tensor, L: Tensor, dt: Tensor) -> tuple[Tensor
     return F, ct[..., 0, :], Q
 
 
-#: chains of at most this many transitions are propagated by the plain loop (faster
-#: there than the scan's bookkeeping); also the scan's base case
+#: chains of at most this many transitions are propagated by the plain loop; also the
+#: scan's base case. Measured on CPU (batch 32, d 8, float32, one thread): the loop is
+#: faster below ~8 transitions, the two are even up to ~60 in the forward pass (the scan
+#: does twice the products), and the scan is ahead beyond (1.3x at 512)
 _LOOP_MAX = 8
 
 
