@@ -114,5 +114,6 @@ def linear_gaussian_elbo(
         prior["P0"].expand_as(posterior["P1"]),
         trans_p,
         mask=valid[:, 1:],
+        marginals=(means, covs),
     )
     return expected - kl, {"expected_loglik": expected, "kl": kl, "means": means, "covs": covs}

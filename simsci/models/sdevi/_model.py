@@ -170,7 +170,8 @@ class SDEVI(SeriesModel):
         band = (float(band[0]), float(band[1]))
         if not (0 < band[0] <= band[1] and math.isfinite(band[1])):
             raise ValueError(f"frequency_band must be 0 < low <= high, got {frequency_band}")
-        self.encoder = nn.GRU(2 * D + 2, hidden_dim, batch_first=True, bidirectional=True)
+        self.encoder = nn.GRU(2 * D + 2, hidden_dim, batch_first=True)
+        self.encoder_back = nn.GRU(2 * D + 2, hidden_dim, batch_first=True)
         if variant == "complex":
             # per interval: Re/Im of lambda (2d), of beta (2d), of L (2 d^2)
             self.to_interval = nn.Linear(4 * hidden_dim, 4 * d + 2 * d * d)
@@ -278,12 +279,19 @@ class SDEVI(SeriesModel):
         nxt = torch.cat([gaps, torch.zeros_like(s[:, :1])], 1)
         vis = visible.to(xn.dtype)
         inp = torch.cat([xn * vis, vis, prev[..., None], nxt[..., None]], -1)
-        lengths = valid.sum(1).clamp(min=1).cpu()
-        packed = nn.utils.rnn.pack_padded_sequence(
-            inp, lengths, batch_first=True, enforce_sorted=False
-        )
-        out, _ = self.encoder(packed)
-        h, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=n)
+        # Two one-directional GRUs on the padded batch instead of a packed bidirectional
+        # one (packing cost twice the GRU itself): padding sits after each row's valid
+        # steps, so the forward pass is exact as it is, and the backward pass runs over
+        # each row reversed within its own length (an involution: the same gather undoes
+        # it), so no padding reaches a valid step either way.
+        lengths = valid.sum(1).clamp(min=1)
+        j = torch.arange(n, device=xn.device)
+        rev = torch.where(j < lengths[:, None], lengths[:, None] - 1 - j, j)
+        rev = rev[..., None]
+        forward, _ = self.encoder(inp)
+        backward, _ = self.encoder_back(torch.gather(inp, 1, rev.expand_as(inp)))
+        backward = torch.gather(backward, 1, rev.expand_as(backward))
+        h = torch.cat([forward, backward], -1)
         raw = self.to_interval(torch.cat([h[:, :-1], h[:, 1:]], -1))
         init = self.to_initial(h[:, 0])
         if self.variant == "complex":
@@ -303,7 +311,8 @@ class SDEVI(SeriesModel):
     def _linearised_chains(self, post: dict, prior: dict, dt: torch.Tensor):
         """Non-linear variant: posterior and prior transitions on the sub-step grid by
         local linearisation at the posterior mean; returns the two transition triples
-        (B, (n-1) K, ...) and the posterior marginals at the observation times."""
+        (B, (n-1) K, ...) and the posterior marginals on the sub-step grid (B, (n-1) K + 1,
+        ...), of which every K-th is at an observation time."""
         K = self.substeps
         B, d = post["m1"].shape
         m, P = post["m1"], post["P1"]
@@ -327,13 +336,13 @@ class SDEVI(SeriesModel):
                 m = (F[:B] @ m[..., None])[..., 0] + c[:B]
                 P = F[:B] @ P @ F[:B].transpose(-1, -2) + Q[:B]
                 P = 0.5 * (P + P.transpose(-1, -2))
-            means.append(m)
-            covs.append(P)
+                means.append(m)
+                covs.append(P)
 
         def stack(items):
             return tuple(torch.stack([it[j] for it in items], 1) for j in range(3))
 
-        return stack(trans_q), stack(trans_p), torch.stack(means, 1), torch.stack(covs, 1)
+        return stack(trans_q), stack(trans_p), (torch.stack(means, 1), torch.stack(covs, 1))
 
     def _posterior_chain(self, batch: dict, visible: torch.Tensor) -> dict:
         """The posterior's marginals at every step and its KL to the prior."""
@@ -366,10 +375,13 @@ class SDEVI(SeriesModel):
             m0, P0 = prior["m0"].expand_as(post["m1"]), prior["P0"].expand_as(post["P1"])
             kl = complex_chain_kl(post["m1"], post["P1"], trans_q, m0, P0, trans_p, mask=steps)
         elif self.variant == "nonlinear":
-            trans_q, trans_p, means, covs = self._linearised_chains(post, prior, dt)
+            trans_q, trans_p, fine_marg = self._linearised_chains(post, prior, dt)
+            means, covs = (v[:, :: self.substeps] for v in fine_marg)
             m0, P0 = prior["m0"].expand_as(post["m1"]), prior["P0"].expand_as(post["P1"])
             fine = steps.repeat_interleave(self.substeps, dim=1)
-            kl = chain_kl(post["m1"], post["P1"], trans_q, m0, P0, trans_p, mask=fine)
+            kl = chain_kl(
+                post["m1"], post["P1"], trans_q, m0, P0, trans_p, mask=fine, marginals=fine_marg
+            )
         else:
             post["A"] = prior["A"] + post["A"]  # prior drift + correction, as above
             post["b"] = prior["b"] + post["b"]
@@ -377,7 +389,10 @@ class SDEVI(SeriesModel):
             trans_p = lti_transition(prior["A"], prior["b"], prior["L"], dt)
             means, covs = propagate(post["m1"], post["P1"], *trans_q)
             m0, P0 = prior["m0"].expand(B, -1), prior["P0"].expand(B, -1, -1)
-            kl = chain_kl(post["m1"], post["P1"], trans_q, m0, P0, trans_p, mask=steps)
+            kl = chain_kl(
+                post["m1"], post["P1"], trans_q, m0, P0, trans_p, mask=steps,
+                marginals=(means, covs),
+            )  # fmt: skip
         return {"xn": xn, "means": means, "covs": covs, "kl": kl}
 
     def _expected(self, chain: dict, obs: torch.Tensor):
