@@ -263,6 +263,7 @@ class LatentSDE(SeriesModel):
             path_kl = z0.new_zeros(samples * B)
         else:
             entropy = seed if seed is not None else int(torch.randint(0, 2**31 - 1, ()).item())
+            dt = self.step(batch)
             bm = torchsde.BrownianInterval(
                 t0=float(grid[0]),
                 t1=float(grid[-1]),
@@ -270,12 +271,13 @@ class LatentSDE(SeriesModel):
                 dtype=mu.dtype,
                 device=mu.device,
                 entropy=entropy,
+                dt=dt,  # the fixed step: the interval tree is laid out for queries of it
                 levy_area_approximation="space-time" if self.method == "srk" else "none",
             )
             self.sde.condition(grid, ctx.repeat(samples, 1, 1), ahead.repeat(samples, 1))
             try:
                 zs, log_ratio = torchsde.sdeint(
-                    self.sde, z0, grid, bm=bm, method=self.method, dt=self.step(batch), logqp=True
+                    self.sde, z0, grid, bm=bm, method=self.method, dt=dt, logqp=True
                 )
             finally:
                 self.sde.release()
