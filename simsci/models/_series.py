@@ -200,8 +200,9 @@ class SeriesModel(nn.Module):
       the likelihood scores ``observed``;
     - ``predict(batch, visible=None, variance=False)``: the mean (and variance) at every
       step in data units, (B, L, D);
-    - ``features(batch, visible) -> (B, F)`` and the class attribute ``feature_dim``
-      (a function of the instance's sizes) for the per-episode heads.
+    - ``features(batch, visible) -> (B, F)`` for the per-episode heads (built by
+      ``_build_head(F, hidden)``); ``objective`` may return it as ``"features"`` when it
+      has computed it anyway, which saves a second encoder pass.
 
     Shared arguments: ``obs_dim`` D; ``task`` (one of :data:`TASKS`); ``time_scale``
     (model time = data time / time_scale); ``hide_fraction`` (interpolation);
@@ -346,10 +347,11 @@ class SeriesModel(nn.Module):
     def masks(self, batch: dict, generator=None, *, hide: bool = True):
         """``(observed, visible, target)`` for the model's task (see :func:`task_masks`);
         ``hide=False`` makes interpolation hide nothing."""
+        fraction = (self.hide_fraction or 0.3) if hide else 0.0  # scores need targets
         return task_masks(
             batch,
             self.task,
-            hide_fraction=self.hide_fraction if hide else 0.0,
+            hide_fraction=fraction,
             extrapolate_at=self.extrapolate_at,
             generator=generator,
         )
@@ -368,13 +370,15 @@ class SeriesModel(nn.Module):
             return out * self.label_std.to(out.dtype) + self.label_mean.to(out.dtype)
         return out
 
-    def _label_loss(self, batch: dict, visible: torch.Tensor) -> dict:
+    def _label_loss(self, batch: dict, visible: torch.Tensor, features=None) -> dict:
         if "label" not in batch:
             raise ValueError(
                 f"task {self.task!r} needs the episode field 'label' in the batch "
                 "(TrajectoryDataset(fields=(..., 'label')))"
             )
-        out = self.head(self.features(batch, visible))
+        if features is None:
+            features = self.features(batch, visible)
+        out = self.head(features)
         label = batch["label"]
         if self.task == "classification":
             target = label.long().reshape(-1)
@@ -393,8 +397,9 @@ class SeriesModel(nn.Module):
         observed, visible, _ = self.masks(batch, hide=self.training)
         self.check_batch(batch, observed)
         out = self.objective(batch, visible, observed)
+        features = out.pop("features", None)  # an objective may hand its summary over
         if self.head is not None:
-            out.update(self._label_loss(batch, visible))
+            out.update(self._label_loss(batch, visible, features))
             out["loss"] = out["loss"] + self.label_weight * out["label_loss"]
         return out
 

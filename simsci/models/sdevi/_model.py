@@ -418,11 +418,14 @@ class SDEVI(SeriesModel):
         chain = self._posterior_chain(batch, visible)
         expected, _, _ = self._expected(chain, observed)
         n_obs = observed.sum().clamp(min=1)
-        return {
+        out = {
             "loss": -(expected - chain["kl"]).sum() / n_obs,
             "kl": chain["kl"].sum() / n_obs,
             "expected_loglik": expected.sum() / n_obs,
         }
+        if self.head is not None:
+            out["features"] = self._summary(chain["means"], batch["valid"])
+        return out
 
     def elbo(self, batch: dict, visible: torch.Tensor | None = None) -> torch.Tensor:
         """The ELBO of every observed value, per episode (B,), normalised units; the
@@ -447,8 +450,10 @@ class SDEVI(SeriesModel):
         return (out, var * std**2) if variance else out
 
     def features(self, batch: dict, visible: torch.Tensor) -> torch.Tensor:
-        chain = self._posterior_chain(batch, visible)
-        means, valid = chain["means"], batch["valid"]
+        return self._summary(self._posterior_chain(batch, visible)["means"], batch["valid"])
+
+    def _summary(self, means: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """Posterior means at the first and last time point and their average."""
         if self.variant == "complex":
             means = torch.cat([means.real, means.imag], -1)
         w = valid.to(means.dtype)[..., None]
