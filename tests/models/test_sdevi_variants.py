@@ -184,3 +184,19 @@ def test_an_all_masked_channel_is_ignored_not_fatal(pendulum):
     out["loss"].backward()
     assert torch.isfinite(out["loss"])
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+@pytest.mark.parametrize("variant", ["linear", "nonlinear", "complex"])
+def test_every_variant_runs_on_the_test_device(pendulum, device, variant):
+    """Tensors follow the model's device; make gpu-check runs this on CUDA."""
+    model = SDEVI.from_data(pendulum, latent_dim=3, hidden_dim=8, variant=variant).to(device)
+    ds = data.TrajectoryDataset(pendulum, fields=("t", "x"))
+    batch = model.collate([ds[0], ds[1], ds[2]])
+    batch = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
+    out = model.training_step(batch)
+    out["loss"].backward()
+    assert out["loss"].device.type == device.type and torch.isfinite(out["loss"])
+    mean, var = model.predict(batch, variance=True)
+    assert mean.device.type == device.type and torch.isfinite(var).all()
+    scores = model.scores(batch)
+    assert math.isfinite(float(scores["interp_mse"]))
