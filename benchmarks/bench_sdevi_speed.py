@@ -15,8 +15,13 @@ points each, batch 32), latent size 8, GRU width 64:
   step of 1/4 of the median gap on the union time grid, Gaussian likelihood of the
   observed entries, + backward.
 
-Both are timed warm (median of repeats). Usage: ``python benchmarks/bench_sdevi_speed.py
-[--quick]``; writes ``benchmarks/results/sdevi_speed_cpu.json``.
+Also timed: the non-linear and complex variants (complex: 4 complex modes = 8 real
+dimensions), and simsci's own baseline ``simsci.models.LatentSDE`` (the same harness as
+SDEVI; per-time context, gated correction) at the peer's step.
+
+All are timed warm (median of repeats), on ``--device`` (synchronised). Usage: ``python
+benchmarks/bench_sdevi_speed.py [--quick] [--device cuda]``; writes
+``benchmarks/results/sdevi_speed_<device>.json``.
 """
 
 from __future__ import annotations
@@ -32,7 +37,9 @@ from torch import nn
 from simsci import data, systems
 from simsci.bench import time_call, write_result
 from simsci.models import SDEVI
+from simsci.models import LatentSDE as LibraryLatentSDE
 from simsci.models.latent_ode import observed_mask
+from simsci.models.sdevi import VARIANTS
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -93,10 +100,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="cpu")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    device = torch.device(args.device)
     with tempfile.TemporaryDirectory() as tmp:
         path = systems.generate(
             "damped_pendulum", 64, t_end=12.0, dt=0.1, keep=0.5, out=Path(tmp) / "p.h5",
@@ -104,9 +113,21 @@ def main() -> None:
         )  # fmt: skip
         traj = data.open(path)
         ds = data.TrajectoryDataset(traj, fields=("t", "x"))
-        sdevi = SDEVI.from_data(traj, latent_dim=8, hidden_dim=64)
-        batch = sdevi.collate([ds[i] for i in range(32)])
-        peer = LatentSDE(obs_dim=2, latent=8, hidden=64)
+        sdevi = {
+            variant: SDEVI.from_data(
+                traj, latent_dim=4 if variant == "complex" else 8, hidden_dim=64,
+                variant=variant,
+            ).to(device)
+            for variant in VARIANTS
+        }  # fmt: skip
+        batch = sdevi["linear"].collate([ds[i] for i in range(32)])
+        batch = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
+        peer = LatentSDE(obs_dim=2, latent=8, hidden=64).to(device)
+        # the library's baseline at the peer's step (a quarter of the median union gap)
+        union_gap = float(torch.diff(batch["grid"]).median())
+        library = LibraryLatentSDE.from_data(
+            traj, latent_dim=8, hidden_dim=64, dt=union_gap / 4
+        ).to(device)
         repeat = 3 if args.quick else 10
 
         def step(model, fn):
@@ -116,23 +137,46 @@ def main() -> None:
 
             return run
 
-        t_sdevi = time_call(step(sdevi, lambda: sdevi.training_step(batch)["loss"]), repeat=repeat)
-        t_peer = time_call(step(peer, lambda: peer.loss(batch)), repeat=repeat)
+        times = {
+            f"sdevi_{v}": time_call(
+                step(m, lambda m=m: m.training_step(batch)["loss"]), repeat=repeat, device=device
+            ).median
+            for v, m in sdevi.items()
+        }
+        times["torchsde_latent_sde"] = time_call(
+            step(peer, lambda: peer.loss(batch)), repeat=repeat, device=device
+        ).median
+        times["simsci_latent_sde"] = time_call(
+            step(library, lambda: library.training_step(batch)["loss"]),
+            repeat=repeat,
+            device=device,
+        ).median
     result = {
         "batch": 32,
+        "device": str(device),
         "time_points_per_episode": int(batch["valid"].sum(1).float().mean()),
         "union_grid": int(batch["grid"].numel()),
         "latent": 8,
-        "sdevi_step_s": t_sdevi.median,
-        "torchsde_latent_sde_step_s": t_peer.median,
-        "speedup": t_peer.median / t_sdevi.median,
+        "step_s": times,
+        # the headline: linear SDEVI vs the compact torchsde latent SDE (earlier results)
+        "sdevi_step_s": times["sdevi_linear"],
+        "torchsde_latent_sde_step_s": times["torchsde_latent_sde"],
+        "speedup": times["torchsde_latent_sde"] / times["sdevi_linear"],
+        "speedup_vs_torchsde": {
+            k: times["torchsde_latent_sde"] / v for k, v in times.items() if k.startswith("sdevi")
+        },
+        "speedup_vs_simsci_latent_sde": {
+            k: times["simsci_latent_sde"] / v for k, v in times.items() if k.startswith("sdevi")
+        },
     }
-    out = args.out or RESULTS / "sdevi_speed_cpu.json"
+    out = args.out or RESULTS / f"sdevi_speed_{device.type}.json"
+    for key, value in times.items():
+        print(f"{key:24s} {value * 1e3:8.1f} ms/step")
     print(
-        f"SDEVI {t_sdevi.median * 1e3:.1f} ms/step, torchsde latent SDE "
-        f"{t_peer.median * 1e3:.1f} ms/step: {result['speedup']:.1f}x"
+        "speed-up vs the torchsde latent SDE: "
+        + ", ".join(f"{k} {v:.1f}x" for k, v in result["speedup_vs_torchsde"].items())
     )
-    print(f"wrote {write_result(out, result)}")
+    print(f"wrote {write_result(out, result, device=device)}")
 
 
 if __name__ == "__main__":

@@ -77,6 +77,8 @@ def main() -> int:
         ("bench_envs.py", ["--device", "cuda", "--sync-max", "64"]),
         # ∂-NO vs FNO on Burgers (one seed, few steps) and the surrogate vs ETDRK4
         ("bench_dno.py", ["--quick", "--device", "cuda", "--only", "burgers:fno"]),
+        # SDEVI's three variants vs the torchsde latent SDE, one training step each
+        ("bench_sdevi_speed.py", ["--quick", "--device", "cuda"]),
     ):
         start = time.perf_counter()
         code = subprocess.call([sys.executable, str(HERE / script), *extra])
