@@ -145,6 +145,12 @@ def run_train(args) -> int:
         val_set = make_dataset(traj, fields, split="val", window=window, stride=stride)
     if args.resume and (out / "checkpoints" / "last.pt").exists():
         model = train.load_model(out / "checkpoints" / "last.pt")
+        task = getattr(model, "task", None)
+        if args.task is not None and task is not None and args.task != task:
+            raise ValueError(
+                f"--resume: the run in {out} trains task {task!r}, not --task "
+                f"{args.task!r}; drop --task or start a new run with another --out"
+            )
     else:
         overrides = key_values(args.model_arg, "--model-arg")
         for key in ("backbone", "features"):

@@ -344,14 +344,15 @@ class SeriesModel(nn.Module):
                 "decreasing times found); merge duplicate observations first"
             )
 
-    def masks(self, batch: dict, generator=None, *, hide: bool = True):
+    def masks(self, batch: dict, generator=None, *, hide: bool = True, fraction=None):
         """``(observed, visible, target)`` for the model's task (see :func:`task_masks`);
-        ``hide=False`` makes interpolation hide nothing."""
-        fraction = (self.hide_fraction or 0.3) if hide else 0.0  # scores need targets
+        interpolation hides ``fraction`` (default ``hide_fraction``) of the interior
+        points, nothing with ``hide=False``."""
+        fraction = self.hide_fraction if fraction is None else fraction
         return task_masks(
             batch,
             self.task,
-            hide_fraction=fraction,
+            hide_fraction=fraction if hide else 0.0,
             extrapolate_at=self.extrapolate_at,
             generator=generator,
         )
@@ -395,6 +396,9 @@ class SeriesModel(nn.Module):
     # ----------------------------------------------------------------- training contract
     def training_step(self, batch: dict) -> dict:
         observed, visible, _ = self.masks(batch, hide=self.training)
+        return self._loss(batch, observed, visible)
+
+    def _loss(self, batch: dict, observed: torch.Tensor, visible: torch.Tensor) -> dict:
         self.check_batch(batch, observed)
         out = self.objective(batch, visible, observed)
         features = out.pop("features", None)  # an objective may hand its summary over
@@ -404,13 +408,20 @@ class SeriesModel(nn.Module):
         return out
 
     def validation_step(self, batch: dict) -> dict:
-        """The task's scores on fixed hidden points (see :meth:`scores`) and the loss."""
-        return {"loss": self.training_step(batch)["loss"], **self.scores(batch)}
+        """The task's scores on fixed hidden points (see :meth:`scores`) and the loss
+        with the same points hidden (so ``val_loss`` measures the task too)."""
+        gen = torch.Generator().manual_seed(1234)
+        observed, visible, _ = self.masks(batch, gen, fraction=self._score_fraction())
+        return {"loss": self._loss(batch, observed, visible)["loss"], **self.scores(batch)}
+
+    def _score_fraction(self) -> float:
+        # a model trained with nothing hidden is still scored on hidden points
+        return self.hide_fraction or 0.3
 
     def scores(self, batch: dict, seed: int = 1234) -> dict:
         """Metrics of the model's task on ``batch`` (the same hidden points for a seed)."""
         gen = torch.Generator().manual_seed(seed)
-        observed, visible, target = self.masks(batch, gen)
+        observed, visible, target = self.masks(batch, gen, fraction=self._score_fraction())
         self.check_batch(batch, observed)
         with torch.no_grad():
             if self.head is not None:

@@ -314,7 +314,8 @@ class LatentODE(SeriesModel):
         observed = observed_mask(batch)
         self.check_batch(batch, observed)
         visible = observed if visible is None else visible & observed
-        return observed, visible, torch.nan_to_num(self.normalise(batch["x"]))
+        x = batch["x"].to(self.to_posterior.weight.dtype)  # the parameters' precision
+        return observed, visible, torch.nan_to_num(self.normalise(x))
 
     def features(self, batch: dict, visible: torch.Tensor) -> torch.Tensor:
         """The posterior mean of z0, (B, latent_dim)."""
@@ -344,7 +345,7 @@ class LatentODE(SeriesModel):
 
     # -- the harness's contract ------------------------------------------------------------
     def objective(self, batch: dict, visible: torch.Tensor, observed: torch.Tensor) -> dict:
-        xn = torch.nan_to_num(self.normalise(batch["x"]))
+        xn = torch.nan_to_num(self.normalise(batch["x"].to(self.to_posterior.weight.dtype)))
         mu, logvar = self.encode(batch["t"], xn, visible)
         z0 = mu + torch.randn_like(mu) * (0.5 * logvar).exp() if self.training else mu
         pred = self.decode(z0, batch["grid"], batch["index"])

@@ -200,3 +200,34 @@ def test_every_variant_runs_on_the_test_device(pendulum, device, variant):
     assert mean.device.type == device.type and torch.isfinite(var).all()
     scores = model.scores(batch)
     assert math.isfinite(float(scores["interp_mse"]))
+
+
+@pytest.mark.parametrize("variant", ["linear", "nonlinear", "complex"])
+def test_padding_stays_finite_under_an_unstable_posterior_drift(pendulum, variant):
+    """Padded intervals carry the last marginal on unchanged: an exploding posterior
+    drift there must not reach the loss (inf times a zero mask is NaN)."""
+    model = SDEVI.from_data(pendulum, latent_dim=4, hidden_dim=8, variant=variant)
+    with torch.no_grad():
+        model.to_interval.bias.fill_(3.0)  # positive drift corrections everywhere
+    ds = data.TrajectoryDataset(pendulum, fields=("t", "x"))
+    short = {k: (v[:4] if k in ("t", "x") else v) for k, v in ds[1].items()}
+    batch = model.collate([ds[0], short])
+    out = model.training_step(batch)
+    out["loss"].backward()
+    assert torch.isfinite(out["loss"])
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+def test_single_point_episodes_and_hide_fraction_zero(pendulum):
+    ds = data.TrajectoryDataset(pendulum, fields=("t", "x"))
+    one = {k: (v[:1] if k in ("t", "x") else v) for k, v in ds[0].items()}
+    for variant in ("linear", "nonlinear", "complex"):
+        model = SDEVI.from_data(pendulum, latent_dim=2, hidden_dim=8, variant=variant)
+        batch = model.collate([one, one])
+        assert torch.isfinite(model.training_step(batch)["loss"])
+        assert model.predict(batch).shape == (2, 1, 2)
+    model = SDEVI.from_data(pendulum, latent_dim=2, hidden_dim=8, hide_fraction=0.0)
+    batch = model.collate([ds[0]])
+    observed, visible, target = model.train().masks(batch)
+    assert torch.equal(visible, observed) and not target.any()
+    assert model.scores(batch)["n_target"] > 0  # scored on hidden points all the same

@@ -284,6 +284,7 @@ def complex_chain_kl(
     P1_p: Tensor,
     trans_p: tuple[Tensor, Tensor, Tensor],
     mask: Tensor | None = None,
+    marginals: tuple[Tensor, Tensor] | None = None,
 ) -> Tensor:
     r"""KL(q || p) of two circular complex Gauss–Markov chains over the same times; (B,).
 
@@ -297,14 +298,17 @@ def complex_chain_kl(
     (B, n-1, d, d) (from :func:`complex_diag_transition`; broadcastable). ``mask``
     (B, n-1) bool drops padded transitions: their terms are exactly 0 (they are replaced
     by equal, unit-noise transitions before any factorisation, so a degenerate padded
-    ``Q`` neither raises nor leaks NaN into the gradient).
+    ``Q`` neither raises nor leaks NaN into the gradient). ``marginals``: q's
+    ``(means, covs)`` when the caller has propagated them already.
     """
     f_q, c_q, Q_q = trans_q
     f_p, c_p, Q_p = trans_p
     kl = complex_gaussian_kl(m1_q, P1_q, m1_p, P1_p)
     if f_q.shape[-2] == 0:
         return kl
-    means, covs = complex_propagate(m1_q, P1_q, f_q, c_q, Q_q)
+    if marginals is None:
+        marginals = complex_propagate(m1_q, P1_q, f_q, c_q, Q_q)
+    means, covs = marginals
     m_prev, P_prev = means[..., :-1, :], covs[..., :-1, :, :]
     d = m_prev.shape[-1]
     if mask is not None:

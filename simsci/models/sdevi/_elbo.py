@@ -37,6 +37,7 @@ __all__ = [
     "linear_expected_loglik",
     "unscented_expected_loglik",
     "sigma_points",
+    "pad_identity",
 ]
 
 
@@ -48,12 +49,20 @@ def linear_expected_loglik(
     y, obs (B, n, D) (obs: 0/1 or bool, where y counts); means (B, n, d), covs
     (B, n, d, d); H (D, d); R (D,). The predictive variance is diag(H P Hᵀ) + R.
     """
-    obs = obs.to(y.dtype)
+    obs = obs.bool()
     pred = means @ H.T
     var = ((H @ covs) * H).sum(-1)  # diag(H P H^T): (B, n, D)
-    resid = torch.where(obs > 0, y - pred, torch.zeros_like(pred))
-    ell = -0.5 * ((resid**2 + var) / R + torch.log(2 * math.pi * R)) * obs
-    return ell.sum(dim=(1, 2)), pred, var + R
+    return _gaussian_expected(y, obs, pred, var, R), pred, var + R
+
+
+def _gaussian_expected(y: Tensor, obs: Tensor, pred: Tensor, var: Tensor, R: Tensor) -> Tensor:
+    """sum over observed entries of -1/2 [((y - pred)^2 + var) / R + log 2 pi R], (B,);
+    ``torch.where`` (not a product with the mask), so nothing from unobserved entries,
+    not even an inf, reaches the value or its gradient."""
+    resid = torch.where(obs, y - pred, torch.zeros_like(pred))
+    var = torch.where(obs, var, torch.zeros_like(var))
+    ell = -0.5 * ((resid**2 + var) / R + torch.log(2 * math.pi * R))
+    return torch.where(obs, ell, torch.zeros_like(ell)).sum(dim=(1, 2))
 
 
 def sigma_points(means: Tensor, covs: Tensor) -> Tensor:
@@ -71,14 +80,28 @@ def unscented_expected_loglik(
     """Like :func:`linear_expected_loglik` for any decoder ``g`` (B, n, d) -> (B, n, D),
     by the unscented transform; the predictive moments are the sigma points' mean and
     spread (+ R)."""
-    obs = obs.to(y.dtype)
+    obs = obs.bool()
     points = sigma_points(means, covs)  # (2d, B, n, d)
     out = decoder(points)  # (2d, B, n, D)
-    resid = torch.where(obs > 0, y - out, torch.zeros_like(out))
-    ell = -0.5 * (resid**2 / R + torch.log(2 * math.pi * R)) * obs
+    zero = torch.zeros_like(out[0])
+    expected = torch.stack([_gaussian_expected(y, obs, o, zero, R) for o in out]).mean(0)
     pred = out.mean(0)
     var = ((out - pred) ** 2).mean(0)
-    return ell.mean(0).sum(dim=(1, 2)), pred, var + R
+    return expected, pred, var + R
+
+
+def pad_identity(trans: tuple[Tensor, Tensor, Tensor], steps: Tensor, diagonal: bool = False):
+    """Transitions (F, c, Q) (B, n-1, ...) with the padded intervals (``steps`` False)
+    made the identity map with unit noise: a padded step then carries the last marginal
+    on unchanged, and nothing there can overflow (an unstable posterior drift over a
+    dummy step would reach inf, and inf times a zero mask is NaN). ``diagonal``: F given
+    as its diagonal (the complex variant)."""
+    F, c, Q = trans
+    d = c.shape[-1]
+    eye = torch.eye(d, dtype=Q.dtype, device=Q.device)
+    sv, sm = steps[..., None], steps[..., None, None]
+    F = torch.where(sv if diagonal else sm, F, torch.ones_like(F) if diagonal else eye.to(F.dtype))
+    return F, torch.where(sv, c, torch.zeros_like(c)), torch.where(sm, Q, eye)
 
 
 def linear_gaussian_elbo(
@@ -101,9 +124,14 @@ def linear_gaussian_elbo(
     B, n, D = y.shape
     valid = torch.ones(B, n, dtype=torch.bool, device=y.device) if valid is None else valid
     obs = mask & valid[..., None]
-    dt = torch.diff(t, dim=1).clamp_min(0)
-    trans_q = lti_transition(posterior["A"], posterior["b"], posterior["L"], dt)
-    trans_p = lti_transition(prior["A"], prior["b"], prior["L"], dt)
+    steps = valid[:, 1:] & valid[:, :-1]
+    dt = torch.where(steps, torch.diff(t, dim=1), torch.ones_like(t[:, 1:]))
+    if bool((dt < 0).any()):
+        raise ValueError("observation times must not decrease within an episode")
+    trans_q = pad_identity(
+        lti_transition(posterior["A"], posterior["b"], posterior["L"], dt), steps
+    )
+    trans_p = pad_identity(lti_transition(prior["A"], prior["b"], prior["L"], dt), steps)
     means, covs = propagate(posterior["m1"], posterior["P1"], *trans_q)
     expected, _, _ = linear_expected_loglik(y, obs, means, covs, H, R)
     kl = chain_kl(
@@ -113,7 +141,7 @@ def linear_gaussian_elbo(
         prior["m0"].expand_as(posterior["m1"]),
         prior["P0"].expand_as(posterior["P1"]),
         trans_p,
-        mask=valid[:, 1:],
+        mask=steps,
         marginals=(means, covs),
     )
     return expected - kl, {"expected_loglik": expected, "kl": kl, "means": means, "covs": covs}

@@ -69,7 +69,12 @@ import torch
 from torch import nn
 
 from simsci.models._series import SeriesModel, series_data_kwargs
-from simsci.models.sdevi._elbo import linear_expected_loglik, unscented_expected_loglik
+from simsci.models.sdevi._elbo import (
+    _gaussian_expected,
+    linear_expected_loglik,
+    pad_identity,
+    unscented_expected_loglik,
+)
 from simsci.models.sdevi._gauss_markov import chain_kl, lti_transition, propagate
 
 __all__ = ["SDEVI", "VARIANTS"]
@@ -308,7 +313,7 @@ class SDEVI(SeriesModel):
         l1 = _tril(init[..., d:], d)
         return {"m1": init[..., :d], "P1": l1 @ l1.transpose(-1, -2), "A": A, "b": b, "L": L}
 
-    def _linearised_chains(self, post: dict, prior: dict, dt: torch.Tensor):
+    def _linearised_chains(self, post: dict, prior: dict, dt: torch.Tensor, steps):
         """Non-linear variant: posterior and prior transitions on the sub-step grid by
         local linearisation at the posterior mean; returns the two transition triples
         (B, (n-1) K, ...) and the posterior marginals on the sub-step grid (B, (n-1) K + 1,
@@ -320,6 +325,7 @@ class SDEVI(SeriesModel):
         A_p, b_p, L_p = prior["A"], prior["b"], prior["L"].expand(B, d, d)
         for i in range(dt.shape[1]):
             h = (dt[:, i] / K).repeat(2)
+            pad = steps[:, i].repeat(2)
             L_both = torch.cat([post["L"][:, i], L_p])
             for _ in range(K):
                 g, Jg = self.drift(m)
@@ -330,7 +336,7 @@ class SDEVI(SeriesModel):
                 # f(z) ~ f(m) + J (z - m): the affine drift J z + (f(m) - J m)
                 A_both = torch.cat([J_q, J_p])
                 b_both = torch.cat([f_q, f_p]) - (A_both @ torch.cat([m, m])[..., None])[..., 0]
-                F, c, Q = lti_transition(A_both, b_both, L_both, h)
+                F, c, Q = pad_identity(lti_transition(A_both, b_both, L_both, h), pad)
                 trans_q.append((F[:B], c[:B], Q[:B]))
                 trans_p.append((F[B:], c[B:], Q[B:]))
                 m = (F[:B] @ m[..., None])[..., 0] + c[:B]
@@ -340,6 +346,8 @@ class SDEVI(SeriesModel):
                 covs.append(P)
 
         def stack(items):
+            if not items:  # one time point per episode: no transition at all
+                return (m.new_zeros(B, 0, d, d), m.new_zeros(B, 0, d), m.new_zeros(B, 0, d, d))
             return tuple(torch.stack([it[j] for it in items], 1) for j in range(3))
 
         return stack(trans_q), stack(trans_p), (torch.stack(means, 1), torch.stack(covs, 1))
@@ -352,8 +360,8 @@ class SDEVI(SeriesModel):
         s = ((batch["t"] - batch["t"][:, :1]) / self.time_scale).to(dtype)
         valid = batch["valid"]
         steps = valid[:, 1:] & valid[:, :-1]
-        # padded intervals get a dummy positive step (masked out of the KL) so that
-        # their transition covariances stay positive definite
+        # padded intervals get a dummy step whose transitions are then replaced by the
+        # identity (pad_identity) and masked out of the KL
         dt = torch.where(steps, torch.diff(s, dim=1), torch.ones_like(s[:, 1:]))
         post = self.encode(s, xn, visible, valid)
         prior = self.prior(dtype, xn.device)
@@ -371,11 +379,16 @@ class SDEVI(SeriesModel):
 
             trans_q = complex_diag_transition(post["lam"], post["beta"], post["L"], dt)
             trans_p = complex_diag_transition(prior["lam"], prior["beta"], prior["L"], dt)
+            trans_q = pad_identity(trans_q, steps, diagonal=True)
+            trans_p = pad_identity(trans_p, steps, diagonal=True)
             means, covs = complex_propagate(post["m1"], post["P1"], *trans_q)
             m0, P0 = prior["m0"].expand_as(post["m1"]), prior["P0"].expand_as(post["P1"])
-            kl = complex_chain_kl(post["m1"], post["P1"], trans_q, m0, P0, trans_p, mask=steps)
+            kl = complex_chain_kl(
+                post["m1"], post["P1"], trans_q, m0, P0, trans_p, mask=steps,
+                marginals=(means, covs),
+            )  # fmt: skip
         elif self.variant == "nonlinear":
-            trans_q, trans_p, fine_marg = self._linearised_chains(post, prior, dt)
+            trans_q, trans_p, fine_marg = self._linearised_chains(post, prior, dt, steps)
             means, covs = (v[:, :: self.substeps] for v in fine_marg)
             m0, P0 = prior["m0"].expand_as(post["m1"]), prior["P0"].expand_as(post["P1"])
             fine = steps.repeat_interleave(self.substeps, dim=1)
@@ -385,8 +398,8 @@ class SDEVI(SeriesModel):
         else:
             post["A"] = prior["A"] + post["A"]  # prior drift + correction, as above
             post["b"] = prior["b"] + post["b"]
-            trans_q = lti_transition(post["A"], post["b"], post["L"], dt)
-            trans_p = lti_transition(prior["A"], prior["b"], prior["L"], dt)
+            trans_q = pad_identity(lti_transition(post["A"], post["b"], post["L"], dt), steps)
+            trans_p = pad_identity(lti_transition(prior["A"], prior["b"], prior["L"], dt), steps)
             means, covs = propagate(post["m1"], post["P1"], *trans_q)
             m0, P0 = prior["m0"].expand(B, -1), prior["P0"].expand(B, -1, -1)
             kl = chain_kl(
@@ -400,13 +413,11 @@ class SDEVI(SeriesModel):
         R = self.log_r.exp().clamp_min(1e-4)
         xn, means, covs = chain["xn"], chain["means"], chain["covs"]
         if self.variant == "complex":
-            H = torch.complex(self.H_re, self.H_im).to(means.dtype)
-            pred = (means @ H.T).real + self.h0
-            var = 0.5 * ((H @ covs) * H.conj()).sum(-1).real  # diag(H P H^H) / 2
-            obs = obs.to(xn.dtype)
-            resid = torch.where(obs > 0, xn - pred, torch.zeros_like(pred))
-            ell = -0.5 * ((resid**2 + var) / R + torch.log(2 * math.pi * R)) * obs
-            return ell.sum(dim=(1, 2)), pred, var + R
+            from simsci.models.sdevi._complex import complex_predictive
+
+            pred, var = complex_predictive(means, covs, torch.complex(self.H_re, self.H_im))
+            pred = pred + self.h0
+            return _gaussian_expected(xn, obs.bool(), pred, var, R), pred, var + R
         if self.decoder_kind == "linear":
             W, h0 = self.H.weight, self.H.bias
             expected, pred, var = linear_expected_loglik(xn - h0, obs, means, covs, W, R)
