@@ -68,6 +68,8 @@ import math
 import torch
 from torch import Tensor
 
+from simsci.models.sdevi._gauss_markov import _logdet, _sym, safe_cholesky
+
 __all__ = [
     "complex_diag_transition",
     "complex_propagate",
@@ -110,10 +112,6 @@ def _real_dtype(z: Tensor) -> torch.dtype:
     return torch.float64 if z.dtype == torch.complex128 else torch.float32
 
 
-def _herm(P: Tensor) -> Tensor:
-    return 0.5 * (P + P.mH)
-
-
 def _sqnorm(X: Tensor, dims: tuple[int, ...]) -> Tensor:
     """Sum of ``|X|^2`` over ``dims`` (``re^2 + im^2``: differentiable also at 0)."""
     return (X.real.square() + X.imag.square()).sum(dims)
@@ -131,33 +129,9 @@ def _phi1(x: Tensor) -> Tensor:
     return torch.where(small, series, torch.expm1(xl) / xl)
 
 
-def complex_cholesky(P: Tensor, what: str = "covariance", jitter: float = 1e-9) -> Tensor:
-    """Lower Cholesky factor of a Hermitian ``P`` (..., d, d), ``P = L L^H``.
-
-    The policy of :func:`safe_cholesky` for complex matrices: one retry with a relative
-    diagonal jitter, then a ``ValueError`` naming the first failing batch entries.
-    """
-    Ph = _herm(P)
-    L, info = torch.linalg.cholesky_ex(Ph)
-    if bool((info == 0).all()):
-        return L
-    d = P.shape[-1]
-    scale = Ph.diagonal(dim1=-2, dim2=-1).real.abs().mean(-1, keepdim=True).clamp_min(1e-30)
-    eye = torch.eye(d, dtype=P.dtype, device=P.device)
-    L, info = torch.linalg.cholesky_ex(Ph + jitter * scale[..., None] * eye)
-    if bool((info == 0).all()):
-        return L
-    bad = torch.nonzero(info.reshape(-1)).flatten()[:5].tolist()
-    raise ValueError(
-        f"the {what} lost positive definiteness (batch entries {bad} of shape "
-        f"{tuple(P.shape[:-2])}, even after a jitter of {jitter:g} x its mean diagonal); "
-        "it must be Hermitian positive definite: check the diffusion L (finite, full "
-        "rank) and the time steps (finite, > 0)"
-    )
-
-
-def _logdet(Lchol: Tensor) -> Tensor:
-    return 2.0 * Lchol.diagonal(dim1=-2, dim2=-1).real.log().sum(-1)
+#: Hermitian Cholesky with the jitter-then-ValueError policy (one implementation for
+#: real and complex matrices)
+complex_cholesky = safe_cholesky
 
 
 def complex_diag_transition(
@@ -191,7 +165,7 @@ def complex_diag_transition(
     c = beta * h[..., None] * _phi1(x)
     S = L @ L.mH
     xx = x[..., :, None] + x.conj()[..., None, :]  # (lam_j + conj(lam_k)) dt
-    Q = _herm(S * h[..., None, None] * _phi1(xx))
+    Q = _sym(S * h[..., None, None] * _phi1(xx))
     return f, c, Q
 
 
@@ -245,13 +219,13 @@ def complex_propagate(
     batch = torch.broadcast_shapes(m1.shape[:-1], f.shape[:-2], c.shape[:-2], Q.shape[:-3])
     n1, d = f.shape[-2], m1.shape[-1]
     m1 = m1.expand(*batch, d)
-    P1 = _herm(P1).expand(*batch, d, d)
+    P1 = _sym(P1).expand(*batch, d, d)
     f = f.expand(*batch, n1, d)
     G = f[..., :, None] * f.conj()[..., None, :]  # f f^H: (..., n-1, d, d)
     b_m = torch.cat([m1[..., None, :], c.expand(*batch, n1, d)], -2)
     b_P = torch.cat([P1[..., None, :, :], Q.expand(*batch, n1, d, d)], -3)
     means = _affine_scan(f, b_m, dim=-2)
-    covs = _herm(_affine_scan(G, b_P, dim=-3))
+    covs = _sym(_affine_scan(G, b_P, dim=-3))
     return means, covs
 
 

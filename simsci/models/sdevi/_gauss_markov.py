@@ -68,7 +68,8 @@ __all__ = [
 
 
 def _sym(P: Tensor) -> Tensor:
-    return 0.5 * (P + P.transpose(-1, -2))
+    """The symmetric (Hermitian, for complex P) part of P."""
+    return 0.5 * (P + P.mH)
 
 
 def expm(M: Tensor, degree: int | None = None) -> Tensor:
@@ -126,13 +127,15 @@ def _taylor(X: Tensor, degree: int) -> Tensor:
 
 
 def safe_cholesky(P: Tensor, what: str = "covariance", jitter: float = 1e-9) -> Tensor:
-    """Cholesky factor of ``P`` (..., d, d); one retry with a relative diagonal jitter,
-    then a ValueError naming the first failing batch entry."""
+    """Cholesky factor of a symmetric (real) or Hermitian (complex) ``P`` (..., d, d),
+    ``P = L L^H``; one retry with a relative diagonal jitter, then a ValueError naming
+    the first failing batch entry."""
     L, info = torch.linalg.cholesky_ex(_sym(P))
     if bool((info == 0).all()):
         return L
     d = P.shape[-1]
-    scale = P.diagonal(dim1=-2, dim2=-1).abs().mean(-1, keepdim=True).clamp_min(1e-30)
+    diag = P.diagonal(dim1=-2, dim2=-1).real
+    scale = diag.abs().mean(-1, keepdim=True).clamp_min(1e-30)
     eye = torch.eye(d, dtype=P.dtype, device=P.device)
     L, info = torch.linalg.cholesky_ex(_sym(P) + jitter * scale[..., None] * eye)
     if bool((info == 0).all()):
@@ -141,7 +144,8 @@ def safe_cholesky(P: Tensor, what: str = "covariance", jitter: float = 1e-9) -> 
     raise ValueError(
         f"the {what} lost positive definiteness (batch entries {bad} of shape "
         f"{tuple(P.shape[:-2])}, even after a jitter of {jitter:g} x its mean diagonal); "
-        "check the diffusion L (it must be finite) and the time steps (finite, > 0)"
+        "it must be symmetric (Hermitian) positive definite: check the diffusion L "
+        "(finite, full rank) and the time steps (finite, > 0)"
     )
 
 
@@ -336,7 +340,8 @@ def propagate(m0: Tensor, P0: Tensor, F: Tensor, c: Tensor, Q: Tensor) -> tuple[
 
 
 def _logdet(Lchol: Tensor) -> Tensor:
-    return 2.0 * Lchol.diagonal(dim1=-2, dim2=-1).log().sum(-1)
+    """log det of L L^H from its Cholesky factor (real for complex L too)."""
+    return 2.0 * Lchol.diagonal(dim1=-2, dim2=-1).real.log().sum(-1)
 
 
 def _kl_terms(
