@@ -57,33 +57,9 @@ class GRUDelta(SeriesModel):
         hidden_dim: int = 64,
         num_layers: int = 1,
         bidirectional: bool | None = None,
-        *,
-        task: str = "interpolation",
-        time_scale: float = 1.0,
-        hide_fraction: float = 0.3,
-        extrapolate_at: float = 0.5,
-        num_classes: int | None = None,
-        label_dim: int | None = None,
-        label_mean=None,
-        label_std=None,
-        label_weight: float = 1.0,
-        data_mean=None,
-        data_std=None,
+        **series,
     ):
-        super().__init__(
-            obs_dim,
-            task=task,
-            time_scale=time_scale,
-            hide_fraction=hide_fraction,
-            extrapolate_at=extrapolate_at,
-            num_classes=num_classes,
-            label_dim=label_dim,
-            label_mean=label_mean,
-            label_std=label_std,
-            label_weight=label_weight,
-            data_mean=data_mean,
-            data_std=data_std,
-        )
+        super().__init__(obs_dim, **series)
         if hidden_dim < 1 or num_layers < 1:
             raise ValueError(
                 f"hidden_dim and num_layers must be >= 1, got {hidden_dim}, {num_layers}"

@@ -216,27 +216,16 @@ class LatentODE(SeriesModel):
         encoder: str = "gru",
         encoder_steps: int = 4,
         num_samples: int = 8,
-        task: str = "interpolation",
-        extrapolate_at: float = 0.5,
-        num_classes: int | None = None,
-        label_dim: int | None = None,
-        label_mean=None,
-        label_std=None,
-        label_weight: float = 1.0,
+        **series,
     ):
+        # time_scale, hide_fraction, data_mean, data_std keep their old positions
         super().__init__(
             obs_dim,
-            task=task,
             time_scale=time_scale,
             hide_fraction=hide_fraction,
-            extrapolate_at=extrapolate_at,
-            num_classes=num_classes,
-            label_dim=label_dim,
-            label_mean=label_mean,
-            label_std=label_std,
-            label_weight=label_weight,
             data_mean=data_mean,
             data_std=data_std,
+            **series,
         )
         if latent_dim < 1 or hidden_dim < 1:
             raise ValueError(
@@ -355,7 +344,10 @@ class LatentODE(SeriesModel):
         nll = torch.where(observed, nll, 0.0).sum()
         kl = 0.5 * (mu**2 + logvar.exp() - 1.0 - logvar).sum()
         mse = torch.where(observed, (xn - pred) ** 2, 0.0).sum() / n_obs
-        return {"loss": (nll + self.kl_weight * kl) / n_obs, "mse": mse, "kl": kl / n_obs}
+        out = {"loss": (nll + self.kl_weight * kl) / n_obs, "mse": mse, "kl": kl / n_obs}
+        if self.head is not None:
+            out["features"] = mu  # the head's input: saves a second encoder pass
+        return out
 
 
 def interpolation_scores(

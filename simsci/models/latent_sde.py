@@ -146,33 +146,9 @@ class LatentSDE(SeriesModel):
         dt_fraction: float = 0.25,
         num_samples: int = 16,
         kl_weight: float = 1.0,
-        *,
-        task: str = "interpolation",
-        time_scale: float = 1.0,
-        hide_fraction: float = 0.3,
-        extrapolate_at: float = 0.5,
-        num_classes: int | None = None,
-        label_dim: int | None = None,
-        label_mean=None,
-        label_std=None,
-        label_weight: float = 1.0,
-        data_mean=None,
-        data_std=None,
+        **series,
     ):
-        super().__init__(
-            obs_dim,
-            task=task,
-            time_scale=time_scale,
-            hide_fraction=hide_fraction,
-            extrapolate_at=extrapolate_at,
-            num_classes=num_classes,
-            label_dim=label_dim,
-            label_mean=label_mean,
-            label_std=label_std,
-            label_weight=label_weight,
-            data_mean=data_mean,
-            data_std=data_std,
-        )
+        super().__init__(obs_dim, **series)
         if min(latent_dim, hidden_dim, context_dim, num_samples) < 1:
             raise ValueError(
                 "latent_dim, hidden_dim, context_dim and num_samples must be >= 1, got "
@@ -326,9 +302,12 @@ class LatentSDE(SeriesModel):
         kl0 = 0.5 * (mu**2 + logvar.exp() - 1.0 - logvar).sum()
         kl_path = path_kl.sum()
         mse = torch.where(observed, (xn - pred) ** 2, 0.0).sum() / n_obs
-        return {
+        out = {
             "loss": (nll + self.kl_weight * (kl0 + kl_path)) / n_obs,
             "mse": mse,
             "kl0": kl0 / n_obs,
             "kl_path": kl_path / n_obs,
         }
+        if self.head is not None:
+            out["features"] = mu  # the head's input: saves a second encoder pass
+        return out
