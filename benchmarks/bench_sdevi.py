@@ -248,7 +248,13 @@ def main() -> None:
     parser.add_argument("--models", nargs="*", default=None, help="models (default: all)")
     parser.add_argument("--out", default=str(RESULTS / "sdevi_cpu.json"))
     parser.add_argument("--resume", action="store_true", help="skip runs already in --out")
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke run: 1 seed, 10 steps, pendulum-50 only"
+    )
     args = parser.parse_args()
+    if args.quick:
+        args.seeds, args.steps = 1, 10
+        args.only = args.only or ["pendulum-50", "linear-sde"]
     from simsci.bench import write_result
 
     problems = args.only or [*PROBLEMS, "linear-sde"]
@@ -266,7 +272,7 @@ def main() -> None:
         runs = json.loads(out.read_text()).get("runs", [])
     done = {(r["problem"], r["model"], r["seed"]) for r in runs}
     specs = [
-        {"problem": p, "model": m, "seed": s, "steps": STEPS.get(p, args.steps)}
+        {"problem": p, "model": m, "seed": s, "steps": min(STEPS.get(p, args.steps), args.steps)}
         for p in problems
         if p != "linear-sde"
         for m in (args.models or MODELS)
