@@ -57,7 +57,12 @@ Decoders: ``"linear"`` (:math:`y = Hz + h_0 + \varepsilon`, exact expectations) 
 ``"mlp"`` (a tanh MLP; expectations by the unscented transform); real variants only.
 
 Per-episode heads (classification, regression) read the posterior means at the first
-and last time point and their average over the episode.
+and last time point, their average over the episode, and the encoder's two GRU states
+that have read the whole episode (the forward one at its end, the backward one at its
+start). The encoder is the amortised posterior's own input; without it the head saw
+only an 8-dimensional latent tuned to reconstruct 576 pixels and regressed the
+pendulum-image angle barely better than the label mean (normalised MSE 0.91 vs 1.38;
+GRU-Δt 0.07).
 """
 
 from __future__ import annotations
@@ -211,7 +216,7 @@ class SDEVI(SeriesModel):
         self.prior_l = nn.Parameter(torch.zeros(d))
         self.prior_p0 = nn.Parameter(torch.zeros(d))
         self.log_r = nn.Parameter(torch.full((D,), math.log(0.05)))
-        feature_dim = 3 * d * (2 if variant == "complex" else 1)
+        feature_dim = 3 * d * (2 if variant == "complex" else 1) + 2 * int(hidden_dim)
         self._build_head(feature_dim, hidden_dim)
         self.init_args = {
             **self.series_args,
@@ -297,6 +302,10 @@ class SDEVI(SeriesModel):
         backward, _ = self.encoder_back(torch.gather(inp, 1, rev.expand_as(inp)))
         backward = torch.gather(backward, 1, rev.expand_as(backward))
         h = torch.cat([forward, backward], -1)
+        # the whole episode as the encoder read it: the forward GRU at the last valid
+        # step and the backward GRU at the first (the per-episode heads read it)
+        last = (lengths - 1)[:, None, None].expand(-1, 1, forward.shape[-1])
+        summary = torch.cat([forward.gather(1, last)[:, 0], backward[:, 0]], -1)
         raw = self.to_interval(torch.cat([h[:, :-1], h[:, 1:]], -1))
         init = self.to_initial(h[:, 0])
         if self.variant == "complex":
@@ -306,12 +315,18 @@ class SDEVI(SeriesModel):
             L = _ctril(raw[..., 4 * d : 4 * d + d * d], raw[..., 4 * d + d * d :], d)
             m1 = torch.complex(init[..., :d], init[..., d : 2 * d])
             l1 = _ctril(init[..., 2 * d : 2 * d + d * d], init[..., 2 * d + d * d :], d)
-            return {"m1": m1, "P1": l1 @ l1.mH, "lam": lam, "beta": beta, "L": L}
+            return {
+                "m1": m1, "P1": l1 @ l1.mH, "lam": lam, "beta": beta, "L": L,
+                "summary": summary,
+            }  # fmt: skip
         A = 3.0 * torch.tanh(raw[..., : d * d].reshape(B, n - 1, d, d) / 3.0)
         b = raw[..., d * d : d * d + d]
         L = _tril(raw[..., d * d + d :], d)
         l1 = _tril(init[..., d:], d)
-        return {"m1": init[..., :d], "P1": l1 @ l1.transpose(-1, -2), "A": A, "b": b, "L": L}
+        return {
+            "m1": init[..., :d], "P1": l1 @ l1.transpose(-1, -2), "A": A, "b": b, "L": L,
+            "summary": summary,
+        }  # fmt: skip
 
     def _linearised_chains(self, post: dict, prior: dict, dt: torch.Tensor, steps):
         """Non-linear variant: posterior and prior transitions on the sub-step grid by
@@ -406,7 +421,7 @@ class SDEVI(SeriesModel):
                 post["m1"], post["P1"], trans_q, m0, P0, trans_p, mask=steps,
                 marginals=(means, covs),
             )  # fmt: skip
-        return {"xn": xn, "means": means, "covs": covs, "kl": kl}
+        return {"xn": xn, "means": means, "covs": covs, "kl": kl, "summary": post["summary"]}
 
     def _expected(self, chain: dict, obs: torch.Tensor):
         """(E_q log p(y_obs) (B,), predictive mean, predictive variance), normalised."""
@@ -435,7 +450,7 @@ class SDEVI(SeriesModel):
             "expected_loglik": expected.sum() / n_obs,
         }
         if self.head is not None:
-            out["features"] = self._summary(chain["means"], batch["valid"])
+            out["features"] = self._summary(chain, batch["valid"])
         return out
 
     def elbo(self, batch: dict, visible: torch.Tensor | None = None) -> torch.Tensor:
@@ -461,14 +476,16 @@ class SDEVI(SeriesModel):
         return (out, var * std**2) if variance else out
 
     def features(self, batch: dict, visible: torch.Tensor) -> torch.Tensor:
-        return self._summary(self._posterior_chain(batch, visible)["means"], batch["valid"])
+        return self._summary(self._posterior_chain(batch, visible), batch["valid"])
 
-    def _summary(self, means: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-        """Posterior means at the first and last time point and their average."""
+    def _summary(self, chain: dict, valid: torch.Tensor) -> torch.Tensor:
+        """Posterior means at the first and last time point and their average, and the
+        encoder's reading of the whole episode (the amortised posterior's input)."""
+        means = chain["means"]
         if self.variant == "complex":
             means = torch.cat([means.real, means.imag], -1)
         w = valid.to(means.dtype)[..., None]
         last = (valid.sum(1) - 1).clamp(min=0)
         final = means[torch.arange(means.shape[0], device=means.device), last]
         average = (means * w).sum(1) / w.sum(1).clamp(min=1)
-        return torch.cat([means[:, 0], final, average], -1)
+        return torch.cat([means[:, 0], final, average, chain["summary"]], -1)
