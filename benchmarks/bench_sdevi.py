@@ -239,6 +239,47 @@ def _summary(runs: list[dict]) -> dict:
     return table
 
 
+#: the score each problem is ranked by (lower is better except accuracy) and its baselines
+_HEADLINE = {
+    "interpolation": ("interp_mse", ("locf_mse", "mean_mse")),
+    "extrapolation": ("extrap_mse", ("locf_mse", "mean_mse")),
+    "classification": ("accuracy", ("majority_accuracy",)),
+    "regression": ("label_nmse", ("label_mean_nmse",)),
+}
+
+
+def markdown_table(result: dict) -> str:
+    """The results as a markdown table: one row per problem, mean ± std per model, the
+    best model in bold, the trivial baselines last."""
+    summary = result["summary"]
+    problems = list(dict.fromkeys(key.split(" / ")[0] for key in summary))
+    models = [m for m in MODELS if any(k.endswith(f" / {m}") for k in summary)]
+    lines = [
+        "| problem (score) | " + " | ".join(models) + " | trivial |",
+        "|---" * (len(models) + 2) + "|",
+    ]
+    for problem in problems:
+        if problem == "linear-sde":
+            continue
+        task = PROBLEMS[problem]
+        key, baselines = _HEADLINE[task]
+        cells, values = [], {}
+        for m in models:
+            entry = summary.get(f"{problem} / {m}", {}).get(key)
+            values[m] = entry["mean"] if entry else None
+            cells.append(f"{entry['mean']:.3f} ± {entry['std']:.3f}" if entry else "–")
+        known = {m: v for m, v in values.items() if v is not None}
+        if known:
+            best = (max if task == "classification" else min)(known, key=known.get)
+            cells[models.index(best)] = f"**{cells[models.index(best)]}**"
+        first = next(v for k, v in summary.items() if k.startswith(f"{problem} / "))
+        trivial = ", ".join(
+            f"{b.split('_')[0]} {first[b]['mean']:.3f}" for b in baselines if b in first
+        )
+        lines.append(f"| {problem} ({key}) | " + " | ".join(cells) + f" | {trivial} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=3)
@@ -251,7 +292,11 @@ def main() -> None:
     parser.add_argument(
         "--quick", action="store_true", help="smoke run: 1 seed, 10 steps, pendulum-50 only"
     )
+    parser.add_argument("--table", action="store_true", help="print --out as markdown, exit")
     args = parser.parse_args()
+    if args.table:
+        print(markdown_table(json.loads(Path(args.out).read_text())))
+        return
     if args.quick:
         args.seeds, args.steps = 1, 10
         args.only = args.only or ["pendulum-50", "linear-sde"]
