@@ -451,14 +451,13 @@ def generate(
     data = np.empty((count, length, *shape), dtype=np_dtype)
 
     options: dict = {}
-    if own_method:
-        pass
-    elif is_field:
+    # a system's own method (linear_sde's "exact") takes no solver step
+    if is_field:
         if step_size is not None:
             options["dt"] = step_size
-    elif system.is_sde:
+    elif system.is_sde and not own_method:
         options["dt"] = step_size or dt
-    elif fixed_step:
+    elif fixed_step and not own_method:
         options["step_size"] = step_size or dt
     if rtol is not None:
         options["rtol"] = float(rtol)
