@@ -75,6 +75,7 @@ from simsci._device import resolve_device
 from simsci._version import __version__
 from simsci.errors import SolverError, UnknownNameError, unknown_name
 from simsci.systems._base import System
+from simsci.systems._datasets import check_split
 from simsci.systems._pde import PDESystem
 from simsci.systems._registry import get
 
@@ -349,16 +350,7 @@ def generate(
     seed = int(seed)
     if dtype not in (torch.float32, torch.float64):
         raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
-    fractions = tuple(float(f) for f in split)
-    if (
-        len(fractions) != 3
-        or any(not math.isfinite(f) or f < 0 for f in fractions)
-        or abs(sum(fractions) - 1.0) > 1e-9
-    ):
-        raise ValueError(
-            f"split must be three non-negative fractions (train, val, test) summing to 1, "
-            f"got {tuple(split)}"
-        )
+    fractions = check_split(split)
     if batch_size is not None and (
         isinstance(batch_size, bool)
         or not isinstance(batch_size, (int, np.integer))
