@@ -110,11 +110,13 @@ class GRUDelta(SeriesModel):
         final = h_n.reshape(-1, dirs, B, self.hidden_dim)[-1]  # the last layer's
         return out, final.transpose(0, 1).reshape(B, dirs * self.hidden_dim)
 
-    def gaussian(self, batch: dict, visible: torch.Tensor):
-        """Mean and variance of every step in normalised units, each (B, L, D)."""
-        out, _ = self.run(batch, visible)
+    def gaussian(self, batch: dict, visible: torch.Tensor, final: bool = False):
+        """Mean and variance of every step in normalised units, each (B, L, D); with
+        ``final`` also the final states (the head's input) from the same pass."""
+        out, last = self.run(batch, visible)
         mean, raw = self.out(out).chunk(2, dim=-1)
-        return mean, nn.functional.softplus(raw) + 1e-4
+        var = nn.functional.softplus(raw) + 1e-4
+        return (mean, var, last) if final else (mean, var)
 
     def _visible(self, batch: dict, visible: torch.Tensor | None) -> torch.Tensor:
         observed = observed_mask(batch)
@@ -134,12 +136,15 @@ class GRUDelta(SeriesModel):
 
     # ----------------------------------------------------------------- the harness's contract
     def objective(self, batch: dict, visible: torch.Tensor, observed: torch.Tensor) -> dict:
-        mean, var = self.gaussian(batch, visible)
+        mean, var, last = self.gaussian(batch, visible, final=True)
         xn = torch.nan_to_num(self.normalise(batch["x"].to(mean.dtype)))
         n_obs = observed.sum().clamp(min=1)
         err2 = (xn - mean) ** 2
         nll = 0.5 * (err2 / var + var.log() + math.log(2 * math.pi))
-        return {
+        out = {
             "loss": torch.where(observed, nll, 0.0).sum() / n_obs,
             "mse": torch.where(observed, err2, 0.0).sum() / n_obs,
         }
+        if self.head is not None:
+            out["features"] = last  # the head's input: no second GRU pass
+        return out
