@@ -236,9 +236,10 @@ class EventModel(nn.Module):
                     f"{float(t[j])!r} follows t[{j - 1}] = {float(t[j - 1])!r}"
                 )
             if m.numel() and (int(m.min()) < 0 or int(m.max()) >= self.num_marks):
+                bad = int(m[(m < 0) | (m >= self.num_marks)][0])
                 raise ValueError(
                     f"{where}: marks must lie in 0..{self.num_marks - 1} (num_marks="
-                    f"{self.num_marks}), got a mark {int(m.max()) if int(m.max()) >= self.num_marks else int(m.min())}"
+                    f"{self.num_marks}), got a mark {bad}"
                 )
             seq = {"t": t, "mark": m}
             if "loc_id" in item and self.num_locations > 0:

@@ -14,8 +14,6 @@ r"""The two reference event models of the harness: a Poisson process and the tru
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 from torch import nn
