@@ -15,7 +15,8 @@ Read::
 
 Check and describe: ``check_file(path)`` (every problem), ``info(path)`` (a summary).
 Import: ``import_pdebench``, ``import_thewell`` (PDE fields), ``import_aeon`` (aeon's
-classification sets as irregular sensor sequences; needs the optional package aeon).
+classification sets as irregular sensor sequences; needs the optional package aeon),
+``import_easytpp`` (EasyTPP's event-sequence pickles/JSON as kind="events").
 The torch parts (TrajectoryDataset, pad_collate, union_collate) import torch on first
 use, so writing, reading and checking do not need it.
 """
@@ -26,6 +27,7 @@ import importlib
 
 from simsci.data._aeon import bundled_aeon_datasets, import_aeon
 from simsci.data._check import check_file
+from simsci.data._easytpp import import_easytpp
 from simsci.data._import import import_pdebench, import_thewell
 from simsci.data._info import info
 from simsci.data._reader import Trajectories, open
@@ -45,6 +47,7 @@ __all__ = [
     "bundled_aeon_datasets",
     "check_file",
     "import_aeon",
+    "import_easytpp",
     "import_pdebench",
     "import_thewell",
     "info",

@@ -80,10 +80,11 @@ def event_file_kwargs(trajectories) -> dict:
     if "split" in trajectories.episode_fields:
         split = np.asarray(trajectories.column("split"))
         ids = ids[split == 0] if (split == 0).any() else ids
-    gaps, groups, locs = [], [0], [0]
+    gaps, groups, locs, ends = [], [0], [0], [0.0]
     for i in ids[:2000]:
         ep = trajectories[int(i)]
         gaps.append(np.diff(ep["t"]))
+        ends.append(float(ep["t"][-1]) if len(ep["t"]) else 0.0)
         if "group" in ep:
             groups.append(int(np.asarray(ep["group"]).item()))
         if "loc_id" in ep and len(ep["loc_id"]):
@@ -109,9 +110,7 @@ def event_file_kwargs(trajectories) -> dict:
     day = trajectories.meta.get("day_length")
     if day is not None:
         kwargs["day_length"] = float(day)
-        kwargs["calendar_span"] = float(
-            max(trajectories[int(i)]["t"][-1] for i in ids[:2000] if len(trajectories[int(i)]["t"]))
-        )
+    kwargs["calendar_span"] = max(max(ends), 1e-12)
     return kwargs
 
 
@@ -397,6 +396,17 @@ class EventModel(nn.Module):
         t_last = batch["t"][rows, last].clone()
         if bool((t_end < t_last).any()):
             raise ValueError("t_end lies before a sequence's last event")
+        return self._thin(
+            H_last, t_last, t_end, batch["group"], batch=batch, max_new=max_new, generator=generator
+        )
+
+    def _thin(self, H_last, t_last, t_end, group, *, batch=None, max_new=500, generator=None):
+        """Thinning from the states ``H_last`` (B, D) at times ``t_last`` (B,) (see
+        :meth:`sample`); ``batch`` (the histories) is needed by models without
+        ``extend_state``."""
+        B = H_last.shape[0]
+        H = H_last
+        rows = torch.arange(B, device=H.device)
         new_t = [[] for _ in range(B)]
         new_m = [[] for _ in range(B)]
         new_l = [[] for _ in range(B)]
@@ -434,8 +444,13 @@ class EventModel(nn.Module):
                     new_m[b].append(int(mark[b]))
                     if loc is not None:
                         new_l[b].append(int(loc[b]))
-                H_new = self.extend_state(H_last, t_last, tau_cur, mark, batch["group"])
+                H_new = self.extend_state(H_last, t_last, tau_cur, mark, group)
                 if H_new is None:
+                    if batch is None:
+                        raise ValueError(
+                            f"{type(self).__name__} has no extend_state: thinning needs the "
+                            "histories (call sample with a batch)"
+                        )
                     seqs = self._grown(batch, new_t, new_m, new_l)
                     Hs = self.history(seqs)
                     H_new = Hs[rows, seqs["length"] - 1]
