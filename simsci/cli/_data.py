@@ -1,5 +1,6 @@
 """``simsci data info|check|import|export-minari|import-minari``: look at, validate and
-convert trajectory files (``import aeon NAME`` reads aeon's bundled classification sets)."""
+convert trajectory files (``import aeon NAME`` reads aeon's bundled classification sets,
+``import easytpp SRC`` EasyTPP's event sequences)."""
 
 from __future__ import annotations
 
@@ -36,24 +37,31 @@ def add_to(sub) -> None:
     check.set_defaults(run=run_check)
     imp = dsub.add_parser(
         "import",
-        help="convert a PDEBench or The Well HDF5 file, or an aeon classification set, to "
-        "the trajectory format",
+        help="convert a PDEBench or The Well HDF5 file, an aeon classification set or "
+        "EasyTPP event sequences to the trajectory format",
         description="Convert a PDEBench file (1D 'tensor' with x/t coordinates, Darcy "
         "'tensor' + 'nu', 2D per-seed groups with 'data') or a The Well file (t0_fields, "
         "t1_fields, dimensions, boundary conditions) into a kind='field' trajectory file, "
         "streaming episode by episode; or a time-series classification set shipped inside "
         "the optional package aeon (BasicMotions, JapaneseVowels, ...; read offline from "
         "aeon's bundled files) into a kind='state' file of irregular, per-channel-masked "
-        "sequences with class labels (--keep thins each channel).\n\n"
+        "sequences with class labels (--keep thins each channel); or EasyTPP's event "
+        "sequences (a directory with train/dev/test .pkl or .json files, or one such file; "
+        "pickles are read with a restricted unpickler) into a kind='events' file.\n\n"
         "examples:\n"
         "  simsci data import pdebench 1D_Burgers_Sols_Nu0.001.hdf5 data/burgers.h5\n"
         "  simsci data import aeon BasicMotions data/basic_motions.h5 --keep 0.5\n"
-        "  simsci data import aeon JapaneseVowels data/vowels.h5 --keep 0.7 --seed 1",
+        "  simsci data import aeon JapaneseVowels data/vowels.h5 --keep 0.7 --seed 1\n"
+        "  simsci data import easytpp data/taxi data/taxi_events.h5 --ties drop",
         formatter_class=HelpFormatter,
     )
-    imp.add_argument("layout", choices=["pdebench", "thewell", "aeon"], help="the source layout")
     imp.add_argument(
-        "src", help="the source HDF5 file; for aeon, the dataset name (e.g. BasicMotions)"
+        "layout", choices=["pdebench", "thewell", "aeon", "easytpp"], help="the source layout"
+    )
+    imp.add_argument(
+        "src",
+        help="the source HDF5 file; for aeon, the dataset name (e.g. BasicMotions); for "
+        "easytpp, a directory of train/dev/test files or one file",
     )
     imp.add_argument("dst", help="the trajectory file to write")
     imp.add_argument("--limit", type=int, default=None, help="import only the first N episodes")
@@ -85,6 +93,29 @@ def add_to(sub) -> None:
         "--extract-path",
         default=None,
         help="a folder with NAME/NAME_TRAIN.ts and NAME_TEST.ts instead of aeon's bundled sets",
+    )
+    tpp = imp.add_argument_group("easytpp only")
+    tpp.add_argument(
+        "--ties",
+        choices=["error", "jitter", "drop"],
+        default=None,
+        help="equal consecutive event times: refuse them (None is 'error'), separate them by "
+        "a tiny step, or drop the later ones",
+    )
+    tpp.add_argument(
+        "--max-events",
+        type=int,
+        default=None,
+        help="refuse sequences longer than N events (with --truncate: keep their first N)",
+    )
+    tpp.add_argument("--truncate", action="store_true", help="keep the first --max-events events")
+    tpp.add_argument(
+        "--skip-empty", action="store_true", help="leave empty sequences out (else an error)"
+    )
+    tpp.add_argument(
+        "--no-check-gaps",
+        action="store_true",
+        help="do not require time_since_last_event to match the differences of the times",
     )
     imp.set_defaults(run=run_import)
     exp = dsub.add_parser(
@@ -144,12 +175,27 @@ def run_check(args) -> int:
 
 
 _AEON_OPTIONS = ("keep", "seed", "val_fraction", "sampling_rate", "extract_path")
+_EASYTPP_FLAGS = {
+    "ties": "--ties",
+    "max_events": "--max-events",
+    "truncate": "--truncate",
+    "skip_empty": "--skip-empty",
+    "no_check_gaps": "--no-check-gaps",
+}
 
 
 def run_import(args) -> int:
     from simsci import data
 
     aeon_opts = {k: getattr(args, k) for k in _AEON_OPTIONS if getattr(args, k) is not None}
+    tpp_given = [
+        flag for k, flag in _EASYTPP_FLAGS.items() if getattr(args, k, None) not in (None, False)
+    ]
+    if tpp_given and args.layout != "easytpp":
+        verb = "applies" if len(tpp_given) == 1 else "apply"
+        raise ValueError(
+            f"{', '.join(tpp_given)} {verb} to 'data import easytpp' only, not to {args.layout}"
+        )
     if args.layout == "aeon":
         if args.limit is not None:
             raise ValueError("--limit applies to pdebench/thewell; aeon imports every case")
@@ -163,6 +209,24 @@ def run_import(args) -> int:
         given = ", ".join(f"--{k.replace('_', '-')}" for k in aeon_opts)
         verb = "applies" if len(aeon_opts) == 1 else "apply"
         raise ValueError(f"{given} {verb} to 'data import aeon' only, not to {args.layout}")
+    if args.layout == "easytpp":
+        if args.limit is not None:
+            raise ValueError(
+                "--limit applies to pdebench/thewell; for easytpp use --max-events to cap "
+                "sequence lengths"
+            )
+        path = data.import_easytpp(
+            args.src,
+            args.dst,
+            ties=args.ties or "error",
+            skip_empty=args.skip_empty,
+            max_events=args.max_events,
+            truncate=args.truncate,
+            check_gaps=not args.no_check_gaps,
+            compression=args.compression,
+        )
+        print(f"wrote {path}")
+        return 0
     convert = data.import_pdebench if args.layout == "pdebench" else data.import_thewell
     path = convert(
         args.src,
