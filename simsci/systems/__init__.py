@@ -22,6 +22,7 @@ initial fields.
 from simsci.systems import (  # noqa: F401
     _climate,
     _darcy,
+    _events,
     _ode,
     _pde1d,
     _pde2d,
@@ -30,9 +31,16 @@ from simsci.systems import (  # noqa: F401
 )
 from simsci.systems._base import Interval, System
 from simsci.systems._datasets import DATASETS, available_datasets, make_dataset
+from simsci.systems._events import HawkesProcess, PoissonProcess, SelfCorrectingProcess
 from simsci.systems._generate import generate, parse_param_spec
 from simsci.systems._grf import gaussian_random_field, sum_of_sines
 from simsci.systems._pde import PDESystem, PeriodicGrid
+from simsci.systems._point_process import (
+    PROCESSES,
+    PointProcess,
+    get_process,
+    process_from_config,
+)
 from simsci.systems._registry import SYSTEMS, available, get, register
 
 __all__ = [
@@ -51,4 +59,11 @@ __all__ = [
     "available_datasets",
     "gaussian_random_field",
     "sum_of_sines",
+    "PointProcess",
+    "PROCESSES",
+    "get_process",
+    "process_from_config",
+    "PoissonProcess",
+    "HawkesProcess",
+    "SelfCorrectingProcess",
 ]

@@ -1,0 +1,950 @@
+r"""Ground-truth marked point processes: Poisson, Hawkes and self-correcting, exact.
+
+Three :class:`~simsci.systems._point_process.PointProcess` classes (registered in
+:data:`PROCESSES`) with exact simulation, exact intensities and exact (closed-form)
+log-likelihoods, and three dataset builders (``make_dataset("hawkes", n, out=...)``)
+that write their samples as kind="events" trajectory files. K event types (marks),
+:math:`k = 0..K-1`; :math:`\mathcal H_t` is the history strictly before t; all numpy
+float64.
+
+**Poisson** (``"poisson"``, :class:`PoissonProcess`). Independent marks with
+deterministic intensities
+
+.. math::
+
+    \lambda_k(t) = \mu_k \bigl(1 + a_k \sin(2\pi t / P + \varphi_k)\bigr),
+    \qquad |a_k| \le 1,
+
+homogeneous when every amplitude :math:`a_k` is 0, and compensator
+:math:`\Lambda_k(t_0, t_1) = \mu_k[(t_1 - t_0) - \tfrac{a_k P}{2\pi}(\cos(2\pi t_1/P +
+\varphi_k) - \cos(2\pi t_0/P + \varphi_k))]`.
+
+**Hawkes** (``"hawkes"``, :class:`HawkesProcess`). Mutually exciting, exponential kernels
+normalised to unit mass, so that ``alpha`` holds the branching ratios:
+
+.. math::
+
+    \lambda_k(t) = \mu_k + \sum_{t_j < t} \alpha_{k m_j} \beta_{k m_j}
+                   e^{-\beta_{k m_j} (t - t_j)} .
+
+An event of mark m causes on average :math:`\alpha_{km}` direct offspring of mark k; the
+process is stationary iff the spectral radius :math:`\rho(\alpha) < 1`, with mean rates
+:math:`(I - \alpha)^{-1}\mu`. The compensator is closed-form, :math:`\Lambda_k(t_s, t) =
+\mu_k (t - t_s) + \sum_{t_j < t} \alpha_{k m_j} (e^{-\beta (\max(t_s, t_j) - t_j)} -
+e^{-\beta (t - t_j)})` (:math:`\beta = \beta_{k m_j}`), and the intensity at the events
+follows from the K x K states :math:`R_{km}(t) = \sum_{t_j \le t, m_j = m}
+e^{-\beta_{km}(t - t_j)}`, updated recursively, :math:`R(t_{j}) = e^{-\beta (t_j -
+t_{j-1})} \odot R(t_{j-1}) + \mathbb 1[\cdot, m_j]`: O(L K^2) for a sequence of L events.
+
+**Self-correcting** (``"self_correcting"``, :class:`SelfCorrectingProcess`). Each event
+lowers the intensities, which otherwise grow exponentially (Isham and Westcott 1979;
+K = 1 is the classic :math:`\lambda(t) = \exp(\mu t - \alpha N(t))`):
+
+.. math::
+
+    \lambda_k(t) = \exp\Bigl(\mu_k t - \sum_l \alpha_{kl} N_l(t^-)\Bigr),
+
+with :math:`\mu_k > 0`, :math:`\alpha \ge 0` and :math:`\alpha_{kk} > 0` (every mark
+corrects itself). Between events the intensity is :math:`\lambda_k(t_j) e^{\mu_k (t -
+t_j)}`, so the compensator over an inter-event interval is :math:`\lambda_k(t_j)
+\operatorname{expm1}(\mu_k \Delta)/\mu_k`. When :math:`\alpha^{-1}\mu > 0` the counts
+grow as :math:`N(t)/t \to \alpha^{-1}\mu` (the exponent stays bounded only then); t is
+absolute time (the intensity at ``t_start`` is :math:`e^{\mu t_{start}}`, not 1).
+
+**Likelihood conventions** (the base class's): :math:`\ell = \sum_{t_s < t_j \le t_e}
+\log\lambda_{m_j}(t_j^-) - \sum_k \Lambda_k(t_s, t_e)`; events at or before ``t_start``
+are history (they drive the Hawkes and self-correcting intensities but are not scored),
+``t_end`` must not precede the last event. :meth:`compensator` returns the
+:math:`\Lambda_k(t_s, t_q)` themselves, so the time-rescaling theorem can be checked:
+the compensator increments between consecutive events (of the pooled process, and per
+mark between events of that mark) of a correct model are i.i.d. Exp(1).
+
+Design choices, and why:
+
+- **Exact simulation, vectorised over sequences.** Each sampler runs all n sequences
+  at once, one numpy step per event (or candidate) across the sequences still running,
+  so hundreds of sequences cost about as much as the longest one. Poisson: the count is
+  Poisson, the times uniform (equivalent to exponential gaps, without a loop);
+  inhomogeneous rates are thinned from the bound :math:`\mu_k(1 + |a_k|)`. Hawkes:
+  Ogata's thinning; the intensity only decays between events, so its value at the
+  current time bounds it until the next accepted event, and after a rejection the
+  (lower) intensity at the candidate is the new bound. Self-correcting: inversion,
+  competing risks: each mark's waiting time solves :math:`\Lambda_k = E_k`, E_k ~
+  Exp(1), in closed form, and the earliest wins (no rejections; computed in log space,
+  since :math:`e^{-\log\lambda}` overflows after a burst).
+- **Random streams.** ``seed`` is an int (``np.random.default_rng(SeedSequence(seed))``),
+  a SeedSequence or a Generator; the same seed and n give the same sequences.
+  Sequences run concurrently share one stream, so sequence i depends on n as well.
+- **No per-sequence parameters.** These processes draw no random effects, so
+  ``params`` (the base contract's per-sequence values) must be None.
+- **Builders condition and may truncate.** A builder redraws sequences with fewer than
+  ``min_events`` events (default 2, the minimum the "first event given" scoring
+  convention needs): the data set is a sample of the process *conditioned* on at least
+  ``min_events`` events in [0, t_end], and the file's meta says so (``min_events``,
+  ``draws``). ``max_events`` cuts longer sequences after their first ``max_events``
+  events; a cut sequence is observed on [0, t_max_events] (a stopping time, so its
+  likelihood there is still exact), stored per episode as ``/episodes/t_end``
+  (``t_end`` for the others) and counted in meta ``truncated``.
+- **Documented default parameters**, a fixed formula of K (the seed only draws the
+  sequences, so "hawkes, K=5" is one process across seeds and files): see
+  :func:`default_hawkes_params` and :func:`default_self_correcting_params`. The default
+  ``t_end`` gives about 50 events per sequence: 50 divided by the total mean rate.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+
+from simsci._version import __version__
+from simsci.systems._datasets import (
+    check_count,
+    check_positive,
+    check_seed,
+    check_split,
+    progress_bar,
+    register_dataset,
+)
+from simsci.systems._point_process import (
+    PointProcess,
+    check_sequence,
+    register_process,
+    write_event_file,
+)
+
+#: events per sequence the builders' default t_end aims at (total mean rate x t_end)
+TARGET_EVENTS = 50.0
+
+
+# ------------------------------------------------------------------ validation helpers
+def _rng(seed) -> np.random.Generator:
+    if isinstance(seed, np.random.Generator):
+        return seed
+    if isinstance(seed, np.random.SeedSequence):
+        return np.random.default_rng(seed)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(
+            f"seed must be a non-negative int, a numpy SeedSequence or Generator, got {seed!r}"
+        )
+    return np.random.default_rng(np.random.SeedSequence(int(seed)))
+
+
+def _finite(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
+        raise TypeError(f"{name} must be a number, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    return value
+
+
+def _array(name: str, value, shape: tuple[int, ...]) -> np.ndarray:
+    """``value`` as float64 of ``shape`` (a scalar is broadcast), finite, else ValueError."""
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be numbers of shape {shape}, got {value!r}") from None
+    if arr.ndim == 0:
+        arr = np.full(shape, float(arr))
+    if arr.shape != shape:
+        raise ValueError(f"{name} must have shape {shape} (K = {shape[0]} marks), got {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} must be finite, got {arr.tolist()}")
+    return arr
+
+
+def _num_marks(num_marks, *values) -> int:
+    """K: ``num_marks`` when given, else the length of the first non-scalar value, else 1."""
+    if num_marks is not None:
+        return num_marks
+    for v in values:
+        shape = np.shape(v)
+        if len(shape):
+            return int(shape[0])
+    return 1
+
+
+def _check_params_arg(process: PointProcess, params) -> None:
+    if params is not None:
+        raise ValueError(
+            f"{type(process).__name__} draws no per-sequence parameters; pass params=None, "
+            f"got {params!r}"
+        )
+
+
+def _queries(t_query) -> np.ndarray:
+    q = np.atleast_1d(np.asarray(t_query, dtype=np.float64))
+    if q.ndim != 1:
+        raise ValueError(f"t_query must be a number or 1-D (Q,), got shape {q.shape}")
+    if not np.all(np.isfinite(q)):
+        raise ValueError("t_query must be finite")
+    return q
+
+
+def _window(t: np.ndarray, t_start, t_end) -> tuple[float, float]:
+    t_start = _finite("t_start", t_start)
+    t_end = _finite("t_end", t_end)
+    if t_end < t_start:
+        raise ValueError(f"t_end = {t_end} must not precede t_start = {t_start}")
+    if len(t) and t[-1] > t_end:
+        raise ValueError(
+            f"t_end = {t_end} precedes the last event, t[{len(t) - 1}] = {t[-1]}; the "
+            "window (t_start, t_end] must contain every given event (drop later events or "
+            "raise t_end)"
+        )
+    return t_start, t_end
+
+
+def _sample_args(n, t_start, t_end) -> tuple[int, float, float]:
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"n must be a positive integer (sequences), got {n!r}")
+    t_start = _finite("t_start", t_start)
+    t_end = _finite("t_end", t_end)
+    if not t_end > t_start:
+        raise ValueError(f"t_end = {t_end} must be greater than t_start = {t_start}")
+    return int(n), t_start, t_end
+
+
+def _collect(n: int, ids: list, times: list, marks: list) -> list[dict]:
+    """Group event records (sequence id, time, mark), time-ordered within each id, into n
+    dicts {"t": (L,), "mark": (L,)}."""
+    ids = np.concatenate(ids) if ids else np.zeros(0, np.int64)
+    times = np.concatenate(times) if times else np.zeros(0)
+    marks = np.concatenate(marks) if marks else np.zeros(0, np.int64)
+    order = np.argsort(ids, kind="stable")  # stable: keeps each sequence's time order
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(ids, minlength=n))])
+    t, m = times[order].astype(np.float64), marks[order].astype(np.int64)
+    return [
+        {"t": t[bounds[i] : bounds[i + 1]].copy(), "mark": m[bounds[i] : bounds[i + 1]].copy()}
+        for i in range(n)
+    ]
+
+
+def _categorical(rng: np.random.Generator, weights: np.ndarray) -> np.ndarray:
+    """One draw per row of non-negative ``weights`` (n, K), proportional to the row."""
+    cum = np.cumsum(weights, axis=1)
+    v = rng.random(len(weights)) * cum[:, -1]
+    return np.minimum((cum <= v[:, None]).sum(axis=1), weights.shape[1] - 1)
+
+
+class _ExactProcess(PointProcess):
+    """Shared checks and the likelihood assembled from the event intensities and the
+    compensator (subclasses give ``_log_event_intensity`` and ``_compensator``)."""
+
+    def mean_rate(self) -> np.ndarray:
+        """(K,) mean number of events per unit time of each mark (see the subclass)."""
+        raise NotImplementedError
+
+    def _log_event_intensity(self, t: np.ndarray, m: np.ndarray) -> np.ndarray:
+        """(L,) log lambda_{m_j}(t_j-) given the events before each."""
+        raise NotImplementedError
+
+    def _compensator(self, q, t, m, t_start: float) -> np.ndarray:
+        """(Q, K) integral of lambda_k over [t_start, q], for sorted-or-not q >= t_start."""
+        raise NotImplementedError
+
+    def _intensity(self, q, t, m) -> np.ndarray:
+        raise NotImplementedError
+
+    def intensity(self, t_query, times, marks, params=None) -> np.ndarray:
+        """(Q, K) left limits lambda_k(t_q-), given the events of ``times`` strictly
+        before each query time ``t_query`` (Q,) (a number: Q = 1)."""
+        _check_params_arg(self, params)
+        t, m = check_sequence(times, marks, self.num_marks, where=f"{self.name} intensity")
+        return self._intensity(_queries(t_query), t, m)
+
+    def compensator(self, t_query, times, marks, *, t_start: float = 0.0, params=None):
+        """(Q, K) compensators Lambda_k(t_start, t_q) = int_{t_start}^{t_q} lambda_k,
+        events at or before ``t_start`` acting as history; every t_q >= t_start."""
+        _check_params_arg(self, params)
+        t, m = check_sequence(times, marks, self.num_marks, where=f"{self.name} compensator")
+        q = _queries(t_query)
+        t_start = _finite("t_start", t_start)
+        if q.size and q.min() < t_start:
+            raise ValueError(
+                f"compensator: query times must not precede t_start = {t_start}, got {q.min()}"
+            )
+        return self._compensator(q, t, m, t_start)
+
+    def log_likelihood(self, times, marks, *, t_start: float, t_end: float, params=None) -> float:
+        """Exact log-likelihood of the events in (t_start, t_end] given those before."""
+        _check_params_arg(self, params)
+        t, m = check_sequence(times, marks, self.num_marks, where=f"{self.name} log_likelihood")
+        t_start, t_end = _window(t, t_start, t_end)
+        scored = t > t_start
+        with np.errstate(divide="ignore"):  # a zero intensity at an event is -inf, honestly
+            log_lam = self._log_event_intensity(t, m)[scored].sum() if scored.any() else 0.0
+        comp = self._compensator(np.array([t_end]), t, m, t_start).sum()
+        return float(log_lam - comp)
+
+
+# ---------------------------------------------------------------------------- Poisson
+@register_process
+class PoissonProcess(_ExactProcess):
+    """Independent Poisson processes, rate ``mu_k (1 + a_k sin(2 pi t / period + phi_k))``.
+
+    ``rate`` (K,) or a number, > 0; ``amplitude`` (K,) or a number in [-1, 1] (0:
+    homogeneous); ``period`` > 0 (shared by the marks); ``phase`` (K,) or a number, in
+    radians; ``num_marks`` K when every value is a number (default: from the lengths).
+    """
+
+    name = "poisson"
+
+    def __init__(
+        self,
+        rate=1.0,
+        *,
+        amplitude=0.0,
+        period: float = 1.0,
+        phase=0.0,
+        num_marks: int | None = None,
+    ):
+        super().__init__(_num_marks(num_marks, rate, amplitude, phase))
+        K = self.num_marks
+        self.rate = _array("rate", rate, (K,))
+        if np.any(self.rate <= 0):
+            raise ValueError(f"rate must be > 0 for every mark, got {self.rate.tolist()}")
+        self.amplitude = _array("amplitude", amplitude, (K,))
+        if np.any(np.abs(self.amplitude) > 1):
+            raise ValueError(
+                f"amplitude must lie in [-1, 1] (a non-negative rate), got "
+                f"{self.amplitude.tolist()}"
+            )
+        self.period = _finite("period", period)
+        if self.period <= 0:
+            raise ValueError(f"period must be > 0, got {self.period}")
+        self.phase = _array("phase", phase, (K,))
+        self.omega = 2.0 * math.pi / self.period
+        self.homogeneous = bool(np.all(self.amplitude == 0))
+
+    def params(self) -> dict:
+        return {
+            "rate": self.rate.tolist(),
+            "amplitude": self.amplitude.tolist(),
+            "period": self.period,
+            "phase": self.phase.tolist(),
+        }
+
+    def mean_rate(self) -> np.ndarray:
+        """(K,) the rates averaged over a period: ``rate``."""
+        return self.rate.copy()
+
+    def _rates(self, q: np.ndarray) -> np.ndarray:  # (Q, K)
+        wave = np.sin(self.omega * q[:, None] + self.phase)
+        return self.rate * (1.0 + self.amplitude * wave)
+
+    def _intensity(self, q, t, m):
+        return self._rates(q)
+
+    def _log_event_intensity(self, t, m):
+        return np.log(self._rates(t)[np.arange(len(t)), m])
+
+    def _compensator(self, q, t, m, t_start):
+        cos = lambda s: np.cos(self.omega * np.asarray(s)[..., None] + self.phase)  # noqa: E731
+        wave = (cos(q) - cos(t_start)) * (self.amplitude / self.omega)
+        return self.rate * ((q - t_start)[:, None] - wave)
+
+    def sample(self, n: int, *, t_end: float, seed=0, t_start: float = 0.0) -> list[dict]:
+        """n independent sequences on (t_start, t_end]: a Poisson count of candidates at
+        the total bound rate, uniform times, marks by their bounds, thinned to the
+        intensity (nothing to thin when homogeneous)."""
+        n, t_start, t_end = _sample_args(n, t_start, t_end)
+        rng = _rng(seed)
+        bound = self.rate * (1.0 + np.abs(self.amplitude))
+        counts = rng.poisson(bound.sum() * (t_end - t_start), size=n)
+        total = int(counts.sum())
+        # t_end - span * U with U in [0, 1): times in (t_start, t_end]
+        times = t_end - (t_end - t_start) * rng.random(total)
+        marks = _categorical(rng, np.broadcast_to(bound, (total, self.num_marks)))
+        ids = np.repeat(np.arange(n), counts)
+        if not self.homogeneous:
+            lam = self._rates(times)[np.arange(total), marks]
+            keep = rng.random(total) * bound[marks] < lam
+            ids, times, marks = ids[keep], times[keep], marks[keep]
+        order = np.lexsort((times, ids))
+        return _collect(n, [ids[order]], [times[order]], [marks[order]])
+
+
+# ----------------------------------------------------------------------------- Hawkes
+@register_process
+class HawkesProcess(_ExactProcess):
+    """Multivariate Hawkes process with exponential kernels (module docstring).
+
+    ``mu`` (K,) baseline rates > 0; ``alpha`` (K, K) branching ratios >= 0, alpha[k, m]
+    the mean number of mark-k children of a mark-m event, spectral radius < 1; ``beta``
+    (K, K) decay rates > 0 (a number: the same for all pairs). Numbers are allowed for
+    K = 1 (or with ``num_marks``).
+    """
+
+    name = "hawkes"
+
+    def __init__(self, mu, alpha, beta, *, num_marks: int | None = None):
+        super().__init__(_num_marks(num_marks, mu, alpha, beta))
+        K = self.num_marks
+        self.mu = _array("mu", mu, (K,))
+        if np.any(self.mu <= 0):
+            raise ValueError(f"mu (baseline rates) must be > 0, got {self.mu.tolist()}")
+        self.alpha = _array("alpha", alpha, (K, K))
+        if np.any(self.alpha < 0):
+            raise ValueError(
+                f"alpha (branching ratios) must be >= 0 (an excitation), got {self.alpha.tolist()}"
+            )
+        self.beta = _array("beta", beta, (K, K))
+        if np.any(self.beta <= 0):
+            raise ValueError(f"beta (decay rates) must be > 0, got {self.beta.tolist()}")
+        radius = float(np.max(np.abs(np.linalg.eigvals(self.alpha))))
+        if radius >= 1.0:
+            raise ValueError(
+                f"the Hawkes process is not stationary: the spectral radius of alpha is "
+                f"{radius:.6g} >= 1 (each event has on average that many descendants per "
+                f"generation, so the counts explode); scale alpha below 1 / {radius:.6g}"
+            )
+        self.spectral_radius = radius
+        self._jump = self.alpha * self.beta  # intensity jump of k after a mark-m event
+
+    def params(self) -> dict:
+        return {"mu": self.mu.tolist(), "alpha": self.alpha.tolist(), "beta": self.beta.tolist()}
+
+    def mean_rate(self) -> np.ndarray:
+        """(K,) the stationary rates (I - alpha)^-1 mu."""
+        return np.linalg.solve(np.eye(self.num_marks) - self.alpha, self.mu)
+
+    def _states(self, t: np.ndarray, m: np.ndarray) -> np.ndarray:
+        """(L, K, K) R[j, k, m'] = sum over events i <= j of mark m' of
+        exp(-beta[k, m'] (t_j - t_i)), by the recursion (right limits at the events)."""
+        L, K = len(t), self.num_marks
+        R = np.zeros((L, K, K))
+        if L == 0:
+            return R
+        decay = np.exp(-self.beta * np.diff(t)[:, None, None])  # one vectorised exp
+        R[0, :, m[0]] = 1.0
+        for j in range(1, L):
+            np.multiply(R[j - 1], decay[j - 1], out=R[j])
+            R[j, :, m[j]] += 1.0
+        return R
+
+    def _decayed(self, q, t, R) -> tuple[np.ndarray, np.ndarray]:
+        """States at q- (Q, K, K) and p (Q,), the number of events strictly before q."""
+        p = np.searchsorted(t, q, side="left")
+        S = np.zeros((len(q), self.num_marks, self.num_marks))
+        has = p > 0
+        if has.any():
+            last = p[has] - 1
+            S[has] = R[last] * np.exp(-self.beta * (q[has] - t[last])[:, None, None])
+        return S, p
+
+    def _intensity(self, q, t, m):
+        S, _ = self._decayed(q, t, self._states(t, m))
+        return self.mu + (self._jump * S).sum(axis=2)
+
+    def _log_event_intensity(self, t, m):
+        L = len(t)
+        lam = self.mu[m].copy()
+        if L > 1:
+            R = self._states(t, m)
+            k = m[1:]
+            # row k = m_j of the state just before event j: R[j-1] decayed over the gap
+            rows = R[np.arange(L - 1), k] * np.exp(-self.beta[k] * np.diff(t)[:, None])
+            lam[1:] += (self._jump[k] * rows).sum(axis=1)
+        return np.log(lam)
+
+    def _compensator(self, q, t, m, t_start):
+        base = self.mu * (q - t_start)[:, None]
+        if len(t) == 0:
+            return base
+        # each event's kernel mass inside [t_start, inf): alpha, less what fell before
+        # t_start for history events
+        before = np.maximum(t_start - t, 0.0)[:, None]
+        mass = self.alpha[:, m].T * np.exp(-self.beta[:, m].T * before)  # (L, K)
+        prefix = np.concatenate([np.zeros((1, self.num_marks)), np.cumsum(mass, axis=0)])
+        S, p = self._decayed(q, t, self._states(t, m))
+        # sum over events before q of mass - alpha exp(-beta (q - t_i))
+        return base + prefix[p] - (self.alpha * S).sum(axis=2)
+
+    def sample(self, n: int, *, t_end: float, seed=0, t_start: float = 0.0) -> list[dict]:
+        """n independent sequences on (t_start, t_end], empty history at t_start, by
+        Ogata's thinning run across the sequences at once."""
+        n, t_start, t_end = _sample_args(n, t_start, t_end)
+        rng = _rng(seed)
+        K = self.num_marks
+        ids = np.arange(n)
+        t = np.full(n, t_start)
+        E = np.zeros((n, K, K))  # excitation of k by past mark-m events, at time t
+        bound = np.full(n, self.mu.sum())  # total intensity at t (it only decays after)
+        rec_id, rec_t, rec_m = [], [], []
+        while ids.size:
+            s = t + rng.standard_exponential(ids.size) / bound
+            alive = s <= t_end
+            if not alive.all():
+                ids, t, s, E, bound = ids[alive], t[alive], s[alive], E[alive], bound[alive]
+                if not ids.size:
+                    break
+            E *= np.exp(-self.beta * (s - t)[:, None, None])
+            lam = self.mu + E.sum(axis=2)  # (n, K) at the candidate
+            total = lam.sum(axis=1)
+            accept = rng.random(ids.size) * bound < total
+            if accept.any():
+                a = np.flatnonzero(accept)
+                mk = _categorical(rng, lam[a])
+                jump = self._jump[:, mk].T  # (a, K)
+                E[a, :, mk] += jump
+                total[a] += jump.sum(axis=1)
+                rec_id.append(ids[a])
+                rec_t.append(s[a])
+                rec_m.append(mk)
+            # after a rejection the intensity at s bounds the rest (it keeps decaying)
+            bound, t = total, s
+        return _collect(n, rec_id, rec_t, rec_m)
+
+
+# ------------------------------------------------------------------- self-correcting
+@register_process
+class SelfCorrectingProcess(_ExactProcess):
+    """Multivariate self-correcting process, lambda_k(t) = exp(mu_k t - (alpha N(t-))_k).
+
+    ``mu`` (K,) growth rates > 0; ``alpha`` (K, K) >= 0 with a positive diagonal,
+    alpha[k, l] how much a mark-l event lowers log lambda_k. Numbers for K = 1.
+    """
+
+    name = "self_correcting"
+
+    def __init__(self, mu=1.0, alpha=1.0, *, num_marks: int | None = None):
+        super().__init__(_num_marks(num_marks, mu, alpha))
+        K = self.num_marks
+        self.mu = _array("mu", mu, (K,))
+        if np.any(self.mu <= 0):
+            raise ValueError(f"mu (growth rates) must be > 0, got {self.mu.tolist()}")
+        self.alpha = _array("alpha", alpha, (K, K))
+        if np.any(self.alpha < 0):
+            raise ValueError(
+                f"alpha must be >= 0 (an event lowers the intensities; a negative entry "
+                f"can make the process explode), got {self.alpha.tolist()}"
+            )
+        if np.any(np.diag(self.alpha) <= 0):
+            raise ValueError(
+                f"alpha's diagonal must be > 0 (each mark corrects itself; otherwise its "
+                f"intensity can grow as exp(mu t) unchecked), got {np.diag(self.alpha).tolist()}"
+            )
+
+    def params(self) -> dict:
+        return {"mu": self.mu.tolist(), "alpha": self.alpha.tolist()}
+
+    def mean_rate(self) -> np.ndarray:
+        """(K,) the long-run rates alpha^-1 mu (N(t)/t tends to them when they are all
+        positive; a non-positive entry means that mark dies out)."""
+        try:
+            return np.linalg.solve(self.alpha, self.mu)
+        except np.linalg.LinAlgError:
+            raise ValueError(
+                f"alpha is singular, so the long-run rates alpha^-1 mu are undefined: "
+                f"{self.alpha.tolist()}"
+            ) from None
+
+    def _counts_before(self, q, t, m):
+        """(Q, K) N(q-), counts of events strictly before each q, and p (Q,)."""
+        onehot = np.zeros((len(t) + 1, self.num_marks))
+        onehot[np.arange(1, len(t) + 1), m] = 1.0
+        counts = np.cumsum(onehot, axis=0)  # counts[j] = counts of the first j events
+        p = np.searchsorted(t, q, side="left")
+        return counts[p], p, counts
+
+    def _log_rates(self, q, N):
+        return self.mu * q[:, None] - N @ self.alpha.T
+
+    def _intensity(self, q, t, m):
+        N, _, _ = self._counts_before(q, t, m)
+        return np.exp(self._log_rates(q, N))
+
+    def _log_event_intensity(self, t, m):
+        N, _, _ = self._counts_before(t, t, m)
+        return self._log_rates(t, N)[np.arange(len(t)), m]
+
+    def _segment(self, a, b, N):
+        """(., K) int_a^b lambda_k with the counts N constant on [a, b)."""
+        return np.exp(self._log_rates(a, N)) * np.expm1(self.mu * (b - a)[:, None]) / self.mu
+
+    def _compensator(self, q, t, m, t_start):
+        N_q, p, counts = self._counts_before(q, t, m)
+        h = int(np.searchsorted(t, t_start, side="right"))  # history: events <= t_start
+        # breakpoints t_start < t_h < t_{h+1} < ...; counts on segment i are counts[h + i]
+        points = np.concatenate([[t_start], t[h:]])
+        segs = self._segment(points[:-1], points[1:], counts[h : len(t)])
+        G = np.concatenate([np.zeros((1, self.num_marks)), np.cumsum(segs, axis=0)])
+        i = np.maximum(p - h, 0)  # scored events before q
+        start = points[i]
+        return G[i] + self._segment(start, q, N_q)
+
+    def sample(self, n: int, *, t_end: float, seed=0, t_start: float = 0.0) -> list[dict]:
+        """n independent sequences on (t_start, t_end], no events before t_start, by
+        inverting each mark's compensator from the last event (competing risks)."""
+        n, t_start, t_end = _sample_args(n, t_start, t_end)
+        rng = _rng(seed)
+        K = self.num_marks
+        log_mu = np.log(self.mu)
+        ids = np.arange(n)
+        t = np.full(n, t_start)
+        N = np.zeros((n, K))
+        rec_id, rec_t, rec_m = [], [], []
+        while ids.size:
+            log_lam = self._log_rates(t, N)  # (n, K) at t, the intensity's restart value
+            e = rng.standard_exponential((ids.size, K))
+            # Lambda_k(t, t + d) = lam_k expm1(mu_k d) / mu_k = e_k, solved in log space
+            wait = np.logaddexp(0.0, np.log(e) + log_mu - log_lam) / self.mu
+            k = np.argmin(wait, axis=1)
+            s = t + wait[np.arange(ids.size), k]
+            alive = s <= t_end
+            if not alive.all():
+                ids, s, N, k = ids[alive], s[alive], N[alive], k[alive]
+                if not ids.size:
+                    break
+            rec_id.append(ids)
+            rec_t.append(s)
+            rec_m.append(k)
+            N[np.arange(ids.size), k] += 1.0
+            t = s
+        return _collect(n, rec_id, rec_t, rec_m)
+
+
+# ------------------------------------------------------------------ default parameters
+def _positions(K: int) -> np.ndarray:
+    return np.arange(K) / max(K - 1, 1)  # u_k = k / (K - 1), 0 when K = 1
+
+
+def default_hawkes_params(K: int) -> dict:
+    """The ``hawkes`` builder's parameters for K marks (a fixed formula of K):
+    ``mu_k = 0.2 + 0.3 u_k`` with ``u_k = k / max(K - 1, 1)``; ``alpha = 0.65 B /
+    rho(B)`` with ``B_kk = 1``, ``B_{k, k-1 mod K} = 0.6`` (each mark excites the next,
+    a cycle) and 0.15 elsewhere, so the spectral radius is 0.65; ``beta_kl = 1 + 2 ((k +
+    l) mod K) / max(K - 1, 1)`` in [1, 3]. K = 1: mu 0.2, alpha 0.65, beta 1 (mean
+    rate 0.571)."""
+    K = check_positive("marks", K, integer=True)
+    B = np.full((K, K), 0.15)
+    B[np.arange(K), (np.arange(K) - 1) % K] = 0.6
+    B[np.arange(K), np.arange(K)] = 1.0
+    alpha = 0.65 * B / np.max(np.abs(np.linalg.eigvals(B)))
+    row, col = np.meshgrid(np.arange(K), np.arange(K), indexing="ij")
+    beta = 1.0 + 2.0 * ((row + col) % K) / max(K - 1, 1)
+    return {
+        "mu": (0.2 + 0.3 * _positions(K)).tolist(),
+        "alpha": alpha.tolist(),
+        "beta": beta.tolist(),
+    }
+
+
+def default_self_correcting_params(K: int) -> dict:
+    """The ``self_correcting`` builder's parameters for K marks: ``mu_k = 1 - 0.5 u_k``
+    (u_k as in :func:`default_hawkes_params`) and ``alpha = (1 - c) I + c J``, c = 0.5 /
+    K (diagonal 1, weak cross-correction), whose long-run rates alpha^-1 mu are all
+    positive for every K. K = 1: the classic mu = alpha = 1 (rate 1)."""
+    K = check_positive("marks", K, integer=True)
+    c = 0.5 / K
+    alpha = np.full((K, K), c)
+    alpha[np.arange(K), np.arange(K)] = 1.0
+    return {"mu": (1.0 - 0.5 * _positions(K)).tolist(), "alpha": alpha.tolist()}
+
+
+# --------------------------------------------------------------------------- builders
+def _option_values(name: str, value):
+    """A builder option as numbers: a number, a (nested) list, or text (CLI): JSON or
+    comma-separated values with rows separated by ';'."""
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            if text.startswith("["):
+                return json.loads(text)
+            rows = [[float(v) for v in row.split(",")] for row in text.split(";")]
+        except ValueError:
+            raise ValueError(
+                f"{name} must be a number, a list or comma-separated numbers (rows of a "
+                f"matrix separated by ';'), got {value!r}"
+            ) from None
+        if len(rows) == 1:
+            return rows[0][0] if len(rows[0]) == 1 else rows[0]
+        return rows
+    return value
+
+
+def _vector_option(name: str, value, K: int) -> list[float]:
+    arr = np.asarray(_option_values(name, value), dtype=np.float64)
+    if arr.ndim == 0:
+        arr = np.full(K, float(arr))
+    if arr.shape != (K,):
+        raise ValueError(f"{name} must be a number or {K} values (marks={K}), got {value!r}")
+    return arr.tolist()
+
+
+def _matrix_option(name: str, value, K: int) -> list[list[float]]:
+    arr = np.asarray(_option_values(name, value), dtype=np.float64)
+    if arr.ndim == 0:
+        arr = np.full((K, K), float(arr))
+    elif arr.shape == (K * K,):
+        arr = arr.reshape(K, K)  # flat, row-major
+    if arr.shape != (K, K):
+        raise ValueError(
+            f"{name} must be a number or a {K} x {K} matrix (marks={K}; flat row-major or "
+            f"rows separated by ';'), got {value!r}"
+        )
+    return arr.tolist()
+
+
+def _default_t_end(process: _ExactProcess, t_end) -> float:
+    if t_end is not None:
+        return check_positive("t_end", t_end)
+    rate = process.mean_rate()
+    if not np.all(rate > 0):
+        raise ValueError(
+            f"the default t_end needs positive mean rates, got {rate.tolist()}; give t_end"
+        )
+    return TARGET_EVENTS / float(rate.sum())
+
+
+def _build(
+    process: _ExactProcess,
+    n: int,
+    *,
+    dataset: str,
+    out,
+    seed: int,
+    progress: bool,
+    t_end,
+    split,
+    min_events,
+    max_events,
+    extra_meta: dict,
+) -> Path:
+    """Draw n sequences on (0, t_end] with >= min_events events (redrawing the others),
+    cut them after max_events and write them (module docstring: the conditioning)."""
+    n = check_count(n)
+    seed = check_seed(seed)
+    t_end = _default_t_end(process, t_end)
+    fractions = check_split(split)
+    min_events = check_positive("min_events", min_events, integer=True, minimum=0)
+    if max_events is not None:
+        max_events = check_positive("max_events", max_events, integer=True, minimum=1)
+        if max_events < min_events:
+            raise ValueError(f"max_events = {max_events} is below min_events = {min_events}")
+    # spawn key (1,): write_event_file draws the splits from the stream with key (0,)
+    rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(2)[1])
+    kept: list[dict] = []
+    draws = 0
+    bar = progress_bar(n, dataset, progress)
+    try:
+        while len(kept) < n:
+            need = n - len(kept)
+            accepted = len(kept) / draws if draws else 1.0
+            batch = process.sample(
+                min(max(need, math.ceil(need / max(accepted, 0.01))), 100 * n),
+                t_end=t_end,
+                seed=rng,
+            )
+            draws += len(batch)
+            new = [s for s in batch if len(s["t"]) >= min_events][:need]
+            kept += new
+            if bar is not None:
+                bar.update(len(new))
+            if len(kept) < n and draws >= 100 * n:
+                raise ValueError(
+                    f"{dataset}: only {len(kept)} of {draws} sequences had >= min_events = "
+                    f"{min_events} events on (0, {t_end:g}]; lower min_events or raise t_end"
+                )
+    finally:
+        if bar is not None:
+            bar.close()
+    truncated = 0
+    for seq in kept:
+        seq["t_end"] = np.float64(t_end)
+        if max_events is not None and len(seq["t"]) > max_events:
+            seq["t"], seq["mark"] = seq["t"][:max_events], seq["mark"][:max_events]
+            seq["t_end"] = np.float64(seq["t"][-1])  # observed up to the cut (a stopping time)
+            truncated += 1
+    lengths = np.array([len(s["t"]) for s in kept])
+    meta = {
+        "generator": "simsci.systems.make_dataset",
+        "dataset": dataset,
+        "simsci_version": __version__,
+        "n": n,
+        "seed": seed,
+        "t_start": 0.0,
+        "t_end": t_end,
+        "time_unit": None,
+        "num_marks": process.num_marks,
+        "mean_rate": process.mean_rate().tolist(),
+        "min_events": min_events,
+        "max_events": max_events,
+        "conditioning": (
+            f"sequences with fewer than {min_events} events on (0, t_end] were redrawn: the "
+            "data set is the process conditioned on at least that many events"
+        ),
+        "draws": draws,
+        "truncated": truncated,
+        "truncation": "a cut sequence is observed on (0, episodes/t_end], its last event",
+        "events_mean": float(lengths.mean()),
+        "split": list(fractions),
+        **extra_meta,
+    }
+    return write_event_file(
+        out,
+        kept,
+        system=dataset,
+        num_marks=process.num_marks,
+        split_fractions=fractions,
+        seed=seed,
+        process=process,
+        meta=meta,
+    )
+
+
+@register_dataset(
+    "poisson_events",
+    "marked Poisson event sequences, homogeneous or with a periodic rate (exact "
+    "likelihood; a baseline for event models)",
+)
+def poisson_events_dataset(
+    n: int,
+    *,
+    out: str | os.PathLike,
+    seed: int = 0,
+    progress: bool = False,
+    marks: int = 1,
+    rate=1.0,
+    amplitude=0.0,
+    period: float = 10.0,
+    phase=0.0,
+    t_end: float | None = None,
+    split=(0.8, 0.1, 0.1),
+    min_events: int = 2,
+    max_events: int | None = None,
+) -> Path:
+    """Write ``n`` sequences of :class:`PoissonProcess` (``rate``, ``amplitude``,
+    ``phase``: a number or ``marks`` values, comma-separated on the CLI) on (0, t_end]
+    (default: 50 / sum(rate), about 50 events); returns the path. Sequences with fewer
+    than ``min_events`` events are redrawn (the data set is conditioned on having at
+    least that many); longer than ``max_events``: cut (module docstring)."""
+    K = check_positive("marks", marks, integer=True)
+    process = PoissonProcess(
+        _vector_option("rate", rate, K),
+        amplitude=_vector_option("amplitude", amplitude, K),
+        period=period,
+        phase=_vector_option("phase", phase, K),
+        num_marks=K,
+    )
+    return _build(
+        process,
+        n,
+        dataset="poisson_events",
+        out=out,
+        seed=seed,
+        progress=progress,
+        t_end=t_end,
+        split=split,
+        min_events=min_events,
+        max_events=max_events,
+        extra_meta={},
+    )
+
+
+@register_dataset(
+    "hawkes",
+    "multivariate Hawkes event sequences with exponential kernels (exact likelihood; "
+    "default parameters a fixed formula of --marks)",
+)
+def hawkes_dataset(
+    n: int,
+    *,
+    out: str | os.PathLike,
+    seed: int = 0,
+    progress: bool = False,
+    marks: int = 1,
+    mu=None,
+    alpha=None,
+    beta=None,
+    t_end: float | None = None,
+    split=(0.8, 0.1, 0.1),
+    min_events: int = 2,
+    max_events: int | None = None,
+) -> Path:
+    """Write ``n`` sequences of :class:`HawkesProcess` on (0, t_end], empty history at 0;
+    returns the path. ``mu`` (K values), ``alpha``, ``beta`` (K x K, or a number): None
+    takes :func:`default_hawkes_params` (spectral radius 0.65, beta in [1, 3]);
+    ``t_end`` None: 50 / the total stationary rate (about 50 events, a little fewer
+    since the process starts empty). Sequences with fewer than ``min_events`` events are
+    redrawn (the data set is conditioned on having at least that many); longer than
+    ``max_events``: cut (module docstring)."""
+    K = check_positive("marks", marks, integer=True)
+    default = default_hawkes_params(K)
+    process = HawkesProcess(
+        _vector_option("mu", default["mu"] if mu is None else mu, K),
+        _matrix_option("alpha", default["alpha"] if alpha is None else alpha, K),
+        _matrix_option("beta", default["beta"] if beta is None else beta, K),
+        num_marks=K,
+    )
+    extra = {
+        "default_params": [
+            k for k, v in (("mu", mu), ("alpha", alpha), ("beta", beta)) if v is None
+        ]
+    }
+    return _build(
+        process,
+        n,
+        dataset="hawkes",
+        out=out,
+        seed=seed,
+        progress=progress,
+        t_end=t_end,
+        split=split,
+        min_events=min_events,
+        max_events=max_events,
+        extra_meta={**extra, "spectral_radius": process.spectral_radius},
+    )
+
+
+@register_dataset(
+    "self_correcting",
+    "multivariate self-correcting event sequences, lambda = exp(mu t - alpha N(t)) "
+    "(exact likelihood)",
+)
+def self_correcting_dataset(
+    n: int,
+    *,
+    out: str | os.PathLike,
+    seed: int = 0,
+    progress: bool = False,
+    marks: int = 1,
+    mu=None,
+    alpha=None,
+    t_end: float | None = None,
+    split=(0.8, 0.1, 0.1),
+    min_events: int = 2,
+    max_events: int | None = None,
+) -> Path:
+    """Write ``n`` sequences of :class:`SelfCorrectingProcess` on (0, t_end]; returns
+    the path. ``mu`` (K values), ``alpha`` (K x K, or a number): None takes
+    :func:`default_self_correcting_params` (K = 1: mu = alpha = 1); ``t_end`` None: 50 /
+    the total long-run rate sum(alpha^-1 mu). Sequences with fewer than ``min_events``
+    events are redrawn (the data set is conditioned on having at least that many);
+    longer than ``max_events``: cut (module docstring)."""
+    K = check_positive("marks", marks, integer=True)
+    default = default_self_correcting_params(K)
+    process = SelfCorrectingProcess(
+        _vector_option("mu", default["mu"] if mu is None else mu, K),
+        _matrix_option("alpha", default["alpha"] if alpha is None else alpha, K),
+        num_marks=K,
+    )
+    extra = {"default_params": [k for k, v in (("mu", mu), ("alpha", alpha)) if v is None]}
+    return _build(
+        process,
+        n,
+        dataset="self_correcting",
+        out=out,
+        seed=seed,
+        progress=progress,
+        t_end=t_end,
+        split=split,
+        min_events=min_events,
+        max_events=max_events,
+        extra_meta=extra,
+    )
