@@ -27,6 +27,7 @@ from simsci.systems import (  # noqa: F401
     _pde1d,
     _pde2d,
     _pendulum_images,
+    _population_events,
     _sde,
 )
 from simsci.systems._base import Interval, System
@@ -41,6 +42,7 @@ from simsci.systems._point_process import (
     get_process,
     process_from_config,
 )
+from simsci.systems._population_events import MobilityProcess, PopulationCoupledProcess
 from simsci.systems._registry import SYSTEMS, available, get, register
 
 __all__ = [
@@ -66,4 +68,6 @@ __all__ = [
     "PoissonProcess",
     "HawkesProcess",
     "SelfCorrectingProcess",
+    "PopulationCoupledProcess",
+    "MobilityProcess",
 ]
