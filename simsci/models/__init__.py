@@ -15,6 +15,7 @@ from simsci.models.controlled_ode import ControlledODE
 from simsci.models.gru_dt import GRUDelta
 from simsci.models.latent_ode import LatentODE
 from simsci.models.latent_sde import LatentSDE
+from simsci.models.neural_tpp import RMTPP, NeuralHawkes, TransformerHawkes
 from simsci.models.sdevi import SDEVI
 from simsci.operators._model import OperatorModel
 
@@ -25,6 +26,9 @@ MODELS: dict[str, type] = {
     "sdevi": SDEVI,  # SDE-induced variational inference (in progress, issue 6)
     "gru_dt": GRUDelta,  # SDEVI's baselines on irregular series (issue 6)
     "latent_sde": LatentSDE,
+    "rmtpp": RMTPP,  # CoCLD's neural point-process baselines (simsci.models.neural_tpp)
+    "nhp": NeuralHawkes,
+    "thp": TransformerHawkes,
 }
 
 __all__ = [
@@ -36,6 +40,9 @@ __all__ = [
     "ControlledODE",
     "OperatorModel",
     "SDEVI",
+    "RMTPP",
+    "NeuralHawkes",
+    "TransformerHawkes",
 ]
 
 
