@@ -13,7 +13,8 @@ Simulate N trajectories of a registered system as one batched solve on the devic
 write them as a trajectory file (kind="state"). Observations can be thinned to an
 irregular subset (--keep), independently per channel (--per-channel), and noised
 (--obs-noise). Under torchrun each rank writes one shard into OUT (a directory).
-A dataset name (pendulum_images, climate; see --list) builds that data set instead
+A dataset name (pendulum_images, climate, hawkes, population_events, mobility...; see
+--list) builds that data set instead
 (simsci.systems.make_dataset): it takes --n, --out, --seed, --split, --compression,
 --keep and --t-end/--dt where the dataset has them, and its own options as --NAME VALUE.
 
@@ -26,6 +27,8 @@ examples:
   simsci generate burgers --nu 0.001 --n 1000 --nx 1024 --t-end 1 --dt 0.01 --out data/b.h5
   simsci generate pendulum_images --n 500 --out data/pend_img.h5
   simsci generate climate --n 200 --keep 0.7 --missing 0.2 --out data/climate.h5
+  simsci generate hawkes --n 500 --marks 5 --out data/hawkes5.h5
+  simsci generate population_events --n 1000 --out data/population.h5
 
 Any other --NAME VALUE sets a parameter of the system (--rho 35, --nu 0.001) or an
 option of the dataset (--size 32, --noise-std 0.1); --nx and --ny set the grid

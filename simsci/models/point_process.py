@@ -113,6 +113,8 @@ class TrueProcessTPP(EventModel):
         for i in range(H.shape[0]):
             for j in range(H.shape[1]):
                 b, e = int(Hn[i, j, 0]), int(Hn[i, j, 1])
+                # padded positions repeat the last event: the history ends at the last one
+                e = min(e, int(batch["length"][b]) - 1)
                 q = tl[i, j] + tq[i, j]
                 # nudge queries at the last event just past it: the history includes it
                 q = np.maximum(q, np.nextafter(tl[i, j], np.inf))

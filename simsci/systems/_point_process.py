@@ -143,6 +143,7 @@ def write_event_file(
     """Write event sequences as one kind="events" trajectory file (atomically).
 
     ``sequences``: dicts with ``"t"`` (L,), ``"mark"`` (L,), optional ``"loc"`` (L, D)
+    and ``"loc_id"`` (L,)
     and per-sequence values (``"params"``, ``"group"``, ... any key whose value is not
     of length L is an episode field). Splits: exact counts by a permutation seeded by
     ``seed`` (:func:`simsci.systems._datasets.split_ids`). ``meta`` gets
@@ -155,7 +156,7 @@ def write_event_file(
     if not sequences:
         raise ValueError(f"{out}: no sequences to write")
     split = split_ids(len(sequences), fractions, streams(seed, ["split"])["split"])
-    step_keys = ("t", "mark", "loc")
+    step_keys = ("t", "mark", "loc", "loc_id")
     extra = sorted(
         {k for s in sequences for k in s if k not in step_keys and k not in ("params", "label")}
     )

@@ -31,7 +31,9 @@ def _same_files(a, b) -> bool:
 
 # ------------------------------------------------------------------ registry
 def test_registry_lists_the_datasets_and_their_options():
-    assert systems.available_datasets() == ["climate", "pendulum_images"]
+    names = systems.available_datasets()
+    assert names == sorted(names)
+    assert {"climate", "pendulum_images", "hawkes", "population_events", "mobility"} <= set(names)
     opts = systems.DATASETS["pendulum_images"].options()
     assert opts["keep"] == 0.5 and opts["size"] == 24 and "out" not in opts
     assert systems.DATASETS["climate"].options()["years"] == 2
