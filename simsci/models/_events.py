@@ -18,7 +18,7 @@ On top of these two the harness computes, identically for every model:
   2..L are scored): :math:`\ell = \sum_{j \ge 1} \log \lambda_{m_j}(t_j) -
   \int_{t_0}^{t_{L-1}} \sum_k \lambda_k`, the compensator of interval j by an n-point
   Gauss-Legendre rule on :math:`[t_{j-1}, t_j]` (``quadrature`` nodes, default 16; a
-  model with a closed-form compensator overrides ``compensator``). Reported per scored
+  model with a closed-form compensator overrides ``log_likelihood_terms``). Reported per scored
   event in data time units (:math:`\log\lambda_{data} = \log\lambda_{model} - \log s`
   with s = ``time_scale``), so figures compare across models and with the truth.
 - **Next-event prediction**: from the density :math:`p(\tau) = \lambda(\tau)
@@ -480,7 +480,7 @@ class EventModel(nn.Module):
             seq = {"t": t, "mark": m, "group": int(batch["group"][b])}
             if "params" in batch:
                 seq["params"] = batch["params"][b].cpu()
-            if "loc_id" in batch:
+            if "loc_id" in batch and self.loc_head is not None:
                 seq["loc_id"] = torch.cat(
                     [batch["loc_id"][b, :n].cpu(), torch.tensor(new_l[b], dtype=torch.long)]
                 )
@@ -658,9 +658,8 @@ def evaluate_events(
         sums["hit"] += float(pred["type_accuracy"]) * n
         sums["events"] += n
         if generate:
-            first = {
-                k: v[:, :1] if torch.is_tensor(v) and v.ndim == 2 else v for k, v in batch.items()
-            }
+            step_keys = ("t", "mark", "valid", "dt", "loc_id")
+            first = {k: v[:, :1] if k in step_keys else v for k, v in batch.items()}
             first["length"] = torch.ones_like(batch["length"])
             rows = torch.arange(len(chunk), device=dev)
             t_end = batch["t"][rows, batch["length"] - 1]
