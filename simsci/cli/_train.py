@@ -19,13 +19,17 @@ examples:
   simsci train latent_ode --data data/lorenz.h5 --out runs/lode --window 24 --epochs 20
   simsci train latent_ode --data data/lorenz.h5 --out runs/lode --resume
   simsci train gru_dt --data data/pendulum.h5 --task extrapolation --out runs/gru_extrap
+  simsci train cocld --data data/population.h5 --out runs/cocld --epochs 10
   torchrun --nproc_per_node 2 -m simsci train latent_ode --data data/lorenz.h5 --out runs/ddp
 """
 
 EVALUATE_DESCRIPTION = """\
 Evaluate a checkpoint on a trajectory file: the model's validation metrics averaged over
 the chosen split (for latent_ode: interpolation MSE on hidden points and the last-value
-baseline, both normalised by each channel's std).
+baseline, both normalised by each channel's std; for event models (cocld, rmtpp, nhp,
+thp, poisson_tpp): log-likelihood per event, next-event time RMSE and type accuracy,
+and distances between sequences sampled from each sequence's first event and the real
+ones).
 
 example:
   simsci evaluate runs/lode/checkpoints/best.pt --data data/lorenz.h5 --split test
@@ -187,7 +191,11 @@ def run_evaluate(args) -> int:
     if hasattr(model, "evaluate_file"):  # field models score rollouts per step and channel
         device = resolve_device(args.device)
         metrics = model.evaluate_file(args.data, split=split, device=device)
-        for label, r in metrics["resolutions"].items():
+        if "resolutions" not in metrics:  # event models: one figure per metric
+            width = max(len(k) for k in metrics)
+            for key, value in metrics.items():
+                print(f"{key:{width}s}  {value:.6g}")
+        for label, r in metrics.get("resolutions", {}).items():
             note = "  (training resolution)" if r["training_resolution"] else ""
             print(
                 f"grid {label:>9s}  rel L2 (nRMSE) mean {r['rel_l2_mean']:.4g}  final step "

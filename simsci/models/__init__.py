@@ -11,11 +11,14 @@ Every model follows the training-loop contract of :mod:`simsci.train`
 from __future__ import annotations
 
 from simsci.errors import unknown_name
+from simsci.models._events import EventModel, evaluate_events
+from simsci.models.cocld import CoCLD
 from simsci.models.controlled_ode import ControlledODE
 from simsci.models.gru_dt import GRUDelta
 from simsci.models.latent_ode import LatentODE
 from simsci.models.latent_sde import LatentSDE
 from simsci.models.neural_tpp import RMTPP, NeuralHawkes, TransformerHawkes
+from simsci.models.point_process import PoissonTPP, TrueProcessTPP
 from simsci.models.sdevi import SDEVI
 from simsci.operators._model import OperatorModel
 
@@ -23,10 +26,12 @@ MODELS: dict[str, type] = {
     "latent_ode": LatentODE,
     "controlled_ode": ControlledODE,
     "operator": OperatorModel,  # neural operators and ∂-NO (simsci.operators)
-    "sdevi": SDEVI,  # SDE-induced variational inference (in progress, issue 6)
+    "sdevi": SDEVI,  # SDE-induced variational inference
     "gru_dt": GRUDelta,  # SDEVI's baselines on irregular series (issue 6)
     "latent_sde": LatentSDE,
-    "rmtpp": RMTPP,  # CoCLD's neural point-process baselines (simsci.models.neural_tpp)
+    "cocld": CoCLD,  # coupled continuous-time latent dynamics of event sequences
+    "poisson_tpp": PoissonTPP,  # CoCLD's baselines (simsci.models.point_process, neural_tpp)
+    "rmtpp": RMTPP,
     "nhp": NeuralHawkes,
     "thp": TransformerHawkes,
 }
@@ -34,15 +39,20 @@ MODELS: dict[str, type] = {
 __all__ = [
     "MODELS",
     "get",
+    "CoCLD",
+    "EventModel",
+    "evaluate_events",
+    "PoissonTPP",
+    "TrueProcessTPP",
+    "RMTPP",
+    "NeuralHawkes",
+    "TransformerHawkes",
     "LatentODE",
     "LatentSDE",
     "GRUDelta",
     "ControlledODE",
     "OperatorModel",
     "SDEVI",
-    "RMTPP",
-    "NeuralHawkes",
-    "TransformerHawkes",
 ]
 
 

@@ -258,6 +258,10 @@ class EventModel(nn.Module):
             seqs.append(seq)
         return pad_events(seqs, self.time_scale)
 
+    def evaluate_file(self, path, *, split="test", device=None) -> dict:
+        """:func:`evaluate_events` on a file (``simsci evaluate``'s hook)."""
+        return evaluate_events(self, path, split=split, device=device)
+
     # ------------------------------------------------------------ the contract
     def history(self, batch: dict) -> torch.Tensor:
         raise NotImplementedError
