@@ -1,8 +1,9 @@
 """CUDA figures for `make gpu-check` (after the device tests have run on CUDA).
 
-Runs the benchmarks that have a CUDA side on the GPU and a short latent-ODE training on
-both CPU and CUDA, and prints one table. Results go to benchmarks/results/*_cuda.json.
-Exits non-zero when any part fails; stops with a clear message when there is no GPU.
+Runs the benchmarks that have a CUDA side on the GPU and short latent-ODE, CoCLD and
+Neural Hawkes trainings on both CPU and CUDA, and prints one table. Results go to
+benchmarks/results/*_cuda.json. Exits non-zero when any part fails; stops with a clear
+message when there is no GPU.
 """
 
 from __future__ import annotations
@@ -60,6 +61,39 @@ def latent_ode_steps_per_second(device: str, steps: int = 60) -> float:
         return steps / (time.perf_counter() - start)
 
 
+def event_model_events_per_second(name: str, device: str, steps: int = 20) -> float:
+    """Training events/s of an event model (cocld, nhp) on a population-coupled set."""
+    from simsci import data, models, systems
+    from simsci._device import synchronize
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = systems.make_dataset("population_events", 128, out=Path(tmp) / "p.h5", seed=0)
+        traj = data.open(path)
+        model = models.MODELS[name].from_data(traj).to(device)
+        fields = tuple(
+            f for f in model.data_fields if f in traj.step_fields or f in traj.episode_fields
+        )
+        ds = data.TrajectoryDataset(traj, fields=fields)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        batches = [model.collate([ds[i] for i in range(a, a + 32)]) for a in range(0, 96, 32)]
+        batches = [
+            {k: v.to(device) if torch.is_tensor(v) else v for k, v in b.items()} for b in batches
+        ]
+        events, start = 0, None
+        for step in range(steps + 3):
+            if step == 3:  # warm-up steps are not timed
+                synchronize(device)
+                start = time.perf_counter()
+            batch = batches[step % len(batches)]
+            loss = model.training_step(batch)["loss"]
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            events += int(batch["valid"].sum()) if step >= 3 else 0
+        synchronize(device)
+        return events / (time.perf_counter() - start)
+
+
 def main() -> int:
     if not torch.cuda.is_available():
         print("gpu-check: torch sees no CUDA device", file=sys.stderr)
@@ -98,6 +132,14 @@ def main() -> int:
         except Exception as exc:  # report every part, then fail at the end
             rows.append((f"latent ODE training on {device}", f"FAILED: {exc}", ""))
             failed.append(device)
+        for name in ("cocld", "nhp"):
+            label = f"{name} training on {device}"
+            try:
+                rate = event_model_events_per_second(name, device)
+                rows.append((label, "ok", f"{rate:.0f} events/s"))
+            except Exception as exc:
+                rows.append((label, f"FAILED: {exc}", ""))
+                failed.append(label)
     print("\n".join(f"{a:36s} {b:12s} {c}" for a, b, c in rows))
     return 1 if failed else 0
 
