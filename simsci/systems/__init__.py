@@ -13,9 +13,20 @@ parameter overrides and options (``get("lorenz96", dim=10, F=10)``); ``register`
 class. ``generate`` writes data sets in the trajectory format; ``parse_param_spec``
 reads the CLI's ``--params`` text. ``make_dataset(name, n, out=...)`` builds the data
 sets that are more than one system's trajectories (``DATASETS``: ``pendulum_images``,
-``climate``; ``available_datasets()`` lists them). ``PDESystem`` is the base of the periodic PDE
-solvers (kind "field"); ``gaussian_random_field`` and ``sum_of_sines`` draw their
-initial fields.
+``climate``, and the event sets ``poisson_events``, ``hawkes``, ``self_correcting``,
+``population_events``, ``mobility``; ``available_datasets()`` lists them).
+``PDESystem`` is the base of the periodic PDE solvers (kind "field");
+``gaussian_random_field`` and ``sum_of_sines`` draw their initial fields.
+
+Event processes (kind "events") are marked point processes, not vector fields, so they
+have their own registry beside ``SYSTEMS``: ``PROCESSES``, ``get_process(name,
+**params)`` and ``process_from_config(meta["process"])`` (the process that made a
+file). Each :class:`PointProcess` samples exactly and gives its exact intensity and
+log-likelihood (:mod:`simsci.systems._point_process`).
+
+>>> hawkes = systems.get_process("hawkes", mu=[0.5], alpha=[[0.6]], beta=2.0)  # doctest: +SKIP
+>>> seqs = hawkes.sample(100, t_end=50.0, seed=0)        # [{"t": ..., "mark": ...}, ...]
+>>> hawkes.log_likelihood(seqs[0]["t"], seqs[0]["mark"], t_start=0.0, t_end=50.0)  # doctest: +SKIP
 """
 
 # importing the modules registers their systems and datasets
