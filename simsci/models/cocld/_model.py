@@ -194,7 +194,8 @@ class CoCLD(EventModel):
             batch["valid"],
             batch["group"],
         )
-        h = self.initial_state(t[:, 0], group)
+        # "h0" (B, d): a given start latent (a draw of the population law in sample())
+        h = batch["h0"] if "h0" in batch else self.initial_state(t[:, 0], group)
         out = []
         for j in range(t.shape[1]):
             if j > 0:
@@ -269,6 +270,19 @@ class CoCLD(EventModel):
         cond = torch.zeros(t.shape[0], 1, device=t.device) if z is None else z
         draws = self.diffusion.sample(cond.repeat_interleave(n, 0), generator=generator)
         return draws.reshape(t.shape[0], n, -1)
+
+    @torch.no_grad()
+    def sample(self, batch, t_end, *, max_new=500, generator=None, population_start=True):
+        """Thinning continuation of each sequence (the harness's ``sample``). With
+        ``population_start`` each sequence's start latent h(t_0^-) is a draw of the
+        population law at t_0 (the diffusion interpolator) instead of its mean
+        ``initial_state``: a continuation then stands for *an* individual consistent
+        with the history, so sampled sets keep the population's spread (of event counts,
+        say) rather than that of one typical individual."""
+        if population_start:
+            h0 = self.sample_population(batch["t"][:, 0], batch["group"], 1, generator=generator)
+            batch = {**batch, "h0": h0[:, 0]}
+        return super().sample(batch, t_end, max_new=max_new, generator=generator)
 
     @torch.no_grad()
     def generate(
