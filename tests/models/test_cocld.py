@@ -315,11 +315,16 @@ def test_sample_continues_a_history():
     batch = model.collate(items(n=3))
     rows = torch.arange(3)
     t_last = batch["t"][rows, batch["length"] - 1]
-    out = model.sample(batch, t_last + 4.0, max_new=40, generator=torch.Generator().manual_seed(1))
-    for b, seq in enumerate(out):
-        if len(seq["t"]):
-            assert seq["t"][0] > float(t_last[b]) and seq["t"][-1] <= float(t_last[b]) + 4.0
-            assert np.all(np.diff(seq["t"]) > 0)
+    for start in (True, False):  # from a draw of the population law, or its mean
+        gen = torch.Generator().manual_seed(1)
+        out = model.sample(batch, t_last + 4.0, max_new=40, generator=gen, population_start=start)
+        assert len(out) == 3
+        for b, seq in enumerate(out):
+            if len(seq["t"]):
+                assert seq["t"][0] > float(t_last[b]) and seq["t"][-1] <= float(t_last[b]) + 4.0
+                assert np.all(np.diff(seq["t"]) > 0) and 0 <= seq["mark"].min() < K
+    with pytest.raises(ValueError, match="t_end lies before a sequence's last event"):
+        model.sample(batch, t_last - 1.0)
 
 
 # -------------------------------------------------------------------- checkpoints
