@@ -188,7 +188,11 @@ def run_evaluate(args) -> int:
     if window is None:  # the training window, recorded by `simsci train`
         window = model.checkpoint_extra.get("window")
     split = None if args.split == "all" else args.split
-    if hasattr(model, "evaluate_file"):  # field models score rollouts per step and channel
+    if hasattr(model, "evaluate_file"):  # field and event models score whole files
+        if args.window is not None or args.stride is not None:
+            raise ValueError(
+                f"{type(model).__name__} is evaluated on whole episodes: drop --window/--stride"
+            )
         device = resolve_device(args.device)
         metrics = model.evaluate_file(args.data, split=split, device=device)
         if "resolutions" not in metrics:  # event models: one figure per metric

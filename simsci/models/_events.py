@@ -228,8 +228,11 @@ class EventModel(nn.Module):
                         f"{cap}, or raise max_events"
                     )
                 t, m = t[:cap], m[:cap]
+            if not bool(torch.isfinite(t).all()):
+                j = int(torch.nonzero(~torch.isfinite(t))[0])
+                raise ValueError(f"{where}: event times must be finite, got t[{j}] = {float(t[j])}")
             if t.numel() > 1 and not bool((t[1:] > t[:-1]).all()):
-                j = int(torch.nonzero(t[1:] <= t[:-1])[0]) + 1
+                j = int(torch.nonzero(~(t[1:] > t[:-1]))[0]) + 1
                 raise ValueError(
                     f"{where}: event times must be strictly increasing, but t[{j}] = "
                     f"{float(t[j])!r} follows t[{j - 1}] = {float(t[j - 1])!r}"

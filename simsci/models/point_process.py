@@ -87,7 +87,9 @@ class TrueProcessTPP(EventModel):
                 f"{trajectories.path}: the file does not record its generating process "
                 "(meta['process']); the true process is known only for simulated data"
             )
-        return super().from_data.__func__(cls, trajectories, process=process, **overrides)
+        return super().from_data.__func__(
+            cls, trajectories, window=window, task=task, process=process, **overrides
+        )
 
     def history(self, batch):
         # the "state" after event j is the batch row and j: the process reads the history

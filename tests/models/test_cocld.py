@@ -371,23 +371,12 @@ def test_bad_arguments(kw):
         CoCLD(**args)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: harmonics and trend_features are not validated; negative counts pass the "
-    "constructor and fail later inside torch with an unrelated message",
-)
 @pytest.mark.parametrize("kw", [{"harmonics": -1}, {"trend_features": -1}])
 def test_negative_feature_counts_are_refused(kw):
     with pytest.raises(ValueError, match=next(iter(kw))):
         CoCLD(2, day_length=24.0, **kw)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: with use_population=True, no day_length and trend_features=0 the "
-    "population net has no calendar features; the constructor accepts it and the first "
-    "forward fails in torch.cat([]) ('expected a non-empty list of Tensors')",
-)
 def test_population_without_calendar_features():
     """Either refused up front with a message naming the cause, or z = MLP(e_g) works."""
     try:

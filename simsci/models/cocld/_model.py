@@ -92,6 +92,15 @@ class CoCLD(EventModel):
         for name, value in (("latent_dim", latent_dim), ("pop_dim", pop_dim), ("hidden", hidden)):
             if isinstance(value, bool) or int(value) != value or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        for name, value in (("harmonics", harmonics), ("trend_features", trend_features)):
+            if isinstance(value, bool) or int(value) != value or value < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+        if use_population and not self.day_length and trend_features == 0:
+            raise ValueError(
+                "the population latent reads calendar time through day/week harmonics "
+                "(day_length) or trend features; with neither it has no input: set "
+                "trend_features >= 1, give day_length, or use_population=False"
+            )
         if isinstance(substeps, bool) or int(substeps) != substeps or substeps < 1:
             raise ValueError(f"substeps must be an integer >= 1, got {substeps!r}")
         d, p, w = int(latent_dim), int(pop_dim), int(hidden)
