@@ -287,7 +287,9 @@ class CoCLD(EventModel):
         population law at t_0 (the diffusion interpolator) instead of its mean
         ``initial_state``: a continuation then stands for *an* individual consistent
         with the history, so sampled sets keep the population's spread (of event counts,
-        say) rather than that of one typical individual."""
+        say) rather than that of one typical individual. (The interpolator learns the
+        post-event latents h(t_j^+); using a draw as a pre-event start is an
+        approximation, as in :meth:`generate`.)"""
         if population_start:
             h0 = self.sample_population(batch["t"][:, 0], batch["group"], 1, generator=generator)
             batch = {**batch, "h0": h0[:, 0]}
