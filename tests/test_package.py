@@ -51,6 +51,9 @@ def test_built_wheel_imports_envs_and_operators(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {"simsci/envs/__init__.py", "simsci/operators/__init__.py"} <= names
     assert not any(n.startswith(("envs/", "operators/", "tests/")) for n in names)
+    # every subpackage of the source tree is in the wheel (pyproject lists them by hand)
+    for init in (ROOT / "simsci").rglob("__init__.py"):
+        assert init.relative_to(ROOT).as_posix() in names, f"{init.parent} missing from pyproject"
     target = tmp_path / "site"
     subprocess.run(
         [
@@ -68,7 +71,7 @@ def test_built_wheel_imports_envs_and_operators(tmp_path):
         capture_output=True,
     )
     code = (
-        "import simsci, simsci.envs, simsci.operators, simsci.data, simsci.cli;"
+        "import simsci, simsci.envs, simsci.operators, simsci.data, simsci.cli, simsci.models;"
         "print(simsci.__file__); print(simsci.envs.__file__)"
     )
     out = subprocess.run(
