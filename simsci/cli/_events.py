@@ -69,6 +69,11 @@ def run(args) -> int:
             f"{args.checkpoint} holds a {type(model).__name__}, not an event model "
             "(cocld, rmtpp, nhp, thp, poisson_tpp)"
         )
+    from simsci.cli._train import event_data_path
+
+    for key in ("data", "continue_from"):  # EasyTPP data is converted on the fly
+        if getattr(args, key) is not None:
+            setattr(args, key, event_data_path(getattr(args, key)))
     device = resolve_device(args.device)
     model.to(device).eval()
     if args.action == "predict":

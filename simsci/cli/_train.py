@@ -41,7 +41,12 @@ def add_to(sub) -> None:
         "train", help="train a model", description=TRAIN_DESCRIPTION, formatter_class=HelpFormatter
     )
     p.add_argument("model", help="registry name of the model, e.g. latent_ode")
-    p.add_argument("--data", required=True, help="training trajectory file or shard directory")
+    p.add_argument(
+        "--data",
+        required=True,
+        help="training trajectory file or shard directory (event models: also EasyTPP "
+        "data, converted into OUT/data.h5)",
+    )
     p.add_argument("--val-data", default=None, help="validation file (default: split 1 of --data)")
     p.add_argument("--out", default=None, help="run directory (default: runs/MODEL)")
     p.add_argument("--window", type=int, default=None, help="train on windows of this many steps")
@@ -108,6 +113,22 @@ def make_dataset(source, fields, *, split=None, window=None, stride=None):
     return data.TrajectoryDataset(traj, fields=present, split=split, window=window, stride=stride)
 
 
+def event_data_path(source) -> str:
+    """``source`` itself, or for EasyTPP data (``simsci.data.is_easytpp_source``) a
+    trajectory file converted from it into a temporary folder (removed at exit)."""
+    import atexit
+    import shutil
+    import tempfile
+
+    from simsci import data
+
+    if not data.is_easytpp_source(source):
+        return str(source)
+    folder = tempfile.mkdtemp(prefix="simsci-easytpp-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return str(data.import_easytpp(source, Path(folder) / "data.h5"))
+
+
 def run_train(args) -> int:
     from simsci import data, models, train
 
@@ -139,6 +160,13 @@ def run_train(args) -> int:
         cfg["progress"] = False
     config = train.TrainConfig.from_dict(cfg)
 
+    if data.is_easytpp_source(args.data):  # EasyTPP files: converted once into the run
+        converted = out / "data.h5"
+        if not converted.exists():
+            out.mkdir(parents=True, exist_ok=True)
+            data.import_easytpp(args.data, converted)
+            print(f"converted the EasyTPP data {args.data} to {converted}")
+        args.data = str(converted)
     traj = data.open(args.data)
     fields, window, stride = model_cls.data_fields, args.window, args.stride
     train_set = make_dataset(traj, fields, split="train", window=window, stride=stride)
@@ -188,6 +216,7 @@ def run_evaluate(args) -> int:
     if window is None:  # the training window, recorded by `simsci train`
         window = model.checkpoint_extra.get("window")
     split = None if args.split == "all" else args.split
+    args.data = event_data_path(args.data)
     if hasattr(model, "evaluate_file"):  # field and event models score whole files
         if args.window is not None or args.stride is not None:
             raise ValueError(

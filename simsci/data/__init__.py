@@ -27,7 +27,7 @@ import importlib
 
 from simsci.data._aeon import bundled_aeon_datasets, import_aeon
 from simsci.data._check import check_file
-from simsci.data._easytpp import import_easytpp
+from simsci.data._easytpp import import_easytpp, is_easytpp_source
 from simsci.data._import import import_pdebench, import_thewell
 from simsci.data._info import info
 from simsci.data._reader import Trajectories, open
@@ -48,6 +48,7 @@ __all__ = [
     "check_file",
     "import_aeon",
     "import_easytpp",
+    "is_easytpp_source",
     "import_pdebench",
     "import_thewell",
     "info",

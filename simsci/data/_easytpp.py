@@ -876,3 +876,19 @@ def import_easytpp(
                 ep["split"] = SPLIT_IDS[split]
             writer.append(ep)
     return writer.path
+
+
+def is_easytpp_source(src) -> bool:
+    """True when ``src`` looks like EasyTPP data rather than a trajectory file: a file
+    ending in .pkl/.pickle/.json/.jsonl, or a directory holding split files (train,
+    dev, test) with those suffixes. Lets the event commands take EasyTPP data directly
+    (``simsci train cocld --data retweet/``)."""
+    src = Path(src)
+    if src.is_file():
+        return src.suffix.lower() in _SUFFIXES
+    if src.is_dir():
+        return any(
+            p.is_file() and _stem_split(p) is not None and p.suffix.lower() in _SUFFIXES
+            for p in src.iterdir()
+        )
+    return False

@@ -159,3 +159,45 @@ def test_event_command_errors(trained, capsys, tmp_path):
     line = _error(capsys, "events", "generate", poisson, "--n", 2, "--t-end", 5, "--out", out)
     assert "PoissonTPP generates only continuations" in line and "--continue" in line
     assert not out.exists()
+
+
+def test_event_commands_take_easytpp_data_directly(tmp_path, capsys):
+    """train/evaluate/events read EasyTPP's layout without a separate import step."""
+    import pickle
+
+    rng = np.random.default_rng(0)
+
+    def split(n):
+        seqs = []
+        for _ in range(n):
+            t = np.cumsum(rng.exponential(1.0, size=int(rng.integers(3, 9))))
+            seqs.append(
+                [
+                    {"time_since_start": float(a), "time_since_last_event": float(g),
+                     "type_event": int(rng.integers(0, 2))}
+                    for a, g in zip(t, np.diff(t, prepend=0.0))
+                ]
+            )  # fmt: skip
+        return seqs
+
+    src = tmp_path / "easytpp"
+    src.mkdir()
+    for name, n in (("train", 16), ("dev", 4), ("test", 4)):
+        payload = {"dim_process": 2, name: split(n)}
+        (src / f"{name}.pkl").write_bytes(pickle.dumps(payload))
+    run_dir = tmp_path / "run"
+    code, out, err = run(capsys, "train", "rmtpp", "--data", src, "--out", run_dir,
+                         "--max-steps", "2", "--no-progress", "--device", "cpu")  # fmt: skip
+    assert code == 0, err
+    assert (run_dir / "data.h5").exists() and data.open(run_dir / "data.h5").num_marks == 2
+    ckpt = run_dir / "checkpoints" / "last.pt"
+    code, out, err = run(capsys, "evaluate", ckpt, "--data", src)
+    assert code == 0, err
+    assert "ll_per_event" in out
+    code, out, err = run(capsys, "events", "predict", ckpt, "--data", src, "--out",
+                         tmp_path / "p.jsonl")  # fmt: skip
+    assert code == 0, err
+    lines = (tmp_path / "p.jsonl").read_text().splitlines()
+    assert len(lines) == sum(
+        len(s) - 1 for s in pickle.loads((src / "test.pkl").read_bytes())["test"]
+    )
