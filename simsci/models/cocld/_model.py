@@ -48,6 +48,9 @@ one step per gap between consecutive offsets (one batched solve over all events 
 batch). The steps are written out here rather than calling :func:`simsci.odeint`: the
 history is a Python loop over events with one tiny solve per event, and odeint's
 per-call grid merging and checks cost ~15x such a solve (7 ms vs 0.4 ms measured).
+The state carried to the next event (``substeps`` steps) and the intensity path that
+scores the interval (one step per quadrature node, finer) are two discretisations of
+the same ODE; they differ by the solver error, which the tests bound (order 2).
 
 ``use_population=False`` drops z everywhere (an individual-only latent ODE: the
 ablation that shows what the coupling is worth).
