@@ -138,8 +138,9 @@ class TrueProcessTPP(EventModel):
             n = int(batch["length"][b])
             if n < 2:
                 continue
+            end = float(batch["t_end"][b]) if "t_end" in batch else t[b, n - 1]
             ll = self.process.log_likelihood(
-                t[b, :n], m[b, :n], t_start=t[b, 0], t_end=t[b, n - 1], params=self._params(b)
+                t[b, :n], m[b, :n], t_start=t[b, 0], t_end=end, params=self._params(b)
             )
             # the sequence's total goes on its last scored event, in data units
             exact[b, n - 1] = ll

@@ -59,16 +59,20 @@ def one(t, mark, **extra):
 # ------------------------------------------------------------------ the true process
 def test_true_process_scores_the_exact_log_likelihood(hawkes):
     """ll_per_event of the true process is the process's own exact log-likelihood of
-    each test sequence (first event given, window ending at the last event), summed and
-    divided by the scored events."""
+    each test sequence (first event given, up to the window's end /episodes/t_end),
+    summed and divided by the scored events."""
     traj, proc = hawkes
     model = TrueProcessTPP.from_data(traj)
     items = items_of(traj, "test")
     assert len(items) >= 3
+    ends = traj.column("t_end")
     total = sum(
-        proc.log_likelihood(it["t"], it["mark"], t_start=it["t"][0], t_end=it["t"][-1])
+        proc.log_likelihood(
+            it["t"], it["mark"], t_start=it["t"][0], t_end=float(ends[it["episode"]])
+        )
         for it in items
     )
+    assert all(float(ends[it["episode"]]) > it["t"][-1] for it in items)
     scored = sum(len(it["t"]) - 1 for it in items)
     got = evaluate_events(model, traj, split="test", generate=False)
     assert got["events"] == scored
@@ -380,9 +384,10 @@ def test_event_file_kwargs(tmp_path):
         for it in items_of(traj, "test")
     ]
     proc = model.process
+    windows = traj.column("window")  # the likelihood runs to each window's end
     exact = sum(
-        proc.log_likelihood(it["t"], it["mark"], t_start=it["t"][0], t_end=it["t"][-1],
-                            params=it["params"])
+        proc.log_likelihood(it["t"], it["mark"], t_start=it["t"][0],
+                            t_end=float(windows[it["episode"]][1]), params=it["params"])
         for it in items
     )  # fmt: skip
     got = evaluate_events(model, traj, split="test", generate=False)
