@@ -415,3 +415,19 @@ def test_bad_harness_arguments(kw):
     args = {"num_marks": 2, **kw}
     with pytest.raises(ValueError, match=next(iter(kw))):
         EventModel(**args)
+
+
+def test_the_likelihood_runs_to_the_window_end():
+    """With the window's end recorded (t_end, or window[1]) the compensator runs past
+    the last event to it: exactly sum log r - R (T - t_0) for a Poisson model."""
+    model = poisson()
+    R = float(np.sum(RATES))
+    t, m = [0.5, 1.0, 2.5], [0, 1, 0]
+    for extra in ({"t_end": np.float64(4.0)}, {"window": np.array([0.0, 4.0])}):
+        batch = model.collate([one(t, m, **extra)])
+        terms = model.log_likelihood_terms(batch)
+        ll = float(terms["event"].sum() - terms["compensator"].sum())
+        exact = np.log(RATES[0]) + np.log(RATES[1]) - R * (4.0 - 0.5)
+        assert ll == pytest.approx(exact, rel=1e-6)
+    with pytest.raises(ValueError, match="window ends at"):
+        model.collate([one(t, m, t_end=np.float64(2.0))])
