@@ -12,7 +12,8 @@ Use a trained event model (a checkpoint of `simsci train cocld|rmtpp|nhp|thp|poi
             time and the most likely type of the next event given the history before
             it (from the model's intensity), written as JSON lines with the truth
   generate  sample sequences by thinning: --continue DATA continues each sequence of a
-            file (its --prefix first events) up to its last event time; otherwise
+            file (its --prefix first events) up to its window's end (else its last
+            event time); otherwise
             --n new sequences on [--t-start, --t-end] (CoCLD draws each individual's
             start from its population latent law at --t-start). Writes a kind="events"
             trajectory file.
@@ -144,7 +145,13 @@ def _generate(model, args, device) -> int:
         items = _items(traj, None if args.split == "all" else args.split)
         for a in range(0, len(items), args.batch_size):
             chunk = items[a : a + args.batch_size]
-            ends = [float(it["t"][-1]) for it in chunk]
+            # to each sequence's window end where the file records it, else its last event
+            ends = [
+                float(
+                    np.asarray(it.get("t_end", it["window"][1] if "window" in it else it["t"][-1]))
+                )
+                for it in chunk
+            ]
             heads = [
                 {**it, **{k: it[k][: args.prefix] for k in ("t", "mark", "loc_id") if k in it}}
                 for it in chunk

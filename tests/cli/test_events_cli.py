@@ -112,10 +112,10 @@ def test_events_generate_continues_a_file(trained, capsys, tmp_path):
     for i, ep in enumerate(real):
         g = gen[i]
         t = np.asarray(g["t"])
-        # the first two events are the history, the rest sampled up to the last real time
+        # the first two events are the history, the rest sampled up to the window's end
         np.testing.assert_array_equal(t[:2], ep["t"][:2])
         np.testing.assert_array_equal(np.asarray(g["mark"])[:2], ep["mark"][:2])
-        assert np.all(np.diff(t) > 0) and t[-1] <= ep["t"][-1]
+        assert np.all(np.diff(t) > 0) and t[-1] <= ep["window"][1]
         assert int(np.asarray(g["group"])) == int(np.asarray(ep["group"]))
 
 
