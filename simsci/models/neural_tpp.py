@@ -200,7 +200,15 @@ class RMTPP(EventModel):
         terms = super().log_likelihood_terms(batch)
         comp = self.compensator_closed_form(terms["H"][:, :-1], batch["dt"][:, 1:])
         pad = torch.zeros_like(comp[:, :1])
-        terms["compensator"] = torch.cat([pad, comp], 1) * terms["scored"]
+        comp = torch.cat([pad, comp], 1) * terms["scored"]
+        if "t_end" in batch:  # the survival term to the window's end, closed form too
+            rows = torch.arange(comp.shape[0], device=comp.device)
+            last = batch["length"] - 1
+            gap = ((batch["t_end"] - batch["t"][rows, last]) / self.time_scale).to(comp)
+            tail = self.compensator_closed_form(terms["H"][rows, last][:, None], gap[:, None])
+            scored = terms["scored"][rows, last].to(comp)
+            comp = comp.index_put((rows, last), comp[rows, last] + tail[:, 0] * scored)
+        terms["compensator"] = comp
         return terms
 
     def features(self, H, t_last, tau):

@@ -291,3 +291,19 @@ def test_learns_hawkes_better_than_poisson(name, hawkes_file, tmp_path):
     got = evaluate_events(model, traj, split="test", generate=False)
     assert got["events"] == baseline["events"] > 300
     assert got["ll_per_event"] > baseline["ll_per_event"] + 0.02, (got, baseline)
+
+
+def test_rmtpp_closed_form_includes_the_survival_to_the_window_end():
+    """RMTPP's closed-form compensator and the harness's quadrature agree with a window
+    end past the last event (the survival term is in both)."""
+    torch.manual_seed(0)
+    model = RMTPP(2, time_scale=1.0)
+    item = {"t": np.array([0.1, 0.7, 1.5]), "mark": np.array([0, 1, 0]), "t_end": np.float64(4.0)}
+    batch = model.collate([item])
+    closed = model.log_likelihood_terms(batch)
+    generic = EventModel.log_likelihood_terms(model, batch)
+    assert float(closed["compensator"].sum()) == pytest.approx(
+        float(generic["compensator"].sum()), rel=1e-4
+    )
+    no_end = model.log_likelihood_terms(model.collate([{**item, "t_end": np.float64(1.5)}]))
+    assert float(closed["compensator"].sum()) > float(no_end["compensator"].sum())
