@@ -284,11 +284,12 @@ class EventModel(nn.Module):
         return evaluate_events(self, path, split=split, device=device)
 
     # ------------------------------------------------------------ the contract
+    # an nn.Module, so not an abc.ABC (its metaclass is type): the two hooks say so
     def history(self, batch: dict) -> torch.Tensor:
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must define history(batch)")
 
     def intensity(self, H: torch.Tensor, t_last: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must define intensity(H, t_last, tau)")
 
     def features(self, H, t_last, tau):  # optional: the location head's input
         return None

@@ -93,6 +93,7 @@ Design choices, and why:
 
 from __future__ import annotations
 
+import abc
 import json
 import math
 import os
@@ -235,20 +236,23 @@ class _ExactProcess(PointProcess):
     """Shared checks and the likelihood assembled from the event intensities and the
     compensator (subclasses give ``_log_event_intensity`` and ``_compensator``)."""
 
+    @abc.abstractmethod
     def mean_rate(self) -> np.ndarray:
         """(K,) mean number of events per unit time of each mark (see the subclass)."""
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def _log_event_intensity(self, t: np.ndarray, m: np.ndarray) -> np.ndarray:
         """(L,) log lambda_{m_j}(t_j-) given the events before each."""
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def _compensator(self, q, t, m, t_start: float) -> np.ndarray:
         """(Q, K) integral of lambda_k over [t_start, q], for sorted-or-not q >= t_start."""
-        raise NotImplementedError
+        ...
 
-    def _intensity(self, q, t, m) -> np.ndarray:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _intensity(self, q, t, m) -> np.ndarray: ...
 
     def intensity(self, t_query, times, marks, params=None) -> np.ndarray:
         """(Q, K) left limits lambda_k(t_q-), given the events of ``times`` strictly

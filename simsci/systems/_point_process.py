@@ -34,6 +34,7 @@ first event is given, events 2..L are scored, ``t_start = times[0]``,
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Mapping
 from typing import ClassVar
 
@@ -95,7 +96,7 @@ def check_sequence(times, marks, num_marks: int, where: str = "sequence"):
     return t, m.astype(np.int64)
 
 
-class PointProcess:
+class PointProcess(abc.ABC):
     """Base of the marked point processes (see the module docstring for the contract)."""
 
     #: registry name
@@ -106,9 +107,10 @@ class PointProcess:
             raise ValueError(f"num_marks must be an integer >= 1, got {num_marks!r}")
         self.num_marks = int(num_marks)
 
+    @abc.abstractmethod
     def params(self) -> dict:
         """The constructor arguments, JSON-able (lists, not arrays)."""
-        raise NotImplementedError
+        ...
 
     def config(self) -> dict:
         return {"name": self.name, "params": self.params()}
@@ -116,14 +118,18 @@ class PointProcess:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.params()})"
 
-    def sample(self, n: int, *, t_end: float, seed: int = 0, t_start: float = 0.0) -> list[dict]:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def sample(
+        self, n: int, *, t_end: float, seed: int = 0, t_start: float = 0.0
+    ) -> list[dict]: ...
 
-    def intensity(self, t_query, times, marks, params=None) -> np.ndarray:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def intensity(self, t_query, times, marks, params=None) -> np.ndarray: ...
 
-    def log_likelihood(self, times, marks, *, t_start: float, t_end: float, params=None) -> float:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def log_likelihood(
+        self, times, marks, *, t_start: float, t_end: float, params=None
+    ) -> float: ...
 
 
 def write_event_file(

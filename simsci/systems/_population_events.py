@@ -212,6 +212,7 @@ field, and the event models read ``loc_id`` as a step field.
 
 from __future__ import annotations
 
+import abc
 import functools
 import math
 import os
@@ -344,11 +345,11 @@ class _QuadratureProcess(PointProcess):
     (a context) and ``_log_rates(ctx, tq)`` (Q, K) log-intensities at query times given
     the events strictly before each."""
 
-    def _prepare(self, times, marks, params):
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _prepare(self, times, marks, params): ...
 
-    def _log_rates(self, ctx, tq: np.ndarray) -> np.ndarray:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _log_rates(self, ctx, tq: np.ndarray) -> np.ndarray: ...
 
     def intensity(self, t_query, times, marks, params=None) -> np.ndarray:
         """:math:`\\lambda_k(t_q-)` (Q, K) given the events of ``times`` strictly before
