@@ -65,15 +65,13 @@ def event_model_events_per_second(name: str, device: str, steps: int = 20) -> fl
     """Training events/s of an event model (cocld, nhp) on a population-coupled set."""
     from simsci import data, models, systems
     from simsci._device import synchronize
+    from simsci.cli._train import make_dataset
 
     with tempfile.TemporaryDirectory() as tmp:
         path = systems.make_dataset("population_events", 128, out=Path(tmp) / "p.h5", seed=0)
         traj = data.open(path)
         model = models.MODELS[name].from_data(traj).to(device)
-        fields = tuple(
-            f for f in model.data_fields if f in traj.step_fields or f in traj.episode_fields
-        )
-        ds = data.TrajectoryDataset(traj, fields=fields)
+        ds = make_dataset(traj, model.data_fields)  # the model's fields the file has
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
         batches = [model.collate([ds[i] for i in range(a, a + 32)]) for a in range(0, 96, 32)]
         batches = [

@@ -471,6 +471,7 @@ def cocld_events(out: Path, quick: bool, device: torch.device) -> dict:
     """CoCLD on population-coupled event sequences, next to a Poisson process and the
     true generating process."""
     from simsci import data, models, systems, train
+    from simsci.cli._train import make_dataset  # the fields of the model the file has
 
     n, steps = (40, 3) if quick else (300, 50)
     path = out / "population_events.h5"
@@ -480,16 +481,13 @@ def cocld_events(out: Path, quick: bool, device: torch.device) -> dict:
     _banner(f"15. train CoCLD (latent neural ODEs + population diffusion; {steps} steps)")
     torch.manual_seed(0)
     model = models.CoCLD.from_data(traj, latent_dim=8, hidden=32)
-    fields = tuple(
-        f for f in model.data_fields if f in traj.step_fields or f in traj.episode_fields
-    )
     config = train.TrainConfig(
         max_steps=steps, epochs=100_000, batch_size=32, lr=3e-3, grad_clip=10.0,
         device=str(device), progress=False,
     )  # fmt: skip
     start = time.perf_counter()
     train.Trainer(
-        model, config, data.TrajectoryDataset(traj, fields=fields, split="train"), None,
+        model, config, make_dataset(traj, model.data_fields, split="train"), None,
         out_dir=_fresh(out / "cocld"), collate_fn=model.collate,
     ).fit()  # fmt: skip
     seconds = time.perf_counter() - start

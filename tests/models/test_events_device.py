@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from simsci import data, models, systems
+from simsci.cli._train import make_dataset
 
 
 @pytest.fixture(scope="module")
@@ -28,10 +29,7 @@ def test_event_model_runs_on_the_device(name, which, device, population_file, mo
     traj = data.open(path)
     small = {"cocld": {"latent_dim": 4, "hidden": 16, "diffusion_steps": 5}}.get(name, {})
     model = models.MODELS[name].from_data(traj, **small).to(device)
-    fields = tuple(
-        f for f in model.data_fields if f in traj.step_fields or f in traj.episode_fields
-    )
-    items = data.TrajectoryDataset(traj, fields=fields)
+    items = make_dataset(traj, model.data_fields)  # the model's fields the file has
     batch = model.collate([items[i] for i in range(4)])
     batch = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
     out = model.training_step(batch)
