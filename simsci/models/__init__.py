@@ -14,6 +14,7 @@ from simsci.errors import unknown_name
 from simsci.models._events import EventModel, evaluate_events
 from simsci.models.cocld import CoCLD
 from simsci.models.controlled_ode import ControlledODE
+from simsci.models.gfg import GFG
 from simsci.models.gru_dt import GRUDelta
 from simsci.models.latent_ode import LatentODE
 from simsci.models.latent_sde import LatentSDE
@@ -34,12 +35,14 @@ MODELS: dict[str, type] = {
     "rmtpp": RMTPP,
     "nhp": NeuralHawkes,
     "thp": TransformerHawkes,
+    "gfg": GFG,  # Geometric Flow Grounding and its baselines (variant=)
 }
 
 __all__ = [
     "MODELS",
     "get",
     "CoCLD",
+    "GFG",
     "EventModel",
     "evaluate_events",
     "PoissonTPP",
