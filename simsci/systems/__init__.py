@@ -34,6 +34,8 @@ from simsci.systems import (  # noqa: F401
     _climate,
     _darcy,
     _events,
+    _grn,
+    _manifolds,
     _ode,
     _pde1d,
     _pde2d,
@@ -46,6 +48,15 @@ from simsci.systems._datasets import DATASETS, available_datasets, make_dataset
 from simsci.systems._events import HawkesProcess, PoissonProcess, SelfCorrectingProcess
 from simsci.systems._generate import generate, parse_param_spec
 from simsci.systems._grf import gaussian_random_field, sum_of_sines
+from simsci.systems._grn import (
+    NETWORKS,
+    GeneNetwork,
+    get_network,
+    network_from_config,
+    score_network,
+    true_motif_scores,
+)
+from simsci.systems._manifolds import LIFTED_FLOWS, LiftedFlow, lifted_flow, lifted_from_config
 from simsci.systems._pde import PDESystem, PeriodicGrid
 from simsci.systems._point_process import (
     PROCESSES,
@@ -81,4 +92,14 @@ __all__ = [
     "SelfCorrectingProcess",
     "PopulationCoupledProcess",
     "MobilityProcess",
+    "LiftedFlow",
+    "LIFTED_FLOWS",
+    "lifted_flow",
+    "lifted_from_config",
+    "GeneNetwork",
+    "NETWORKS",
+    "get_network",
+    "network_from_config",
+    "score_network",
+    "true_motif_scores",
 ]

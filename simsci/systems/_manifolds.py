@@ -30,25 +30,26 @@ that uses :meth:`LiftedFlow.project` and the true tangent spaces.
 
 **Embedding.** :math:`\Phi(u) = c + W_1 u + \varepsilon W_2 \tanh(W_3 u + b)` with
 W1 (D, m) orthonormal columns (QR of a Gaussian), W3 (H, m) i.i.d. N(0, freq^2), b ~
-N(0, 1) (H,), W2 (D, H) with orthonormal columns (rows when H > D: then ||W2||_2 = 1
-and the Lipschitz budget below is used tightly rather than wasted on a loose norm
-bound), c ~ N(0, I/D) (D,), hidden width H = 32, and
-:math:`\varepsilon = 0.5 / (\|W_2\|_2 \|W_3\|_2)`. Since |tanh'| <= 1 the nonlinear part
-has Lipschitz constant at most 0.5, so for all u, u' in R^m
+N(0, 1) (H,), W2 (D, H) in the orthogonal complement of W1's columns (W1^T W2 = 0) with
+orthonormal columns (orthonormal rows of that complement when H > D - m, so
+||W2||_2 = 1), c ~ N(0, I/D) (D,), hidden width H = 32, and
+:math:`\varepsilon = \text{bend} / (\|W_2\|_2 \|W_3\|_2)`, so the nonlinear part has
+Lipschitz constant at most ``bend`` (default 2). Because W1^T Phi(u) = W1^T c + u, for
+all u, u' in R^m
 
-.. math:: 0.5\,|u - u'| \le |\Phi(u) - \Phi(u')| \le 1.5\,|u - u'|,
+.. math:: |u - u'| \le |\Phi(u) - \Phi(u')| \le (1 + \text{bend})\,|u - u'|,
 
 i.e. Phi is bi-Lipschitz (an injective immersion with a continuous inverse on its
-image: an embedding). Everything is drawn from ``seed`` (a NumPy SeedSequence stream)
-in float64 on the CPU; methods cast to the input's device and dtype.
+image: an embedding) whatever ``bend`` is, and W1^T (x - c) is the base point of any x
+on M exactly. Everything is drawn from ``seed`` (a NumPy SeedSequence stream) in
+float64 on the CPU; methods cast to the input's device and dtype.
 
-The bound caps how curved M can be: the nonlinear part can bend a unit-length path by
-at most half its length. The default freq = 1 (tanh arguments vary by O(1) over the
-unit-scale data, each unit bends once inside it) is where the bending was largest in a
-scan of freq in 0.5-2 (D = 64, 3 seeds): about 0.3 % of the data's variance lies
-outside its best m-dimensional linear subspace (RMS ~6 % of the spread), and tangent
-directions tilt by ~0.2 (|J_nonlinear t| / |W1 t|) away from the linear part's. Smaller
-freq is nearly linear; larger freq saturates the units into steps of smaller height.
+Why the complement: a first version added the nonlinear part in any direction and
+capped its Lipschitz constant at 0.5 to stay injective; that kept M nearly flat (0.3 %
+of the data's variance off its best m-dimensional subspace), too flat for an ambient
+model to drift off. Orthogonal to W1 the nonlinear part cannot break injectivity, so
+it may bend M as much as ``bend`` says. ``freq`` = 1: tanh arguments vary by O(1)
+over the unit-scale data, each unit bends once inside it.
 
 **Nearest point.** :meth:`LiftedFlow.nearest` minimises :math:`|x - \Phi(u)|^2` over u in
 M0: start from the linear pseudo-inverse :math:`W_1^T (x - c)` retracted onto M0 (the
@@ -143,21 +144,27 @@ def _check_int(name: str, value, minimum: int) -> int:
 class _Embedding:
     """The fixed map Phi: R^m -> R^D (module docstring), float64 master copies."""
 
-    def __init__(self, base_dim: int, dim: int, hidden: int, freq: float, seed: int):
+    def __init__(self, base_dim: int, dim: int, hidden: int, freq: float, seed: int, bend: float):
         self.base_dim, self.dim, self.hidden = base_dim, dim, hidden
-        self.freq, self.seed = freq, seed
+        self.freq, self.seed, self.bend = freq, seed, bend
         g = streams(seed, ("embedding",))["embedding"]
         f64 = torch.float64
         w1 = _orthonormal(torch.randn(dim, base_dim, generator=g, dtype=f64))
         w3 = freq * torch.randn(hidden, base_dim, generator=g, dtype=f64)
         b = torch.randn(hidden, generator=g, dtype=f64)
-        if hidden <= dim:
-            w2 = _orthonormal(torch.randn(dim, hidden, generator=g, dtype=f64))
+        # W2 maps into the orthogonal complement of W1's columns (W1^T W2 = 0), with
+        # orthonormal columns, or orthonormal rows of the complement when H > D - m
+        free = dim - base_dim
+        out_of_w1 = torch.eye(dim, dtype=f64) - w1 @ w1.T
+        if hidden <= free:
+            w2 = _orthonormal(out_of_w1 @ torch.randn(dim, hidden, generator=g, dtype=f64))
         else:
-            w2 = _orthonormal(torch.randn(hidden, dim, generator=g, dtype=f64)).T.contiguous()
+            basis = _orthonormal(out_of_w1 @ torch.randn(dim, free, generator=g, dtype=f64))
+            rows = _orthonormal(torch.randn(hidden, free, generator=g, dtype=f64)).T
+            w2 = (basis @ rows).contiguous()
         c = torch.randn(dim, generator=g, dtype=f64) / math.sqrt(dim)
         norms = torch.linalg.matrix_norm(w2, ord=2) * torch.linalg.matrix_norm(w3, ord=2)
-        self.eps = float(0.5 / norms)
+        self.eps = float(bend / norms)
         self._master = (c, w1, w2 * self.eps, w3, b)  # eps folded into W2
         self._cache: dict = {}
 
@@ -227,6 +234,7 @@ class LiftedFlow:
         seed: int = 0,
         hidden: int = 32,
         freq: float = 1.0,
+        bend: float = 2.0,
         _embedding: _Embedding | None = None,
         **params,
     ):
@@ -264,10 +272,20 @@ class LiftedFlow:
                 raise TypeError(f"freq must be a number, got {freq!r}")
             if not (math.isfinite(freq) and freq > 0):
                 raise ValueError(f"freq (the scale of W3) must be finite and > 0, got {freq!r}")
-            _embedding = _Embedding(self.base_dim, int(dim), hidden, float(freq), int(seed))
+            if isinstance(bend, bool) or not isinstance(bend, (int, float, np.number)):
+                raise TypeError(f"bend must be a number, got {bend!r}")
+            if not (math.isfinite(bend) and bend > 0):
+                raise ValueError(
+                    f"bend (the Lipschitz constant of the embedding's nonlinear part) must "
+                    f"be finite and > 0, got {bend!r}"
+                )
+            _embedding = _Embedding(
+                self.base_dim, int(dim), hidden, float(freq), int(seed), float(bend)
+            )
         self._phi = _embedding
         self.ambient_dim = _embedding.dim
         self.seed, self.hidden, self.freq = _embedding.seed, _embedding.hidden, _embedding.freq
+        self.bend = _embedding.bend
 
     # ------------------------------------------------------------ description
     def __repr__(self) -> str:
@@ -300,6 +318,7 @@ class LiftedFlow:
             "seed": self.seed,
             "hidden": self.hidden,
             "freq": self.freq,
+            "bend": self.bend,
             "manifold_dim": self.manifold_dim,
             "base_dim": self.base_dim,
             "embedding": "c + W1 u + eps W2 tanh(W3 u + b)",
@@ -667,7 +686,14 @@ LIFTED_FLOWS: dict[str, type[LiftedFlow]] = {
 
 
 def lifted_flow(
-    name: str, dim: int = 64, seed: int = 0, *, hidden: int = 32, freq: float = 1.0, **params
+    name: str,
+    dim: int = 64,
+    seed: int = 0,
+    *,
+    hidden: int = 32,
+    freq: float = 1.0,
+    bend: float = 2.0,
+    **params,
 ) -> LiftedFlow:
     """The flow ``name`` (a key of ``LIFTED_FLOWS``) lifted into R^dim by the embedding
     drawn from ``seed``; ``params`` override the flow's defaults."""
@@ -676,10 +702,10 @@ def lifted_flow(
     cls = LIFTED_FLOWS.get(name)
     if cls is None:
         raise unknown_name("lifted flow", name, LIFTED_FLOWS)
-    return cls(dim=dim, seed=seed, hidden=hidden, freq=freq, **params)
+    return cls(dim=dim, seed=seed, hidden=hidden, freq=freq, bend=bend, **params)
 
 
-_CONFIG_KEYS = ("flow", "params", "dim", "seed", "hidden", "freq")
+_CONFIG_KEYS = ("flow", "params", "dim", "seed", "hidden", "freq", "bend")
 _DERIVED_KEYS = ("manifold_dim", "base_dim", "embedding", "eps")
 
 
@@ -701,6 +727,7 @@ def lifted_from_config(cfg: dict) -> LiftedFlow:
         cfg["seed"],
         hidden=cfg.get("hidden", 32),
         freq=cfg.get("freq", 1.0),
+        bend=cfg.get("bend", 2.0),
         **cfg.get("params", {}),
     )
     if "eps" in cfg and not math.isclose(flow.embedding_scale, cfg["eps"], rel_tol=1e-12):
@@ -800,7 +827,7 @@ def _write(
 
 _DOC = """Write ``n`` trajectories of the lifted {flow} flow to ``out`` (module docstring of
 :mod:`simsci.systems._manifolds`: the flow, the embedding, the file); returns the path.
-``dim`` D, ``embed_seed``/``hidden``/``freq`` the embedding, the other keywords the flow
+``dim`` D, ``embed_seed``/``hidden``/``freq``/``bend`` the embedding, the other keywords the flow
 parameters. Call through ``simsci.systems.make_dataset("lifted_{flow}", n, out=...)``."""
 
 
@@ -824,11 +851,14 @@ def lifted_circle(
     embed_seed: int = 0,
     hidden: int = 32,
     freq: float = 1.0,
+    bend: float = 2.0,
     omega: float = 1.0,
     a: float = 0.5,
     compression: str | None = None,
 ) -> Path:
-    flow = lifted_flow("circle", dim, embed_seed, hidden=hidden, freq=freq, omega=omega, a=a)
+    flow = lifted_flow(
+        "circle", dim, embed_seed, hidden=hidden, freq=freq, bend=bend, omega=omega, a=a
+    )
     return _write(flow, n, out, seed, progress, steps, t_end, keep, noise, split, compression)
 
 
@@ -852,12 +882,15 @@ def lifted_torus(
     embed_seed: int = 0,
     hidden: int = 32,
     freq: float = 1.0,
+    bend: float = 2.0,
     w1: float = 1.0,
     w2: float = math.sqrt(2.0),
     k: float = 0.1,
     compression: str | None = None,
 ) -> Path:
-    flow = lifted_flow("torus", dim, embed_seed, hidden=hidden, freq=freq, w1=w1, w2=w2, k=k)
+    flow = lifted_flow(
+        "torus", dim, embed_seed, hidden=hidden, freq=freq, bend=bend, w1=w1, w2=w2, k=k
+    )
     return _write(flow, n, out, seed, progress, steps, t_end, keep, noise, split, compression)
 
 
@@ -881,12 +914,15 @@ def lifted_rigid_body(
     embed_seed: int = 0,
     hidden: int = 32,
     freq: float = 1.0,
+    bend: float = 2.0,
     I1: float = 2.0,
     I2: float = 1.0,
     I3: float = 2.0 / 3.0,
     compression: str | None = None,
 ) -> Path:
-    flow = lifted_flow("rigid_body", dim, embed_seed, hidden=hidden, freq=freq, I1=I1, I2=I2, I3=I3)
+    flow = lifted_flow(
+        "rigid_body", dim, embed_seed, hidden=hidden, freq=freq, bend=bend, I1=I1, I2=I2, I3=I3
+    )
     return _write(flow, n, out, seed, progress, steps, t_end, keep, noise, split, compression)
 
 
@@ -910,13 +946,22 @@ def lifted_lorenz63(
     embed_seed: int = 0,
     hidden: int = 32,
     freq: float = 1.0,
+    bend: float = 2.0,
     sigma: float = 10.0,
     rho: float = 28.0,
     beta: float = 8.0 / 3.0,
     compression: str | None = None,
 ) -> Path:
     flow = lifted_flow(
-        "lorenz63", dim, embed_seed, hidden=hidden, freq=freq, sigma=sigma, rho=rho, beta=beta
+        "lorenz63",
+        dim,
+        embed_seed,
+        hidden=hidden,
+        freq=freq,
+        bend=bend,
+        sigma=sigma,
+        rho=rho,
+        beta=beta,
     )
     return _write(flow, n, out, seed, progress, steps, t_end, keep, noise, split, compression)
 
