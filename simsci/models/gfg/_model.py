@@ -9,7 +9,8 @@ vector field is produced in its tangent space,
 
 so the velocity is tangent to the learned manifold at Dec(E(x)) by construction. The
 state is integrated in ambient space with ``simsci.odeint`` and optionally re-projected,
-x <- Dec(E(x)), every ``reproject_every`` output steps.
+x <- Dec(z*), every ``reproject_every`` output steps, z* the chart point of the nearest
+point of the learned manifold (E(x) refined by Gauss-Newton: ``refine_chart``).
 
 The baselines (``variant=``), trained and rolled out by the same code:
 
@@ -62,7 +63,7 @@ from torch.func import jvp
 
 from simsci.errors import unknown_name
 from simsci.integrate import odeint
-from simsci.models.gfg._tangent import decoder_jacobian, tangent_velocity
+from simsci.models.gfg._tangent import decoder_jacobian, refine_chart, tangent_velocity
 
 __all__ = ["GFG", "VARIANTS", "finite_difference_velocity"]
 
@@ -134,6 +135,8 @@ class GFG(nn.Module):
             time_scale: model time = data time / time_scale (defaults 0, 1, 1).
         reproject_every: re-project a rollout onto the manifold every this many output
             steps (0: never). ``tangent`` and ``known`` only.
+        project_steps: Gauss-Newton refinements of E(x) in a re-projection
+            (:func:`~simsci.models.gfg._tangent.refine_chart`; 0: plain Dec(E(x))).
         method, rtol, atol, step_size: the rollout's solver (``simsci.odeint``).
         known_manifold: the ``config()`` of a lifted flow (``variant="known"`` only).
     """
@@ -154,6 +157,7 @@ class GFG(nn.Module):
         x_scale: float = 1.0,
         time_scale: float = 1.0,
         reproject_every: int = 1,
+        project_steps: int = 2,
         method: str = "dopri5",
         rtol: float = 1e-5,
         atol: float = 1e-6,
@@ -192,6 +196,7 @@ class GFG(nn.Module):
         self.state_dim, self.latent_dim, self.variant = D, d, variant
         self.velocity_weight, self.latent_weight = float(velocity_weight), float(latent_weight)
         self.denoise, self.reproject_every = float(denoise), int(reproject_every)
+        self.project_steps = int(project_steps)
         self.method, self.rtol, self.atol, self.step_size = method, rtol, atol, step_size
         self.register_buffer("x_mean", mean)
         self.register_buffer("x_scale", torch.tensor(float(x_scale)))
@@ -211,6 +216,7 @@ class GFG(nn.Module):
             "x_scale": float(x_scale),
             "time_scale": float(time_scale),
             "reproject_every": self.reproject_every,
+            "project_steps": self.project_steps,
             "method": method,
             "rtol": rtol,
             "atol": atol,
@@ -270,10 +276,11 @@ class GFG(nn.Module):
 
     def project_states(self, x: Tensor) -> Tensor:
         """The nearest point of the (learned or known) manifold, in data units, (B, D):
-        Dec(E(x)) or the true manifold's nearest point; ``ambient``: x itself."""
+        Dec(z*) with z* E(x) refined by Gauss-Newton, or the true manifold's nearest
+        point; ``ambient``: x itself."""
         self.check_states(x)
         if self.variant in CHART_VARIANTS:
-            return self.denormalise(self.decode(self.encode(self.normalise(x))))
+            return self.denormalise(self._reproject_n(self.normalise(x)))
         if self.variant == "known":
             return self.flow.project(x.to(torch.float64)).to(x.dtype)
         return x
@@ -413,7 +420,8 @@ class GFG(nn.Module):
 
     def _reproject_n(self, xn: Tensor) -> Tensor:
         if self.variant in CHART_VARIANTS:
-            return self.decode(self.encode(xn))
+            z = refine_chart(self.decoder, self.encode(xn), xn, self.project_steps)
+            return self.decode(z)
         x = self.flow.project(self.denormalise(xn).to(torch.float64))
         return self.normalise(x.to(xn.dtype))
 

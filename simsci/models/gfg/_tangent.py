@@ -43,6 +43,7 @@ __all__ = [
     "project",
     "projector",
     "projection_residual",
+    "refine_chart",
 ]
 
 
@@ -122,6 +123,23 @@ def projection_residual(J: Tensor, v: Tensor) -> Tensor:
     normal = v - project(J, v)
     norm = v.norm(dim=-1)
     return normal.norm(dim=-1) / norm.clamp(min=torch.finfo(v.dtype).tiny)
+
+
+def refine_chart(decoder, z: Tensor, x: Tensor, steps: int = 2) -> Tensor:
+    """Chart points of the nearest points of Dec(R^d) to x: Gauss-Newton from z (B, d),
+    z <- z + (J^T J)^-1 J^T (x - Dec(z)), ``steps`` times; x (B, D).
+
+    Why: an encoder is only trained to invert the decoder on the data, so E(Dec(z)) != z
+    by a little, and a rollout re-projected as x <- Dec(E(x)) at every step slides along
+    the manifold by that little each time, out of the region the data covers. The
+    Gauss-Newton step solves the projection's own condition (the residual x - Dec(z)
+    normal to the tangent space) and leaves a point already on the manifold where it is.
+    """
+    for _ in range(int(steps)):
+        J = decoder_jacobian(decoder, z)
+        r = x - decoder(z)
+        z = z + _normal_solve(J, J.transpose(1, 2) @ r[..., None])[..., 0]
+    return z
 
 
 class TangentProjection(nn.Module):
