@@ -1,6 +1,6 @@
 """CUDA figures for `make gpu-check` (after the device tests have run on CUDA).
 
-Runs the benchmarks that have a CUDA side on the GPU and short latent-ODE, CoCLD and
+Runs the benchmarks that have a CUDA side on the GPU and short latent-ODE, CoCLD, GFG and
 Neural Hawkes trainings on both CPU and CUDA, and prints one table. Results go to
 benchmarks/results/*_cuda.json. Exits non-zero when any part fails; stops with a clear
 message when there is no GPU.
@@ -92,6 +92,42 @@ def event_model_events_per_second(name: str, device: str, steps: int = 20) -> fl
         return events / (time.perf_counter() - start)
 
 
+def gfg_steps_per_second(variant: str, device: str, steps: int = 30) -> float:
+    """Training steps/s of GFG (variant tangent) or the plain neural ODE (ambient) on a
+    lifted circle in R^64, then one grounded rollout (checks the rollout runs there)."""
+    from simsci import data, systems
+    from simsci._device import synchronize
+    from simsci.models.gfg import GFG
+    from simsci.models.gfg._model import episode_arrays
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = systems.make_dataset("lifted_circle", 10, out=Path(tmp) / "c.h5", seed=0)
+        traj = data.open(path)
+        model = GFG.from_data(traj, variant=variant).to(device)
+        items = [
+            {"t": torch.as_tensor(e["t"]), "x": torch.as_tensor(e["x"]).float()}
+            for e in episode_arrays(traj, "train")
+        ]
+        batch = {k: v.to(device) for k, v in model.collate(items).items()}
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        start = None
+        for step in range(steps + 3):
+            if step == 3:
+                synchronize(device)
+                start = time.perf_counter()
+            opt.zero_grad()
+            model.training_step(batch)["loss"].backward()
+            opt.step()
+        synchronize(device)
+        rate = steps / (time.perf_counter() - start)
+        with torch.no_grad():
+            x0 = batch["x"][:4]
+            path = model.rollout(x0, torch.linspace(0, 1, 11, device=device))
+        if not bool(torch.isfinite(path).all()):
+            raise FloatingPointError("the rollout produced non-finite states")
+        return rate
+
+
 def main() -> int:
     if not torch.cuda.is_available():
         print("gpu-check: torch sees no CUDA device", file=sys.stderr)
@@ -135,6 +171,14 @@ def main() -> int:
             try:
                 rate = event_model_events_per_second(name, device)
                 rows.append((label, "ok", f"{rate:.0f} events/s"))
+            except Exception as exc:
+                rows.append((label, f"FAILED: {exc}", ""))
+                failed.append(label)
+        for variant in ("tangent", "ambient"):
+            label = f"gfg {variant} training on {device}"
+            try:
+                rate = gfg_steps_per_second(variant, device)
+                rows.append((label, "ok", f"{rate:.1f} steps/s"))
             except Exception as exc:
                 rows.append((label, f"FAILED: {exc}", ""))
                 failed.append(label)

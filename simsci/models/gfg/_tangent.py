@@ -134,11 +134,17 @@ def refine_chart(decoder, z: Tensor, x: Tensor, steps: int = 2) -> Tensor:
     the manifold by that little each time, out of the region the data covers. The
     Gauss-Newton step solves the projection's own condition (the residual x - Dec(z)
     normal to the tangent space) and leaves a point already on the manifold where it is.
+    A step is kept per row only where it lowers |x - Dec(z)|.
     """
+    r = x - decoder(z)
     for _ in range(int(steps)):
         J = decoder_jacobian(decoder, z)
-        r = x - decoder(z)
-        z = z + _normal_solve(J, J.transpose(1, 2) @ r[..., None])[..., 0]
+        trial = z + _normal_solve(J, J.transpose(1, 2) @ r[..., None])[..., 0]
+        r_trial = x - decoder(trial)
+        # a row keeps its step only where it brings Dec(z) closer to x: far from the
+        # manifold, or where J is nearly singular, a full Gauss-Newton step can overshoot
+        better = (r_trial.norm(dim=-1) < r.norm(dim=-1))[:, None]
+        z, r = torch.where(better, trial, z), torch.where(better, r_trial, r)
     return z
 
 

@@ -1,0 +1,194 @@
+"""GFG long-horizon forecasts: rollouts at 10x the training horizon on flows on known
+manifolds lifted into R^64, against the plain and latent neural ODEs (issue 8), with the
+known-manifold projection as the ceiling; and the cost of the projection layer per step.
+
+Data (``simsci.systems`` lifted flows, written to runs/gfg_bench_data, git-ignored):
+``lifted_circle``, ``lifted_torus``, ``lifted_rigid_body``, ``lifted_lorenz63``, D = 64,
+10 trajectories of 51 grid points with half of them kept at random (irregular, sparse),
+split 6/2/2. Training uses only the finite-difference velocities of the kept points
+(second order on the irregular grid), not the file's true velocities.
+
+Models (``simsci.models.GFG``, width 128, 2 hidden layers, latent dimension = the base
+manifold's): ``tangent`` (GFG: velocity J(z) w(z), re-projected every output step),
+``ambient`` (plain neural ODE), ``latent`` (latent neural ODE), ``known`` (the true
+tangent projector and re-projection: the ceiling). Same budget for all: ``--steps``
+full-batch Adam steps, lr 3e-3, cosine schedule, one CPU thread each.
+
+Scores on the test episodes, rolled out from their first state over 10x their duration
+(501 output points) against the true flow simulated from the same start: the distance of
+the rollout to the true manifold (``drift_mean``, over time; ``drift_final``) and the RMS
+state error (``long_rel_error``), both over x_scale (the data's RMS spread), medians over
+seeds. Cost: median time of one field evaluation (256 states) and of one full training
+step, each variant against the plain neural ODE's, same process.
+
+Usage: ``python benchmarks/bench_gfg_forecast.py [--seeds 3] [--steps 1500] [--jobs 2]
+[--quick] [--out PATH]``; writes benchmarks/results/gfg_forecast_cpu.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+DATA = ROOT / "runs" / "gfg_bench_data"
+SYSTEMS = ("lifted_circle", "lifted_torus", "lifted_rigid_body", "lifted_lorenz63")
+VARIANTS = ("tangent", "ambient", "latent", "known")
+
+
+def make_data(name: str, seed: int, quick: bool) -> Path:
+    from simsci.systems import make_dataset
+
+    out = DATA / f"{name}_s{seed}{'_quick' if quick else ''}.h5"
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        make_dataset(name, 10, out=out, seed=seed, dim=64, keep=0.5, split=(0.6, 0.2, 0.2))
+    return out
+
+
+def train(model, items, steps: int, seed: int) -> float:
+    torch.manual_seed(seed)
+    batch = model.collate(items)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
+    start = time.perf_counter()
+    for _ in range(steps):
+        opt.zero_grad()
+        model.training_step(batch)["loss"].backward()
+        opt.step()
+        sched.step()
+    return time.perf_counter() - start
+
+
+def run_one(args) -> dict:
+    name, seed, steps, quick = args
+    torch.set_num_threads(1)
+    from simsci import data
+    from simsci.bench import time_call
+    from simsci.models.gfg import GFG, forecast_metrics
+    from simsci.models.gfg._model import episode_arrays
+    from simsci.systems import lifted_from_config
+
+    traj = data.open(make_data(name, seed, quick))
+    flow = lifted_from_config(traj.meta["manifold"])
+    train_eps = episode_arrays(traj, "train")
+    items = [
+        {
+            "t": torch.as_tensor(e["t"]),
+            "x": torch.as_tensor(e["x"]).float(),
+            "episode": e["episode"],
+        }
+        for e in train_eps
+    ]
+    test_eps = episode_arrays(traj, "test")
+    rows = {}
+    probe = torch.as_tensor(episode_arrays(traj)[0]["x"][:1]).float().repeat(256, 1)
+    probe = probe + 0.01 * torch.randn_like(probe)
+    for variant in VARIANTS:
+        torch.manual_seed(seed)
+        model = GFG.from_data(traj, variant=variant, hidden_dim=128)
+        seconds = train(model, items, steps, seed)
+        model.eval()
+        metrics = forecast_metrics(model, test_eps, flow=flow, horizon=10.0)
+        with torch.no_grad():
+            field = time_call(lambda m=model: m.velocity(probe), repeat=20, warmup=3).median
+        batch = model.collate(items)
+
+        def step(m=model, b=batch):
+            m.zero_grad()
+            m.training_step(b)["loss"].backward()
+
+        train_step = time_call(step, repeat=10, warmup=2).median
+        rows[variant] = {
+            **metrics,
+            "train_seconds": seconds,
+            "field_eval_s": field,
+            "train_step_s": train_step,
+        }
+        print(
+            f"{name} seed {seed} {variant:8s} drift {metrics['drift_mean']:.4g} long err "
+            f"{metrics['long_rel_error']:.4g} short err {metrics['rollout_rel_error']:.4g} "
+            f"({seconds:.0f} s)",
+            flush=True,
+        )
+    return {"system": name, "seed": seed, "rows": rows}
+
+
+def summarise(runs: list[dict]) -> dict:
+    table = {}
+    for name in SYSTEMS:
+        mine = [r for r in runs if r["system"] == name]
+        if not mine:
+            continue
+        entry = {}
+        for variant in VARIANTS:
+            vals = [r["rows"][variant] for r in mine]
+            entry[variant] = {
+                k: statistics.median(v[k] for v in vals)
+                for k in (
+                    "drift_mean",
+                    "drift_final",
+                    "long_rel_error",
+                    "rollout_rel_error",
+                    "field_eval_s",
+                    "train_step_s",
+                )
+            }
+        amb = entry["ambient"]
+        ratio = [
+            r["rows"]["tangent"]["drift_mean"] / r["rows"]["ambient"]["drift_mean"] for r in mine
+        ]
+        entry["drift_ratio_tangent_vs_ambient"] = statistics.median(ratio)
+        entry["drift_target_met"] = entry["drift_ratio_tangent_vs_ambient"] <= 0.05
+        entry["long_error_lower_than_plain_and_latent"] = entry["tangent"]["long_rel_error"] < min(
+            amb["long_rel_error"], entry["latent"]["long_rel_error"]
+        )
+        entry["cost_ratio_field"] = entry["tangent"]["field_eval_s"] / amb["field_eval_s"]
+        entry["cost_ratio_train_step"] = entry["tangent"]["train_step_s"] / amb["train_step_s"]
+        table[name] = entry
+    return table
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--only", nargs="*", default=None, help="systems to run")
+    parser.add_argument("--quick", action="store_true", help="1 seed, 100 steps, 2 systems")
+    parser.add_argument("--out", default=str(RESULTS / "gfg_forecast_cpu.json"))
+    args = parser.parse_args()
+    systems = args.only or (SYSTEMS[:2] if args.quick else SYSTEMS)
+    seeds, steps = (1, 100) if args.quick else (args.seeds, args.steps)
+    jobs = [(name, seed, steps, args.quick) for name in systems for seed in range(seeds)]
+    start = time.perf_counter()
+    if args.jobs > 1:
+        with mp.get_context("spawn").Pool(args.jobs) as pool:
+            runs = pool.map(run_one, jobs, chunksize=1)
+    else:
+        runs = [run_one(j) for j in jobs]
+    result = {
+        "benchmark": "gfg_forecast",
+        "peer": "plain neural ODE (variant ambient) and latent neural ODE, same harness",
+        "config": {"seeds": seeds, "steps": steps, "dim": 64, "horizon": 10.0},
+        "summary": summarise(runs),
+        "runs": runs,
+        "wall_seconds": time.perf_counter() - start,
+    }
+    from simsci.bench import write_result
+
+    path = write_result(args.out, result)
+    print(json.dumps(result["summary"], indent=1))
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
