@@ -13,6 +13,9 @@ Train a registered model (simsci.models.MODELS) on a trajectory file with the on
 training loop of simsci.train: checkpoints in OUT/checkpoints (last.pt, best.pt), metrics
 in OUT/metrics.csv and OUT/metrics.jsonl. Validation uses --val-data, else the file's
 validation split (split == 1). A killed run continues where it stopped with --resume.
+A model may bring its own TrainConfig defaults (gfg: 2000 steps of batches of 256
+episodes, lr 3e-3, cosine schedule, evaluation and checkpoint every 200 steps, since its
+files are often a few short trajectories); --config and the flags override them.
 Under torchrun the run is data-parallel (DDP); --batch-size is per process.
 
 examples:
@@ -155,7 +158,9 @@ def run_train(args) -> int:
                 "tasks: drop --task"
             )
     out = Path(args.out or f"runs/{args.model}")
-    cfg = json.loads(Path(args.config).read_text()) if args.config else {}
+    # a model's own defaults (``train_defaults``), then the config file, then the flags
+    cfg = dict(getattr(model_cls, "train_defaults", {}))
+    cfg.update(json.loads(Path(args.config).read_text()) if args.config else {})
     flags = {
         "epochs": args.epochs,
         "max_steps": args.max_steps,

@@ -142,6 +142,17 @@ class GFG(nn.Module):
     """
 
     data_fields = ("t", "x", "v")
+    #: TrainConfig defaults of ``simsci train gfg``: files of a few short trajectories
+    #: (one step per epoch) or of many one-step snapshots both get 2000 steps
+    train_defaults = {
+        "epochs": 1_000_000,
+        "max_steps": 2000,
+        "batch_size": 256,
+        "lr": 3e-3,
+        "schedule": "cosine",
+        "val_every": 200,
+        "checkpoint_every": 200,
+    }
 
     def __init__(
         self,
