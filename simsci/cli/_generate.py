@@ -96,7 +96,11 @@ def add_to(sub) -> None:
         help="system constructor option, e.g. dim=40 for lorenz96 (repeatable)",
     )
     p.add_argument("--burn-in", type=float, default=0.0, help="time simulated and dropped first")
-    p.add_argument("--split", default="0.8,0.1,0.1", help="train,val,test fractions")
+    p.add_argument(
+        "--split",
+        default=None,
+        help="train,val,test fractions (default: 0.8,0.1,0.1 for systems; a dataset's own)",
+    )
     p.add_argument(
         "--seed", type=int, default=0, help="random seed (initial states, params, noise)"
     )
@@ -134,7 +138,7 @@ def run(args) -> int:
         return 0
     if not args.system or not args.out:
         raise ValueError("generate needs a SYSTEM (or DATASET) and --out FILE (or --list)")
-    split = _split(args.split)
+    split = None if args.split is None else _split(args.split)
     if args.system in systems.DATASETS:
         return run_dataset(args, split)
     if args.system not in systems.SYSTEMS:
@@ -155,7 +159,7 @@ def run(args) -> int:
         seed=args.seed,
         device=resolve_device(args.device),
         method=args.method,
-        split=split,
+        split=(0.8, 0.1, 0.1) if split is None else split,
         burn_in=args.burn_in,
         batch_size=args.batch_size,
         progress=not args.no_progress,
@@ -196,7 +200,9 @@ def run_dataset(args, split) -> int:
     from simsci import systems
 
     given = {k: getattr(args, k) for k, d in _SHARED_OPTIONS.items() if getattr(args, k) != d}
-    options = {**given, **system_arguments(args.extra), "split": split}
+    options = {**given, **system_arguments(args.extra)}
+    if split is not None:  # else the dataset's own default split
+        options["split"] = split
     if args.compression is not None:
         options["compression"] = args.compression
     path = systems.make_dataset(

@@ -188,7 +188,7 @@ def run_train(args) -> int:
     val_set = None
     if args.val_data is not None:
         val_set = make_dataset(args.val_data, fields, window=window, stride=stride)
-    elif "split" in traj.episode_fields:
+    elif "split" in traj.episode_fields and (traj.column("split") == 1).any():
         val_set = make_dataset(traj, fields, split="val", window=window, stride=stride)
     if args.resume and (out / "checkpoints" / "last.pt").exists():
         model = train.load_model(out / "checkpoints" / "last.pt")

@@ -155,7 +155,11 @@ class GFG(nn.Module):
             steps (0: never). ``tangent`` and ``known`` only.
         project_steps: Gauss-Newton refinements of E(x) in a re-projection
             (:func:`~simsci.models.gfg._tangent.refine_chart`; 0: plain Dec(E(x))).
-        method, rtol, atol, step_size: the rollout's solver (``simsci.odeint``).
+        method, rtol, atol, step_size: the rollout's solver (``simsci.odeint``); default
+            fixed-step RK4, ``from_data`` sets ``step_size`` to half the data's median
+            gap (model time units); ``step_size=None`` steps on the output grid. Fixed
+            steps give every rollout a known cost: an adaptive solver on a barely
+            trained field can take very many steps.
         known_manifold: the ``config()`` of a lifted flow (``variant="known"`` only).
     """
 
@@ -189,7 +193,7 @@ class GFG(nn.Module):
         time_scale: float = 1.0,
         reproject_every: int = 1,
         project_steps: int = 2,
-        method: str = "dopri5",
+        method: str = "rk4",
         rtol: float = 1e-5,
         atol: float = 1e-6,
         step_size: float | None = None,
@@ -488,6 +492,8 @@ class GFG(nn.Module):
             "time_scale": stats["time_scale"],
             "latent_dim": latent_dim_hint(traj, stats),
         }
+        if stats["median_gap"] is not None:  # rk4 at half the data's typical gap
+            kwargs["step_size"] = 0.5 * stats["median_gap"] / stats["time_scale"]
         if variant == "known":
             manifold = traj.meta.get("manifold")
             if manifold is None:
@@ -553,6 +559,8 @@ def data_statistics(traj) -> dict:
                 "episode of 2 or more steps to take finite differences along"
             )
         v = np.concatenate(vs)
+    gaps = [np.diff(np.asarray(e["t"], dtype=np.float64)) for e in episodes if len(e["t"]) > 1]
+    median_gap = float(np.median(np.concatenate(gaps))) if gaps else None
     mean = x.mean(0)
     scale = float(np.sqrt(((x - mean) ** 2).sum(-1).mean()))
     speed = float(np.sqrt((v**2).sum(-1).mean()))
@@ -563,6 +571,7 @@ def data_statistics(traj) -> dict:
         "x_mean": [float(m) for m in mean],
         "x_scale": scale,
         "time_scale": scale / speed if speed > 0 else 1.0,
+        "median_gap": median_gap,
         "x": x,
     }
 
