@@ -22,7 +22,10 @@ read from the Jacobian of the learned field at the cells' states x = [u, s]:
   manifold u = (alpha f(s) + basal) / beta, where ds_j/dt = alpha_j f_j(s) + basal_j -
   gamma_j s_j and d(ds_j/dt)/ds_i = alpha_j df_j/ds_i for i != j: the same regulation.
   With h(z) = F(Dec(z)) and Dec_s the spliced rows of the decoder, the manifold
-  Jacobian is M = (dh_s/dz) (dDec_s/dz)^+, and scores[i, j] = mean over cells of M[j, i].
+  Jacobian is M = (dh_s/dz) (dDec_s/dz)^+, and scores[i, j] = the median over cells of
+  M[j, i] (the median: at cells that do not spread, such as the noise cloud around an
+  attractor, the chart's dDec_s/dz is ill-conditioned and M arbitrary; measured on the
+  noisy toggle switch, signed AUROC 0.70 with the mean, 1.0 with the median).
 
 **detect** (:func:`detect_metrics`): trajectories are scored zero-shot (no corrupted
 example is ever used) by how much their motion disagrees with the model. With
@@ -174,13 +177,13 @@ def motif_scores(model: GFG, x: Tensor, readout: str | None = None, chunk: int =
             f"the manifold read-out needs a learned chart; variant {model.variant!r} has "
             "none: use readout='ambient'"
         )
-    total = torch.zeros(G, G, dtype=torch.float64, device=x.device)
+    per_cell = []  # (n, G, G) blocks, [i, j] the effect of gene i on gene j
     for start in range(0, len(x), chunk):
         xb = x[start : start + chunk]
         if readout == "ambient":
             eye = torch.eye(D, device=x.device)[G:]  # the s_i directions
             dF = _directional(model.velocity, xb.to(model._dtype()), eye)  # (N, G, D)
-            total += dF[:, :, :G].sum(0).double()  # [i, j] = d(du_j/dt)/d(s_i)
+            per_cell.append(dF[:, :, :G].double().detach())  # [i, j] = d(du_j/dt)/d(s_i)
             continue
         z = model.encode(model.normalise(xb)).detach()
         eye = torch.eye(model.latent_dim, device=x.device, dtype=z.dtype)
@@ -191,8 +194,11 @@ def motif_scores(model: GFG, x: Tensor, readout: str | None = None, chunk: int =
         A = _directional(spliced_velocity, z, eye).transpose(1, 2)  # (N, G, d) = dh_s/dz
         B = decoder_jacobian(model.decoder, z)[:, G:, :]  # (N, G, d)
         M = A.double() @ torch.linalg.pinv(B.double())  # (N, G, G), M[j, i] = dsdot_j/ds_i
-        total += M.transpose(1, 2).sum(0)
-    return (total / len(x)).detach()
+        per_cell.append(M.transpose(1, 2).detach())
+    # the median over cells: where the cells do not spread (the noise cloud at an
+    # attractor) a chart's s-Jacobian is ill-conditioned and its M is arbitrary and large;
+    # a mean follows those cells, the median the many that carry the signal
+    return torch.cat(per_cell).median(0).values
 
 
 # ------------------------------------------------------------------ detection
