@@ -121,3 +121,14 @@ def test_generate_dataset_errors_are_one_clear_line(tmp_path, capsys):
     code, _, err = run(capsys, "generate", "climate", "--split", "a,b", "--out", out)
     assert code == 2 and "--split must be three comma-separated fractions" in err
     assert not out.exists()
+
+
+def test_a_dataset_keeps_its_own_split_unless_split_is_given(tmp_path, capsys):
+    # lifted_circle's own default is (0.6, 0.2, 0.2); systems default to 0.8,0.1,0.1
+    for flag, counts in (((), [6, 2, 2]), (("--split", "0.8,0.1,0.1"), [8, 1, 1])):
+        out = tmp_path / f"circle{len(flag)}.h5"
+        argv = ("generate", "lifted_circle", "--n", 10, "--out", out, "--no-progress", *flag)
+        code, _, err = run(capsys, *argv, "--dim", 4, "--steps", 4)
+        assert code == 0, err
+        split = simsci.data.open(out).column("split")
+        assert np.bincount(split, minlength=3).tolist() == counts
