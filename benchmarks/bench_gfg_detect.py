@@ -12,7 +12,8 @@ The 16 test trajectories are the real class; each corruption of them
 (``simsci.models.gfg.corrupt``) the other: ``reversed`` (time reversal),
 ``spliced`` (first half of one, second half of another), ``generated`` (rollouts of a
 plain neural ODE trained for 30 steps only), ``wrong_physics`` (the same starts on the
-same manifold, every flow parameter x1.5). Scores (``simsci.models.gfg.detect_metrics``;
+same manifold, every flow parameter x1.5, ``--physics-factor``; a harder run with 1.1
+writes gfg_detect_hard_cpu.json). Scores (``simsci.models.gfg.detect_metrics``;
 no corrupted example is used to calibrate any of them): GFG's combined residual ``gfg``
 (tangent + flow + manifold, each over its median on the training trajectories) and its
 parts; the plain model has only the flow residual. Reported: AUROC per corruption,
@@ -51,7 +52,7 @@ def make_data(name: str, seed: int, n: int) -> Path:
 
 
 def run_one(args) -> dict:
-    name, seed, steps, n = args
+    name, seed, steps, n, physics_factor = args
     torch.set_num_threads(1)
     from simsci import data
     from simsci.models.gfg import GFG, detect_metrics
@@ -79,7 +80,9 @@ def run_one(args) -> dict:
             sched.step()
         model.eval()
         start = time.perf_counter()
-        rows[variant] = detect_metrics(model, test_eps, train_eps, flow=flow, seed=seed)
+        rows[variant] = detect_metrics(
+            model, test_eps, train_eps, flow=flow, seed=seed, physics_factor=physics_factor
+        )
         rows[variant]["detect_seconds"] = time.perf_counter() - start
         headline = {
             c: rows[variant][f"auroc_{c}_flow" if variant == "ambient" else f"auroc_{c}"]
@@ -98,12 +101,17 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=1500)
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument(
+        "--physics-factor", type=float, default=1.5, help="wrong physics: parameters x this"
+    )
     parser.add_argument("--quick", action="store_true", help="1 seed, 100 steps, 1 system")
     parser.add_argument("--out", default=str(RESULTS / "gfg_detect_cpu.json"))
     args = parser.parse_args()
     systems = SYSTEMS[:1] if args.quick else SYSTEMS
     seeds, steps, n = (1, 100, 20) if args.quick else (args.seeds, args.steps, 40)
-    jobs = [(name, seed, steps, n) for name in systems for seed in range(seeds)]
+    jobs = [
+        (name, seed, steps, n, args.physics_factor) for name in systems for seed in range(seeds)
+    ]
     start = time.perf_counter()
     if args.jobs > 1:
         with mp.get_context("spawn").Pool(args.jobs) as pool:
@@ -130,7 +138,13 @@ def main() -> int:
     result = {
         "benchmark": "gfg_detect",
         "peer": "plain neural ODE (variant ambient): its flow residual",
-        "config": {"seeds": seeds, "steps": steps, "trajectories": n, "dim": 64},
+        "config": {
+            "seeds": seeds,
+            "steps": steps,
+            "trajectories": n,
+            "dim": 64,
+            "physics_factor": args.physics_factor,
+        },
         "summary": summary,
         "runs": runs,
         "wall_seconds": time.perf_counter() - start,
