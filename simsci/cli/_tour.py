@@ -551,11 +551,11 @@ def gfg_lifted_circle(out: Path, quick: bool, device: torch.device) -> dict:
     trained, seconds = {}, {}
     for variant in ("ambient", "tangent"):
         torch.manual_seed(0)
-        # rk4 at half the data's step (the default): dopri5 at rtol 1e-5 takes 3x longer
+        # rk4 on the (regular) output grid, for time: half the data's step is the default
         # the plain neural ODE as usually trained: without GFG's restoring term
         extra = {"restore": 0.0} if variant == "ambient" else {}
         model = models.GFG.from_data(
-            traj, variant=variant, hidden_dim=hidden, method="rk4", **extra
+            traj, variant=variant, hidden_dim=hidden, method="rk4", step_size=None, **extra
         )
         start = time.perf_counter()
         train.Trainer(

@@ -134,8 +134,13 @@ def forecast_metrics(model: GFG, episodes: list[dict], flow=None, horizon: float
                 ]
             )
         roll = model.rollout(x[:, 0], t_long).double()
-        long_err += (((roll - truth) ** 2).sum(-1).mean(-1).sqrt() / scale).tolist()
-        dist = flow.distance(roll.reshape(-1, roll.shape[-1])).reshape(roll.shape[:2]) / scale
+        err = ((roll - truth) ** 2).sum(-1).mean(-1).sqrt() / scale
+        long_err += torch.where(torch.isfinite(err), err, math.inf).tolist()
+        # a rollout that overflowed (a diverged model) is infinitely far from the manifold
+        finite = torch.isfinite(roll).all(-1)
+        dist = torch.full(roll.shape[:2], math.inf, dtype=roll.dtype, device=roll.device)
+        if bool(finite.any()):
+            dist[finite] = flow.distance(roll[finite]) / scale
         drift_mean += dist.mean(-1).tolist()
         drift_final += dist[:, -1].tolist()
     if not short:
