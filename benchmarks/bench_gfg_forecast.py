@@ -136,7 +136,10 @@ def run_one(args) -> dict:
             f"({seconds:.0f} s)",
             flush=True,
         )
-    return {"system": name, "seed": seed, "rows": rows}
+    result = {"system": name, "seed": seed, "rows": rows}
+    with open(DATA / "forecast_runs.jsonl", "a") as log:  # a crash elsewhere loses nothing
+        log.write(json.dumps(result) + "\n")
+    return result
 
 
 def summarise(runs: list[dict]) -> dict:

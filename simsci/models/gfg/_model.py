@@ -336,6 +336,12 @@ class GFG(nn.Module):
     # -- the vector field -------------------------------------------------------------------
     def _known_project(self, xn: Tensor, vn: Tensor) -> Tensor:
         x = self.denormalise(xn).detach().to(torch.float64)
+        finite = torch.isfinite(x).all(-1)
+        if not bool(finite.all()):  # an overflowed solver stage: NaN lets odeint say so
+            out = torch.full_like(vn, math.nan)
+            if bool(finite.any()):
+                out[finite] = self._known_project(xn[finite], vn[finite])
+            return out
         P = self.flow.tangent_projector(x).to(vn.dtype)  # (B, D, D); scale-invariant
         return (P @ vn[..., None])[..., 0]
 
