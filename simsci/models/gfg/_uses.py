@@ -83,14 +83,13 @@ CORRUPTIONS = ("reversed", "spliced", "generated", "wrong_physics")
 
 def auroc(positive, negative) -> float:
     """P(score of a positive > score of a negative), ties counted half (Mann-Whitney);
-    NaN when a class is empty."""
+    NaN when a class is empty. The rank statistic of ``simsci.systems._grn``."""
+    from simsci.systems._grn import _auroc
+
     pos = np.asarray(positive, dtype=np.float64).ravel()
     neg = np.asarray(negative, dtype=np.float64).ravel()
-    if pos.size == 0 or neg.size == 0:
-        return math.nan
-    greater = (pos[:, None] > neg[None, :]).sum()
-    ties = (pos[:, None] == neg[None, :]).sum()
-    return float((greater + 0.5 * ties) / (pos.size * neg.size))
+    labels = np.concatenate([np.ones(pos.size, bool), np.zeros(neg.size, bool)])
+    return _auroc(np.concatenate([pos, neg]), labels)
 
 
 def _tensor(a, device, dtype=torch.float32) -> Tensor:
