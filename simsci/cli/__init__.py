@@ -2,7 +2,7 @@
 
 Subcommands live in one private module each and register themselves on the parser:
 ``generate``, ``data info|check|import``, ``train``, ``evaluate``, ``events``, ``env``,
-``bench``, ``tour``. Later
+``zoo``, ``dynadiff``, ``bench``, ``tour``. Later
 capabilities add theirs to ``_COMMANDS``.
 
 Errors a user can cause (simsci errors, bad values, missing files) print one clear line
@@ -15,9 +15,9 @@ import argparse
 import sys
 
 from simsci._version import __version__
-from simsci.cli import _bench, _data, _env, _events, _generate, _tour, _train
+from simsci.cli import _bench, _data, _dynadiff, _env, _events, _generate, _tour, _train
 
-_COMMANDS = (_generate, _data, _train, _events, _env, _bench, _tour)
+_COMMANDS = (_generate, _data, _train, _events, _dynadiff, _env, _bench, _tour)
 
 
 def build_parser() -> argparse.ArgumentParser:

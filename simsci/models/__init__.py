@@ -14,6 +14,7 @@ from simsci.errors import unknown_name
 from simsci.models._events import EventModel, evaluate_events
 from simsci.models.cocld import CoCLD
 from simsci.models.controlled_ode import ControlledODE
+from simsci.models.dynadiff import DynaDiff
 from simsci.models.gfg import GFG
 from simsci.models.gru_dt import GRUDelta
 from simsci.models.latent_ode import LatentODE
@@ -43,6 +44,7 @@ __all__ = [
     "get",
     "CoCLD",
     "GFG",
+    "DynaDiff",
     "EventModel",
     "evaluate_events",
     "PoissonTPP",

@@ -23,9 +23,9 @@ episodes per environment train / val / test):
 - ``damped_pendulum``: g in linspace(4, 16, 4), damping in linspace(0.1, 0.5, 4) (16),
   L = 1; 4 + 4 held out; T = 10, dt = 0.1 (101 frames), ctx 40; 8 / 2 / 8.
 - ``gray_scott`` (32 x 32, box 0.5): F in (0.03, 0.04, 0.05), k in (0.052, 0.055,
-  0.058) (9); 3 + 3 held out; T = 300, dt = 20 (16 frames), ctx 6; 4 / 1 / 2.
+  0.058) (9); 3 + 3 held out; T = 300, dt = 20 (16 frames), ctx 8; 4 / 1 / 2.
 - ``navier_stokes_2d`` (32 x 32): nu in linspace(8e-4, 1.2e-3, 5) (5); 3 + 3 held out;
-  T = 10, dt = 1 (11 frames), ctx 5; 4 / 1 / 2.
+  T = 10, dt = 1 (11 frames), ctx 7; 4 / 1 / 2.
 
 Design choices the task left open, and why:
 
@@ -113,6 +113,7 @@ import numpy as np
 import torch
 
 from simsci.errors import unknown_name
+from simsci.models.dynadiff._prompter import MIN_CONTEXT_STEPS
 
 __all__ = [
     "PROTOCOLS",
@@ -179,7 +180,7 @@ class Protocol:
     Episodes are recorded on ``t = 0, dt, ..., t_end`` (``frames = t_end / dt + 1``);
     ``n_train_per_env`` / ``n_val_per_env`` episodes per training environment,
     ``n_test_per_env`` (>= 2: a context and a query) per held-out environment;
-    ``context_steps`` (2 <= ctx < frames) time points the prompter sees. ``method``,
+    ``context_steps`` (MIN_CONTEXT_STEPS <= ctx < frames) time points the prompter sees. ``method``,
     ``step_size``, ``save_resolution``, ``burn_in``: passed to ``generate`` (None: the
     system's defaults). Validated on construction; treat instances as read-only.
     """
@@ -324,7 +325,7 @@ class Protocol:
         for key in ("n_train_per_env", "n_val_per_env"):
             set_(key, _positive_int(key, getattr(self, key)))
         set_("n_test_per_env", _positive_int("n_test_per_env", self.n_test_per_env, 2))
-        ctx = _positive_int("context_steps", self.context_steps, 2)
+        ctx = _positive_int("context_steps", self.context_steps, MIN_CONTEXT_STEPS)
         if ctx >= self.frames:
             raise ValueError(
                 f"Protocol({self.system!r}): context_steps={ctx} must be shorter than an "
@@ -545,7 +546,7 @@ PROTOCOLS: dict[str, Protocol] = {
             n_train_per_env=4,
             n_val_per_env=1,
             n_test_per_env=2,
-            context_steps=6,
+            context_steps=8,
         ),
         Protocol(
             system="navier_stokes_2d",
@@ -560,7 +561,7 @@ PROTOCOLS: dict[str, Protocol] = {
             n_train_per_env=4,
             n_val_per_env=1,
             n_test_per_env=2,
-            context_steps=5,
+            context_steps=7,
         ),
     )
 }
