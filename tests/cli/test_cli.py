@@ -191,9 +191,14 @@ def test_tour_quick(tmp_path, capsys):
     for title in ("environments and a learned surrogate", "∂-NO on Burgers"):
         assert title in summary
     assert set(summary["∂-NO on Burgers"]["rel_l2"]) == {"none", "dno"}
+
+
+@pytest.mark.slow
+def test_tour_twice_into_one_folder(tmp_path, capsys):
     # a second tour into the same folder starts its training runs over
-    code, _, err = run(capsys, "tour", "--quick", "--out", tmp_path / "tour")
-    assert code == 0, err
+    for _ in range(2):
+        code, _, err = run(capsys, "tour", "--quick", "--out", tmp_path / "tour")
+        assert code == 0, err
 
 
 def test_bench_lists_scripts(capsys):
