@@ -118,14 +118,14 @@ class Predictor(nn.Module):
     @torch.no_grad()
     def evaluate_file(self, path, *, split="test", device=None) -> dict:
         """Rollout error on the ``split`` episodes of a trajectory file, from each
-        episode's first frame over its whole horizon (``split="all"`` for every
-        episode): ``{"rmse", "mse", "nrmse", "episodes", "frames"}``."""
+        episode's first frame over its whole horizon (``split="all"`` or None for
+        every episode): ``{"rmse", "mse", "nrmse", "episodes", "frames"}``."""
         from simsci.models.dynadiff._envdata import load_environments
 
         env = load_environments(path)
         xs = []
         for e, x in enumerate(env.episodes):
-            keep = np.ones(len(x), bool) if split == "all" else env.split[e] == split
+            keep = np.ones(len(x), bool) if split in (None, "all") else env.split[e] == split
             if keep.any():
                 xs.append(x[torch.as_tensor(keep)])
         if not xs:
