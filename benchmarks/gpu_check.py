@@ -147,6 +147,20 @@ def main() -> int:
         ("bench_dno.py", ["--quick", "--device", "cuda", "--only", "burgers:fno"]),
         # SDEVI's three variants vs the torchsde latent SDE, one training step each
         ("bench_sdevi_speed.py", ["--quick", "--device", "cuda"]),
+        # DynaDiff's zoo: experts per minute, vmapped vs one at a time, on CUDA
+        (
+            "bench_dynadiff_zoo.py",
+            [
+                "--device",
+                "cuda",
+                "--systems",
+                "lotka_volterra,gray_scott",
+                "--steps",
+                "50",
+                "--repeats",
+                "1",
+            ],
+        ),  # fmt: skip
     ):
         start = time.perf_counter()
         code = subprocess.call([sys.executable, str(HERE / script), *extra])

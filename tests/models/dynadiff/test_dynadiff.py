@@ -202,3 +202,31 @@ def test_baselines_run_in_the_same_harness(lv):
     save_model(lv["gen"], lv["root"] / "g2.pt")
     again = load_model(lv["root"] / "g2.pt")
     assert torch.equal(again.latents, lv["gen"].latents)
+
+
+def test_pipeline_runs_on_the_device(tmp_path, device, lv):
+    """Zoo training, generator training and generation keep their tensors on ``device``."""
+    spec = dd.ExpertSpec("mlp", 2, hidden=8, depth=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        zoo = dd.load_zoo(
+            dd.build_zoo(
+                lv["root"] / "data",
+                tmp_path / "z.pt",
+                spec=spec,
+                steps=5,
+                pool_steps=5,
+                device=device.type,
+            )  # fmt: skip
+        )
+        gen = dd.train_generator(
+            zoo, lv["paths"]["train"], tmp_path / "g", autoencoder_steps=3,
+            diffusion_train_steps=3, context_steps=10, device=device.type, latent_dim=4,
+            hidden=16,
+        )  # fmt: skip
+    gen = gen.to(device)
+    x = dd.load_environments(lv["paths"]["in_domain"]).episodes[0][:1, :10].to(device)
+    model, info = gen.generate(x, candidates=3)
+    assert len(info["context_mse"]) == 3
+    out = model.to(device).rollout(x[:, 0], 5)
+    assert out.device.type == device.type and torch.isfinite(out).all()
