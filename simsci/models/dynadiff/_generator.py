@@ -414,18 +414,19 @@ class DynaDiff(nn.Module):
 
     @torch.no_grad()
     def context_error(self, flat: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
-        """Rollout MSE (normalised units) of weights ``(S, P)`` on the context episodes."""
+        """Rollout MSE (normalised units) of weights ``(S, P)`` on the context episodes,
+        all candidates in one ``vmap``; a candidate that overflows scores ``inf``."""
         context = self.check_context(context)[0]
         z = self._normalise_state(context)
         net = self.template()
         params = unflatten_params(flat, self.spec)
-        errs = []
-        for s in range(flat.shape[0]):
-            p = {k: v[s] for k, v in params.items()}
+
+        def one(p):
             pred = functional_rollout(net, p, z[:, 0], z.shape[1] - 1)
-            e = ((pred - z) ** 2).mean()
-            errs.append(e if torch.isfinite(e) else e.new_tensor(math.inf))
-        return torch.stack(errs)
+            return ((pred - z) ** 2).mean()
+
+        err = torch.func.vmap(one)(params)
+        return torch.where(torch.isfinite(err), err, torch.full_like(err, math.inf))
 
     @torch.no_grad()
     def generate(self, context, *, candidates=None, steps=None, seed=None):
