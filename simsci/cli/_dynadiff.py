@@ -92,8 +92,10 @@ def add_to(sub) -> None:
     )
     p.add_argument("--context-episodes", type=int, default=1, help="train: episodes per context")
     p.add_argument("--autoencoder-steps", type=int, default=1500)
+    p.add_argument("--decoder-steps", type=int, default=None, help="default 2x autoencoder")
     p.add_argument("--diffusion-steps", type=int, default=3000, help="train: diffusion steps")
     p.add_argument("--candidates", type=int, default=None, help="adapt: samples scored")
+    p.add_argument("--refine-steps", type=int, default=None, help="adapt: latent refinement")
     p.add_argument("--finetune-steps", type=int, default=100, help="compare: K")
     p.add_argument("--coda", default=None, help="compare: a CoDA run dir or checkpoint")
     p.add_argument("--out", default=None)
@@ -125,7 +127,8 @@ def run_zoo(args) -> int:
         )
         from simsci.models.dynadiff._zoo import default_spec
 
-        spec = default_spec(env.kind, env.state_shape[-1]).to_dict() | {"hidden": args.hidden}
+        spec = default_spec(env.kind, env.state_shape[-1], env.system).to_dict()
+        spec["hidden"] = args.hidden
     path = dd.build_zoo(
         args.data, args.out, val=args.val, spec=spec, steps=args.steps,
         pool_steps=args.pool_steps, window=args.window, seed=args.seed, device=args.device,
@@ -174,6 +177,7 @@ def run_dynadiff(args) -> int:
             data = data / "train.h5"
         dd.train_generator(
             zoo, data, args.out, autoencoder_steps=args.autoencoder_steps,
+            decoder_steps=args.decoder_steps,
             diffusion_train_steps=args.diffusion_steps, context_steps=K,
             context_episodes=args.context_episodes, device=args.device, seed=args.seed,
             progress=True,
@@ -190,8 +194,9 @@ def run_dynadiff(args) -> int:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             path, info = dd.adapt(
-                gen, args.context, args.out, candidates=args.candidates, seed=args.seed
-            )
+                gen, args.context, args.out, candidates=args.candidates, seed=args.seed,
+                refine_steps=args.refine_steps,
+            )  # fmt: skip
         for w in caught:
             print(f"simsci: warning: {w.message}")
         print(json.dumps({"predictor": str(path), **info}, indent=2))

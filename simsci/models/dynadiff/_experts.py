@@ -16,7 +16,14 @@ Two architectures (:class:`ExpertSpec`):
   layers;
 - ``"conv"`` for periodic 2D fields ``(H, W, C)``: Conv2d(C, hidden, k) - act - ... -
   Conv2d(hidden, C, k), circular padding (the fields are periodic), channels last at
-  the interface like the trajectory format.
+  the interface like the trajectory format;
+- ``"fno"`` for periodic 2D fields whose dynamics are non-local (Navier-Stokes: the
+  velocity is an integral of the vorticity, which a few 3x3 convolutions cannot see):
+  a pointwise lift C -> hidden, ``depth - 2`` Fourier layers
+  h <- act(W h + b + F^-1[R . F h]) keeping ``modes`` x ``modes`` Fourier modes (the
+  lowest positive and negative wavenumbers along the first axis, the lowest along the
+  second; R complex, stored as real and imaginary parts), and a pointwise projection
+  hidden -> C (Li et al. 2021's FNO, small).
 
 Design choices, and why:
 
@@ -49,17 +56,18 @@ __all__ = [
 ]
 
 ACTIVATIONS = {"tanh": torch.tanh, "silu": F.silu, "softplus": F.softplus, "gelu": F.gelu}
-KINDS = ("mlp", "conv")
+KINDS = ("mlp", "conv", "fno")
 
 
 @dataclass(frozen=True)
 class ExpertSpec:
     """The architecture shared by every expert of a zoo.
 
-    kind: ``"mlp"`` (states ``(D,)``, ``channels`` = D) or ``"conv"`` (fields
-    ``(H, W, C)``, ``channels`` = C); hidden: width; depth: number of layers (>= 2);
-    kernel: odd conv kernel size; activation: a key of ``ACTIVATIONS``; substeps: RK4
-    steps per frame.
+    kind: ``"mlp"`` (states ``(D,)``, ``channels`` = D), ``"conv"`` or ``"fno"``
+    (fields ``(H, W, C)``, ``channels`` = C); hidden: width; depth: number of layers
+    (>= 2; >= 3 for fno: lift, Fourier layers, projection); kernel: odd conv kernel
+    size; modes: Fourier modes kept per axis (fno); activation: a key of
+    ``ACTIVATIONS``; substeps: RK4 steps per frame.
     """
 
     kind: str
@@ -69,6 +77,7 @@ class ExpertSpec:
     kernel: int = 3
     activation: str = "tanh"
     substeps: int = 1
+    modes: int = 6
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -77,6 +86,11 @@ class ExpertSpec:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ValueError(f"ExpertSpec.{name} must be an integer >= {low}, got {value!r}")
+        if self.kind == "fno" and (self.depth < 3 or self.modes < 1):
+            raise ValueError(
+                f"an fno expert needs depth >= 3 (lift, Fourier layers, projection) and "
+                f"modes >= 1, got depth={self.depth}, modes={self.modes}"
+            )
         if self.kind == "conv" and (self.kernel < 1 or self.kernel % 2 == 0):
             raise ValueError(f"conv kernel must be odd and positive, got {self.kernel}")
         if self.activation not in ACTIVATIONS:
@@ -105,20 +119,57 @@ class ExpertSpec:
         return [self.channels] + [self.hidden] * (self.depth - 1) + [self.channels]
 
     def layer_shapes(self) -> list[tuple[tuple[int, ...], tuple[int]]]:
-        """[(weight shape, bias shape)] per layer: (out, in) or (out, in, k, k)."""
+        """[(weight shape, bias shape)] per layer: (out, in) or (out, in, k, k); for fno
+        the pointwise weights (out, in) (the Fourier weights: :meth:`param_shapes`)."""
         w = self.widths()
         k = (self.kernel, self.kernel) if self.kind == "conv" else ()
         return [((w[i + 1], w[i], *k), (w[i + 1],)) for i in range(self.depth)]
 
+    def is_fourier(self, i: int) -> bool:
+        """Whether layer i is a Fourier layer (fno, all but the first and the last)."""
+        return self.kind == "fno" and 0 < i < self.depth - 1
+
     def param_names(self) -> list[str]:
-        return [f"layers.{i}.{p}" for i in range(self.depth) for p in ("weight", "bias")]
+        return list(self.param_shapes())
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         shapes = {}
         for i, (ws, bs) in enumerate(self.layer_shapes()):
             shapes[f"layers.{i}.weight"] = ws
+            if self.is_fourier(i):
+                # R for the positive and the negative first-axis wavenumbers, re and im
+                shapes[f"layers.{i}.spectral"] = (ws[0], ws[1], 2, self.modes, self.modes, 2)
             shapes[f"layers.{i}.bias"] = bs
         return shapes
+
+    def graph_layers(self, params: dict) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The layers as (weight, bias) pairs for the weight graph (:mod:`._graph`):
+        mlp/conv weights as they are; for fno every edge carries [pointwise weight,
+        Fourier weights] as a (out, in, 1, 1 + 8 modes^2) "kernel", zero beyond the
+        first entry for the lift and the projection (one edge width for the graph)."""
+        lead = params["layers.0.bias"].shape[:-1]
+        out = []
+        width = self.edge_dim()
+        for i in range(self.depth):
+            w, b = params[f"layers.{i}.weight"], params[f"layers.{i}.bias"]
+            if self.kind == "fno":
+                o, n = w.shape[-2:]
+                parts = [w.reshape(*lead, o, n, 1)]
+                if self.is_fourier(i):
+                    parts.append(params[f"layers.{i}.spectral"].reshape(*lead, o, n, -1))
+                feat = torch.cat(parts, dim=-1)
+                feat = F.pad(feat, (0, width - feat.shape[-1]))
+                w = feat.reshape(*lead, o, n, 1, width)
+            out.append((w, b))
+        return out
+
+    def edge_dim(self) -> int:
+        """Edge feature width of :meth:`graph_layers`' graphs."""
+        if self.kind == "mlp":
+            return 1
+        if self.kind == "conv":
+            return self.kernel**2
+        return 1 + 8 * self.modes**2
 
     @property
     def num_params(self) -> int:
@@ -149,8 +200,10 @@ class ExpertNet(nn.Module):
         super().__init__()
         self.spec = ExpertSpec.from_dict(spec)
         layers = []
-        for ws, _ in self.spec.layer_shapes():
-            if self.spec.kind == "mlp":
+        for i, (ws, _) in enumerate(self.spec.layer_shapes()):
+            if self.spec.is_fourier(i):
+                layers.append(_FourierLayer(ws[1], ws[0], self.spec.modes))
+            elif self.spec.kind in ("mlp", "fno"):
                 layers.append(nn.Linear(ws[1], ws[0]))
             else:
                 layers.append(nn.Conv2d(ws[1], ws[0], ws[2], padding=0))
@@ -163,6 +216,13 @@ class ExpertNet(nn.Module):
             self.layers[-1].bias.zero_()
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
+        if self.spec.kind == "fno":
+            h = z
+            for i, layer in enumerate(self.layers):
+                h = layer(h)
+                if i < len(self.layers) - 1:
+                    h = self.act(h)
+            return h
         if self.spec.kind == "mlp":
             h = z
             for i, layer in enumerate(self.layers):
@@ -200,6 +260,34 @@ class ExpertNet(nn.Module):
             z = self.step(z)
             out.append(z)
         return torch.stack(out, dim=1)
+
+
+class _FourierLayer(nn.Module):
+    """h (..., X, Y, n) -> W h + b + F^-1[R . F h] (..., X, Y, o), ``modes`` x ``modes``
+    modes kept at the lowest |k_x| (both signs) and the lowest k_y."""
+
+    def __init__(self, n: int, o: int, modes: int):
+        super().__init__()
+        lin = nn.Linear(n, o)
+        self.weight = nn.Parameter(lin.weight.detach().clone())
+        self.bias = nn.Parameter(lin.bias.detach().clone())
+        self.spectral = nn.Parameter(torch.randn(o, n, 2, modes, modes, 2) / (n * o))
+        self.modes = int(modes)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        X, Y = h.shape[-3], h.shape[-2]
+        m = self.modes
+        if 2 * m > X or m > Y // 2 + 1:
+            raise ValueError(f"{m} Fourier modes do not fit a {X} x {Y} grid")
+        ft = torch.fft.rfft2(h, dim=(-3, -2))  # (..., X, Y//2+1, n)
+        R = torch.view_as_complex(self.spectral.contiguous())  # (o, n, 2, m, m)
+        top = torch.einsum("...xyn,onxy->...xyo", ft[..., :m, :m, :], R[:, :, 0])
+        bot = torch.einsum("...xyn,onxy->...xyo", ft[..., X - m :, :m, :], R[:, :, 1])
+        zeros = top.new_zeros(*top.shape[:-3], X - 2 * m, m, top.shape[-1])
+        cols = torch.cat([top, zeros, bot], dim=-3)  # (..., X, m, o)
+        full = F.pad(cols, (0, 0, 0, Y // 2 + 1 - m))
+        spec = torch.fft.irfft2(full, s=(X, Y), dim=(-3, -2))
+        return spec + h @ self.weight.T + self.bias
 
 
 def flatten_params(params: dict[str, torch.Tensor], spec: ExpertSpec) -> torch.Tensor:

@@ -7,7 +7,9 @@
   ``(M, K, *S)`` frames: the first K frames of its first M episodes.
 - :func:`adapt`: generator + context file -> a :class:`._predictor.Predictor`
   checkpoint, warning when the file's parameters lie outside the zoo's range.
-- :func:`compare_methods`: DynaDiff and every baseline on the environments of a file:
+- :func:`compare_methods`: DynaDiff (``dynadiff``; ``dynadiff_refine`` with
+  ``refine_steps`` latent refinement steps on the context) and every baseline on the
+  environments of a file:
   context = the first K frames of each environment's first M episodes, evaluation =
   full-horizon rollouts of its other episodes; RMSE and MSE (the metric CoDA reports)
   in original units, and the time each method takes to deploy.
@@ -39,7 +41,7 @@ __all__ = [
     "METHODS",
 ]
 
-METHODS = ("dynadiff",) + baselines.BASELINES
+METHODS = ("dynadiff", "dynadiff_refine") + baselines.BASELINES
 
 
 def zoo_order(zoo: Zoo, env: EnvData) -> EnvData:
@@ -72,6 +74,7 @@ def train_generator(
     out_dir,
     *,
     autoencoder_steps: int = 1500,
+    decoder_steps: int | None = None,
     diffusion_train_steps: int = 3000,
     batch_size: int | None = None,
     lr: float = 1e-3,
@@ -84,6 +87,10 @@ def train_generator(
 ) -> DynaDiff:
     """Train a :class:`DynaDiff` generator for ``zoo`` (path or Zoo) on the training
     episodes of ``data`` (the zoo's file or its EnvData); writes ``out_dir/generator.pt``.
+
+    Stages (module docstring of :mod:`._generator`): ``autoencoder_steps``, then
+    ``decoder_steps`` (default ``2 * autoencoder_steps``) of decoder refinement on the
+    fixed latents, then ``diffusion_train_steps``.
 
     ``batch_size`` (contexts per step) defaults to 32 for states and 8 for fields; each
     item carries 32 (states) or 2 (fields) frame pairs for the functional loss."""
@@ -100,7 +107,7 @@ def train_generator(
         zoo, context_steps=context_steps, context_episodes=context_episodes, seed=seed,
         **model_kwargs,
     )  # fmt: skip
-    field = zoo.spec.kind == "conv"
+    field = zoo.spec.kind != "mlp"
     if batch_size is None:
         batch_size = 8 if field else 32
     ds = ContextData(
@@ -112,6 +119,10 @@ def train_generator(
     _train(model, ds, None, steps=autoencoder_steps, out_dir=out_dir / "autoencoder", **common)
     model.freeze_latents()
     model.fit_prompt_normalisation(ds)
+    model.set_stage("decoder")
+    dec_steps = 2 * autoencoder_steps if decoder_steps is None else int(decoder_steps)
+    if dec_steps > 0:
+        _train(model, ds, None, steps=dec_steps, out_dir=out_dir / "decoder", **common)
     model.set_stage("diffusion")
     _train(model, ds, None, steps=diffusion_train_steps, out_dir=out_dir / "diffusion", **common)
     model = model.cpu().eval()
@@ -175,7 +186,9 @@ def _check_range(generator: DynaDiff, params, names) -> None:
         )
 
 
-def adapt(generator, context_path, out, *, candidates=None, seed=None) -> tuple[Path, dict]:
+def adapt(
+    generator, context_path, out, *, candidates=None, seed=None, refine_steps=None
+) -> tuple[Path, dict]:
     """Generate a predictor for the environment of ``context_path`` and save it to ``out``
     (a model checkpoint). Returns ``(path, info)``."""
     from simsci.train import load_model, save_model
@@ -195,7 +208,9 @@ def adapt(generator, context_path, out, *, candidates=None, seed=None) -> tuple[
             f"{generator.dt}"
         )
     t0 = time.perf_counter()
-    model, info = generator.generate(ctx, candidates=candidates, seed=seed)
+    model, info = generator.generate(
+        ctx, candidates=candidates, seed=seed, refine_steps=refine_steps
+    )
     info["seconds"] = time.perf_counter() - t0
     if params is not None and names:
         model.init_args["params"] = {n: float(v) for n, v in zip(names, params[0])}
@@ -218,6 +233,7 @@ def compare_methods(
     finetune_steps: int = 100,
     finetune_lr: float = 1e-3,
     coda_steps: int = 100,
+    refine_steps: int = 30,
     context_episodes: int | None = None,
     seed: int = 0,
 ) -> dict:
@@ -248,7 +264,9 @@ def compare_methods(
         for name in methods:
             t0 = time.perf_counter()
             if name == "dynadiff":
-                model, _ = generator.generate(ctx, seed=seed)
+                model, _ = generator.generate(ctx, seed=seed, refine_steps=0)
+            elif name == "dynadiff_refine":
+                model, _ = generator.generate(ctx, seed=seed, refine_steps=refine_steps)
             else:
                 if name == "finetune":
                     flat = baselines.finetune(zoo, ctx, steps=finetune_steps, lr=finetune_lr)

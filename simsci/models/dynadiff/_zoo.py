@@ -87,9 +87,13 @@ def functional_rollout(net: ExpertNet, params: dict, z0: torch.Tensor, steps: in
     return torch.stack(out, dim=1)
 
 
-def default_spec(kind: str, channels: int) -> ExpertSpec:
+def default_spec(kind: str, channels: int, system: str = "") -> ExpertSpec:
     """The expert architecture used unless one is given: a 3-layer MLP of width 32 for
-    states, a 3-layer 3x3 conv net of width 12 for fields."""
+    states, a 3-layer 3x3 conv net of width 12 for fields, and for Navier-Stokes (whose
+    velocity is a non-local function of the vorticity) an FNO of width 12 with two
+    Fourier layers of 4 x 4 modes."""
+    if system == "navier_stokes_2d":
+        return ExpertSpec("fno", channels, hidden=12, depth=4, modes=4, activation="gelu")
     if kind == "state":
         return ExpertSpec("mlp", channels, hidden=32, depth=3, activation="tanh")
     return ExpertSpec("conv", channels, hidden=12, depth=3, kernel=3, activation="gelu")
@@ -465,7 +469,7 @@ def build_zoo(
     if batch_size is None:
         batch_size = 16 if env.kind == "state" else 4
     C = train.state_shape[-1]
-    spec = default_spec(env.kind, C) if spec is None else ExpertSpec.from_dict(spec)
+    spec = default_spec(env.kind, C, env.system) if spec is None else ExpertSpec.from_dict(spec)
     if spec.channels != C or (spec.kind == "mlp") != (env.kind == "state"):
         raise ValueError(
             f"expert spec {spec.to_dict()} does not fit {env.kind} data with states of "

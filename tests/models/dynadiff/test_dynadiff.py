@@ -230,3 +230,21 @@ def test_pipeline_runs_on_the_device(tmp_path, device, lv):
     assert len(info["context_mse"]) == 3
     out = model.to(device).rollout(x[:, 0], 5)
     assert out.device.type == device.type and torch.isfinite(out).all()
+
+
+def test_fno_expert_is_equivariant_and_fits_the_weight_graph():
+    torch.manual_seed(0)
+    spec = dd.ExpertSpec("fno", 1, hidden=4, depth=4, modes=2)
+    net = dd.ExpertNet(spec)
+    x = torch.randn(2, 8, 8, 1)
+    y = net.step(x)
+    assert torch.allclose(
+        net.step(torch.roll(x, (3, 1), (1, 2))), torch.roll(y, (3, 1), (1, 2)), atol=1e-5
+    )
+    stacked = {k: v.detach()[None].expand(3, *v.shape) for k, v in net.named_parameters()}
+    layers = spec.graph_layers(stacked)
+    assert all(w.shape[-1] == spec.edge_dim() for w, _ in layers)
+    enc = dd.WeightGraphEncoder(spec.edge_dim(), hidden=8, latent_dim=4)
+    assert enc(dd.stacked_weights_to_batch(layers)).shape == (3, 4)
+    with pytest.raises(ValueError, match="Fourier modes do not fit"):
+        net.step(torch.randn(1, 2, 2, 1))
