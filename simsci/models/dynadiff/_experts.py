@@ -216,14 +216,7 @@ class ExpertNet(nn.Module):
             self.layers[-1].bias.zero_()
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
-        if self.spec.kind == "fno":
-            h = z
-            for i, layer in enumerate(self.layers):
-                h = layer(h)
-                if i < len(self.layers) - 1:
-                    h = self.act(h)
-            return h
-        if self.spec.kind == "mlp":
+        if self.spec.kind in ("mlp", "fno"):  # both act on the channels-last layout
             h = z
             for i, layer in enumerate(self.layers):
                 h = layer(h)
