@@ -82,6 +82,20 @@ def deploy_time(gen, zoo, x, context_steps, target_rmse, max_steps, lr=1e-3):
 
 
 def run_one(job) -> dict:
+    """One (system, seed); a failure is recorded (and logged) instead of losing the rest."""
+    try:
+        return _run_one(job)
+    except Exception as exc:  # noqa: BLE001 - the benchmark reports every failure
+        import traceback
+
+        out = {"system": job[0], "seed": job[1], "error": f"{type(exc).__name__}: {exc}"}
+        print(
+            f"{job[0]} seed {job[1]} FAILED: {out['error']}\n{traceback.format_exc()}", flush=True
+        )
+        return out
+
+
+def _run_one(job) -> dict:
     system, seed, cfg = job
     import torch
 
@@ -139,7 +153,7 @@ def summarise(runs, systems) -> dict:
     summary = {}
     methods = None
     for system in systems:
-        mine = [r for r in runs if r["system"] == system]
+        mine = [r for r in runs if r["system"] == system and "error" not in r]
         if not mine:
             continue
         row = {"seeds": len(mine)}
@@ -189,6 +203,9 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="quick protocols, 1 seed, few steps")
     parser.add_argument("--out", default=str(RESULTS / "dynadiff_cpu.json"))
+    parser.add_argument(
+        "--from-log", action="store_true", help="summarise runs/dynadiff_bench/runs.jsonl only"
+    )
     args = parser.parse_args()
     systems = [s for s in args.systems.split(",") if s]
     cfg = dict(zoo_steps=args.zoo_steps, pde_steps=args.pde_steps, ae_steps=args.ae_steps,
@@ -203,7 +220,13 @@ def main() -> int:
     jobs = [(s, k, cfg) for s in systems if s not in ODE for k in range(pde_seeds)]
     jobs += [(s, k, cfg) for s in systems if s in ODE for k in range(seeds)]
     start = time.perf_counter()
-    if args.jobs > 1:
+    if args.from_log:  # the runs logged so far (latest run per system and seed)
+        logged = {}
+        for line in (WORK / "runs.jsonl").read_text().splitlines():
+            r = json.loads(line)
+            logged[(r["system"], r["seed"])] = r
+        runs = [r for r in logged.values() if r["system"] in systems]
+    elif args.jobs > 1:
         with mp.get_context("spawn").Pool(args.jobs) as pool:
             runs = pool.map(run_one, jobs, chunksize=1)
     else:

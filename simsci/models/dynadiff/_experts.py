@@ -273,7 +273,8 @@ class _FourierLayer(nn.Module):
         if 2 * m > X or m > Y // 2 + 1:
             raise ValueError(f"{m} Fourier modes do not fit a {X} x {Y} grid")
         ft = torch.fft.rfft2(h, dim=(-3, -2))  # (..., X, Y//2+1, n)
-        R = torch.view_as_complex(self.spectral.contiguous())  # (o, n, 2, m, m)
+        # (o, n, 2, m, m) complex; torch.complex, not view_as_complex, works under vmap
+        R = torch.complex(self.spectral[..., 0], self.spectral[..., 1])
         top = torch.einsum("...xyn,onxy->...xyo", ft[..., :m, :m, :], R[:, :, 0])
         bot = torch.einsum("...xyn,onxy->...xyo", ft[..., X - m :, :m, :], R[:, :, 1])
         zeros = top.new_zeros(*top.shape[:-3], X - 2 * m, m, top.shape[-1])

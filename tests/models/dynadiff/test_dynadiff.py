@@ -246,5 +246,12 @@ def test_fno_expert_is_equivariant_and_fits_the_weight_graph():
     assert all(w.shape[-1] == spec.edge_dim() for w, _ in layers)
     enc = dd.WeightGraphEncoder(spec.edge_dim(), hidden=8, latent_dim=4)
     assert enc(dd.stacked_weights_to_batch(layers)).shape == (3, 4)
+    # decoded weights are slices of one flat vector: the Fourier layer runs on them under vmap
+    flat = flatten_params({k: v.detach() for k, v in net.named_parameters()}, spec)
+    params = unflatten_params(torch.stack([flat, flat]), spec)
+    out = torch.func.vmap(lambda p, z: torch.func.functional_call(net, p, (z,)))(
+        params, torch.stack([x, x])
+    )
+    assert torch.allclose(out[1], net(x), atol=1e-6)
     with pytest.raises(ValueError, match="Fourier modes do not fit"):
         net.step(torch.randn(1, 2, 2, 1))
