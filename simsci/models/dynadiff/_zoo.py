@@ -90,8 +90,8 @@ def functional_rollout(net: ExpertNet, params: dict, z0: torch.Tensor, steps: in
 def default_spec(kind: str, channels: int, system: str = "") -> ExpertSpec:
     """The expert architecture used unless one is given: a 3-layer MLP of width 32 for
     states, a 3-layer 3x3 conv net of width 12 for fields, and for Navier-Stokes (whose
-    velocity is a non-local function of the vorticity) an FNO of width 12 with two
-    Fourier layers of 4 x 4 modes."""
+    velocity is a non-local function of the vorticity, out of reach of a few 3x3
+    convolutions) an FNO of width 12 with two Fourier layers of 4 x 4 modes."""
     if system == "navier_stokes_2d":
         return ExpertSpec("fno", channels, hidden=12, depth=4, modes=4, activation="gelu")
     if kind == "state":
