@@ -101,7 +101,7 @@ def lorenz_latent_ode(out: Path, quick: bool, device: torch.device) -> dict:
     from simsci import data, models, systems, train
     from simsci.cli._train import make_dataset
 
-    n, t_end, window, steps = (48, 2.0, 16, 30) if quick else (400, 6.0, 24, 2000)
+    n, t_end, window, steps = (48, 2.0, 16, 30) if quick else (400, 6.0, 24, 1600)
     path = out / "lorenz63_irregular.h5"
     _banner("1. generate: irregular Lorenz-63 trajectories")
     systems.generate(
@@ -657,7 +657,7 @@ def dynadiff_lotka_volterra(out: Path, quick: bool, device: torch.device) -> dic
 
     from simsci.models import dynadiff as dd
 
-    zoo_steps, ae, diff = (30, 10, 30) if quick else (300, 100, 400)
+    zoo_steps, ae, diff = (30, 10, 30) if quick else (200, 50, 250)
     _banner("19. data: the CoDA Lotka-Volterra protocol (25 training environments)")
     paths = dd.make_environments("lotka_volterra", out / "dynadiff_data", quick=quick)
     _banner(f"20. zoo: pooled model + one expert per environment at once ({zoo_steps} steps)")
