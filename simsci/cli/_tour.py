@@ -101,7 +101,7 @@ def lorenz_latent_ode(out: Path, quick: bool, device: torch.device) -> dict:
     from simsci import data, models, systems, train
     from simsci.cli._train import make_dataset
 
-    n, t_end, window, steps = (48, 2.0, 16, 30) if quick else (400, 6.0, 24, 1600)
+    n, t_end, window, steps = (48, 2.0, 16, 30) if quick else (400, 6.0, 24, 1400)
     path = out / "lorenz63_irregular.h5"
     _banner("1. generate: irregular Lorenz-63 trajectories")
     systems.generate(
