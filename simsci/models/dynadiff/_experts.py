@@ -52,7 +52,7 @@ __all__ = [
     "ExpertNet",
     "flatten_params",
     "unflatten_params",
-    "stack_params",
+    "rk4_frame",
 ]
 
 ACTIVATIONS = {"tanh": torch.tanh, "silu": F.silu, "softplus": F.softplus, "gelu": F.gelu}
@@ -236,14 +236,7 @@ class ExpertNet(nn.Module):
 
     def step(self, z: torch.Tensor) -> torch.Tensor:
         """One frame ahead: ``substeps`` RK4 steps of size 1 / substeps."""
-        h = 1.0 / self.spec.substeps
-        for _ in range(self.spec.substeps):
-            k1 = self(z)
-            k2 = self(z + 0.5 * h * k1)
-            k3 = self(z + 0.5 * h * k2)
-            k4 = self(z + h * k3)
-            z = z + (h / 6.0) * (k1 + 2 * k2 + 2 * k3 + k4)
-        return z
+        return rk4_frame(self, z, self.spec.substeps)
 
     def rollout(self, z0: torch.Tensor, steps: int) -> torch.Tensor:
         """``(B, *S)`` -> ``(B, steps + 1, *S)``, the initial state first."""
@@ -284,6 +277,18 @@ class _FourierLayer(nn.Module):
         return spec + h @ self.weight.T + self.bias
 
 
+def rk4_frame(f, z: torch.Tensor, substeps: int) -> torch.Tensor:
+    """One frame of ``substeps`` classical RK4 steps of dz/dtau = f(z), tau in frames."""
+    h = 1.0 / substeps
+    for _ in range(substeps):
+        k1 = f(z)
+        k2 = f(z + 0.5 * h * k1)
+        k3 = f(z + 0.5 * h * k2)
+        k4 = f(z + h * k3)
+        z = z + (h / 6.0) * (k1 + 2 * k2 + 2 * k3 + k4)
+    return z
+
+
 def flatten_params(params: dict[str, torch.Tensor], spec: ExpertSpec) -> torch.Tensor:
     """``{name: (*lead, *shape)}`` -> ``(*lead, P)`` in :meth:`ExpertSpec.param_names` order."""
     shapes = spec.param_shapes()
@@ -309,9 +314,3 @@ def unflatten_params(flat: torch.Tensor, spec: ExpertSpec) -> dict[str, torch.Te
         out[name] = flat[..., i : i + n].reshape(*lead, *shape)
         i += n
     return out
-
-
-def stack_params(nets: list[ExpertNet]) -> dict[str, torch.Tensor]:
-    """Stack the parameters of same-architecture nets: ``{name: (E, *shape)}``."""
-    names = [n for n, _ in nets[0].named_parameters()]
-    return {n: torch.stack([dict(m.named_parameters())[n].detach() for m in nets]) for n in names}

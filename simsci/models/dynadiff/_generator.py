@@ -61,10 +61,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
-from simsci.models.dynadiff._experts import ExpertNet, ExpertSpec, unflatten_params
+from simsci.models.dynadiff._experts import ExpertNet, ExpertSpec, rk4_frame, unflatten_params
 from simsci.models.dynadiff._graph import WeightGraphEncoder, stacked_weights_to_batch
 from simsci.models.dynadiff._prompter import MIN_CONTEXT_STEPS, Prompter, context_features
-from simsci.models.dynadiff._zoo import functional_rollout, rk4_frame
+from simsci.models.dynadiff._zoo import functional_rollout
 
 __all__ = ["DynaDiff", "ContextData", "STAGES"]
 

@@ -42,7 +42,7 @@ from torch.func import functional_call, vmap
 from simsci._io import atomic_path, check_parent_dir
 from simsci.errors import CheckpointError
 from simsci.models.dynadiff._envdata import EnvData, load_environments
-from simsci.models.dynadiff._experts import ExpertNet, ExpertSpec
+from simsci.models.dynadiff._experts import ExpertNet, ExpertSpec, rk4_frame
 
 __all__ = [
     "ZOO_KIND",
@@ -60,18 +60,6 @@ __all__ = [
 
 ZOO_KIND = "simsci-dynadiff-zoo"
 ZOO_FORMAT_VERSION = 1
-
-
-def rk4_frame(f, z: torch.Tensor, substeps: int) -> torch.Tensor:
-    """One frame of ``substeps`` classical RK4 steps of dz/dtau = f(z), tau in frames."""
-    h = 1.0 / substeps
-    for _ in range(substeps):
-        k1 = f(z)
-        k2 = f(z + 0.5 * h * k1)
-        k3 = f(z + 0.5 * h * k2)
-        k4 = f(z + h * k3)
-        z = z + (h / 6.0) * (k1 + 2 * k2 + 2 * k3 + k4)
-    return z
 
 
 def functional_rollout(net: ExpertNet, params: dict, z0: torch.Tensor, steps: int):
