@@ -61,7 +61,7 @@ def deploy_time(gen, zoo, x, context_steps, target_rmse, max_steps, lr=1e-3):
     from simsci.models.dynadiff._predictor import predictor_from_weights, rollout_errors
 
     ctx, test = x[:1, :context_steps].float(), x[1:].float()
-    net = B.ExpertNet(zoo.spec)
+    net = B.functional_template(zoo.spec)
     wins = B.context_windows((ctx - zoo.mean) / zoo.std, int(zoo.record.get("window", 4)))
     flat = B.pooled(zoo).clone().requires_grad_(True)
     opt = torch.optim.Adam([flat], lr=lr)

@@ -120,15 +120,7 @@ def run_zoo(args) -> int:
         print(json.dumps(_zoo_summary(zoo), indent=2))
         return 0
     _need(args, "data", "out")
-    spec = None
-    if args.hidden is not None:
-        env = dd.load_environments(
-            Path(args.data) / "train.h5" if Path(args.data).is_dir() else args.data
-        )
-        from simsci.models.dynadiff._zoo import default_spec
-
-        spec = default_spec(env.kind, env.state_shape[-1], env.system).to_dict()
-        spec["hidden"] = args.hidden
+    spec = None if args.hidden is None else {"hidden": args.hidden}
     path = dd.build_zoo(
         args.data, args.out, val=args.val, spec=spec, steps=args.steps,
         pool_steps=args.pool_steps, window=args.window, seed=args.seed, device=args.device,
@@ -140,14 +132,15 @@ def run_zoo(args) -> int:
 
 
 def _zoo_summary(zoo) -> dict:
+    varied = zoo.varied()
     return {
         "path": zoo.path,
         "system": zoo.system,
         "experts": zoo.num_experts,
         "spec": zoo.spec.to_dict(),
         "params_per_expert": zoo.spec.num_params,
-        "varied": zoo.varied(),
-        "range": {k: v for k, v in zoo.param_range().items() if k in zoo.varied()},
+        "varied": varied,
+        "range": {k: v for k, v in zoo.param_range().items() if k in varied},
         "val_rmse_median": float(zoo.val_rmse.median()),
         "val_rmse_max": float(zoo.val_rmse.max()),
         "experts_per_minute": zoo.record.get("experts_per_minute"),
@@ -215,11 +208,9 @@ def run_dynadiff(args) -> int:
         gen, zoo, args.data, coda=coda, methods=methods, finetune_steps=args.finetune_steps,
         seed=args.seed,
     )  # fmt: skip
-    text = json.dumps(res, indent=2)
     if args.out:
-        from simsci._io import atomic_path
+        from simsci._io import write_json
 
-        with atomic_path(args.out) as tmp:
-            Path(tmp).write_text(text)
+        write_json(args.out, res)
     print(json.dumps(res["summary"], indent=2))
     return 0

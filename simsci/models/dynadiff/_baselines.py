@@ -22,14 +22,18 @@ context episodes, in the zoo's normalised units.
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 from torch.func import vmap
 
-from simsci.models.dynadiff._experts import ExpertNet, ExpertSpec, flatten_params, unflatten_params
-from simsci.models.dynadiff._zoo import functional_rollout
+from simsci.models.dynadiff._experts import (
+    ExpertNet,
+    ExpertSpec,
+    flatten_params,
+    functional_template,
+    unflatten_params,
+)
+from simsci.models.dynadiff._zoo import functional_rollout, rollout_mse
 
 __all__ = [
     "BASELINES",
@@ -63,13 +67,6 @@ def _norm(zoo, x):
     return (x - zoo.mean.to(x)) / zoo.std.to(x)
 
 
-def _rollout_mse(zoo, net, flat, context_z):
-    params = unflatten_params(flat, zoo.spec)
-    pred = functional_rollout(net, params, context_z[:, 0], context_z.shape[1] - 1)
-    e = ((pred - context_z) ** 2).mean()
-    return e if torch.isfinite(e) else e.new_tensor(math.inf)
-
-
 def pooled(zoo, context=None) -> torch.Tensor:
     return flatten_params(zoo.pooled, zoo.spec)[0].float()
 
@@ -80,10 +77,8 @@ def average(zoo, context=None) -> torch.Tensor:
 
 @torch.no_grad()
 def nearest(zoo, context: torch.Tensor) -> torch.Tensor:
-    net = ExpertNet(zoo.spec)
-    z = _norm(zoo, context.float())
     flat = flatten_params(zoo.weights, zoo.spec).float()
-    errs = torch.stack([_rollout_mse(zoo, net, flat[e], z) for e in range(flat.shape[0])])
+    errs = rollout_mse(zoo.spec, unflatten_params(flat, zoo.spec), _norm(zoo, context.float()))
     return flat[int(torch.argmin(errs))]
 
 
@@ -92,7 +87,7 @@ def finetune(
     start: torch.Tensor | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """The pooled model (or ``start``) after ``steps`` Adam steps on the context."""
-    net = ExpertNet(zoo.spec)
+    net = functional_template(zoo.spec)
     wins = context_windows(_norm(zoo, context.float()), window)
     flat = (pooled(zoo) if start is None else start).detach().clone().requires_grad_(True)
     opt = torch.optim.Adam([flat], lr=lr)
@@ -139,13 +134,6 @@ class CoDA(nn.Module):
         self.xi = nn.Parameter(torch.randn(int(num_envs), int(rank), generator=g) * 0.1)
         self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32))
         self.register_buffer("std", torch.tensor(std, dtype=torch.float32))
-        self._net = [ExpertNet(self.spec)]
-
-    def net(self) -> ExpertNet:
-        n = self._net[0]
-        if next(n.parameters()).device != self.theta0.device:
-            n.to(self.theta0.device)
-        return n
 
     def weights(self, xi: torch.Tensor) -> torch.Tensor:
         """``(..., r)`` -> flat weights ``(..., P)``."""
@@ -154,7 +142,7 @@ class CoDA(nn.Module):
     def training_step(self, batch):
         z = ((batch.float() - self.mean) / self.std).transpose(0, 1)  # (E, b, L, *S)
         params = unflatten_params(self.weights(self.xi), self.spec)
-        net = self.net()
+        net = functional_template(self.spec)
         mse = vmap(lambda p, w: context_loss(net, p, w))(params, z)
         pen = self.init_args["xi_penalty"] * (self.xi**2).sum()
         return {"loss": mse.sum() + pen, "mse": mse.mean().detach()}
@@ -169,7 +157,7 @@ class CoDA(nn.Module):
         xi = torch.zeros(self.basis.shape[1], device=self.theta0.device, requires_grad=True)
         opt = torch.optim.Adam([xi], lr=lr)
         theta0, basis = self.theta0.detach(), self.basis.detach()
-        net = self.net()
+        net = functional_template(self.spec)
         for _ in range(int(steps)):
             opt.zero_grad()
             loss = context_loss(net, unflatten_params(theta0 + basis @ xi, self.spec), wins)

@@ -65,10 +65,23 @@ class EnvData:
             self.path,
         )  # fmt: skip
 
-    def varied(self) -> list[str]:
-        """The parameters that differ between environments."""
-        spread = self.params.max(0) - self.params.min(0)
-        return [n for n, s in zip(self.param_names, spread) if s > 0]
+    def reorder(self, rows: np.ndarray, hint: str) -> EnvData:
+        """The environments whose parameter rows are ``rows`` ``(E, P)``, in that order
+        (rows matched to 1e-9 relative); a row with no episodes here is an error that
+        ends with ``hint`` (what to pass instead)."""
+        order = []
+        for row in np.asarray(rows, dtype=np.float64):
+            hit = np.flatnonzero(np.all(np.isclose(self.params, row, rtol=1e-9, atol=1e-12), 1))
+            if len(hit) == 0:
+                raise ValueError(
+                    f"{self.path} has no episodes of the environment "
+                    f"{dict(zip(self.param_names, row.tolist()))}; {hint}"
+                )
+            order.append(int(hit[0]))
+        return EnvData(
+            [self.episodes[i] for i in order], self.params[order], self.param_names, self.dt,
+            self.kind, self.system, [self.split[i] for i in order], self.path,
+        )  # fmt: skip
 
 
 def group_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -39,6 +39,7 @@ Design choices, and why:
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass
 
@@ -53,6 +54,7 @@ __all__ = [
     "flatten_params",
     "unflatten_params",
     "rk4_frame",
+    "functional_template",
 ]
 
 ACTIVATIONS = {"tanh": torch.tanh, "silu": F.silu, "softplus": F.softplus, "gelu": F.gelu}
@@ -275,6 +277,15 @@ class _FourierLayer(nn.Module):
         full = F.pad(cols, (0, 0, 0, Y // 2 + 1 - m))
         spec = torch.fft.irfft2(full, s=(X, Y), dim=(-3, -2))
         return spec + h @ self.weight.T + self.bias
+
+
+@functools.lru_cache(maxsize=32)
+def functional_template(spec: ExpertSpec) -> ExpertNet:
+    """A weightless :class:`ExpertNet` (parameters on the meta device) for
+    ``torch.func.functional_call``: every call passes all the weights, so one module per
+    architecture serves every expert, device and dtype."""
+    with torch.device("meta"):
+        return ExpertNet(spec)
 
 
 def rk4_frame(f, z: torch.Tensor, substeps: int) -> torch.Tensor:

@@ -61,10 +61,15 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
-from simsci.models.dynadiff._experts import ExpertNet, ExpertSpec, rk4_frame, unflatten_params
+from simsci.models.dynadiff._experts import (
+    ExpertSpec,
+    functional_template,
+    rk4_frame,
+    unflatten_params,
+)
 from simsci.models.dynadiff._graph import WeightGraphEncoder, stacked_weights_to_batch
 from simsci.models.dynadiff._prompter import MIN_CONTEXT_STEPS, Prompter, context_features
-from simsci.models.dynadiff._zoo import functional_rollout
+from simsci.models.dynadiff._zoo import rollout_mse
 
 __all__ = ["DynaDiff", "ContextData", "STAGES"]
 
@@ -241,7 +246,6 @@ class DynaDiff(nn.Module):
         abar = (abar / abar[0]).clamp(1e-5, 1.0)
         self.register_buffer("abar", abar.float())  # abar[0] = 1 (clean) ... abar[T]
         self.stage = "autoencoder"
-        self._template = [ExpertNet(self.spec)]
 
     # -- construction --------------------------------------------------------------------
     @classmethod
@@ -273,12 +277,6 @@ class DynaDiff(nn.Module):
             )
 
     # -- pieces ---------------------------------------------------------------------------
-    def template(self) -> ExpertNet:
-        net = self._template[0]
-        if next(net.parameters()).device != self.w_mean.device:
-            net.to(self.w_mean.device)
-        return net
-
     def weights_of(self, u: torch.Tensor) -> dict[str, torch.Tensor]:
         """Normalised flat weights ``(B, P)`` -> ``{name: (B, *shape)}`` in weight units."""
         return unflatten_params(self.w_mean + self.w_std * u, self.spec)
@@ -293,9 +291,9 @@ class DynaDiff(nn.Module):
 
     def _functional_loss(self, u_hat, batch):
         """One-frame predictions of the decoded weights vs the expert's and the data's."""
-        net = self.template()
+        net = functional_template(self.spec)
         w_hat = self.weights_of(u_hat)
-        w_exp = self.weights_of((self.zoo_weights[batch["env"]] - self.w_mean) / self.w_std)
+        w_exp = unflatten_params(self.zoo_weights[batch["env"]], self.spec)
         x = self._normalise_state(batch["inputs"].float())
         y = self._normalise_state(batch["targets"].float())
 
@@ -304,7 +302,7 @@ class DynaDiff(nn.Module):
 
         pred = torch.func.vmap(step)(w_hat, x)
         with torch.no_grad():
-            ref = torch.func.vmap(step)({k: v.detach() for k, v in w_exp.items()}, x)
+            ref = torch.func.vmap(step)(w_exp, x)
         return 0.5 * (F.mse_loss(pred, ref) + F.mse_loss(pred, y))
 
     def condition(self, context: torch.Tensor) -> torch.Tensor:
@@ -333,26 +331,19 @@ class DynaDiff(nn.Module):
     # -- training contract ---------------------------------------------------------------
     def training_step(self, batch):
         env = batch["env"]
-        u = (self.zoo_weights[env] - self.w_mean) / self.w_std
         lam = self.init_args["functional_weight"]
-        if self.stage == "autoencoder":
-            # encode each expert of the batch once (the graph encoder is the costly part)
-            uniq, inverse = torch.unique(env, return_inverse=True)
-            h = self.encode((self.zoo_weights[uniq] - self.w_mean) / self.w_std)[inverse]
-            h = h + 0.1 * h.detach().std(0, keepdim=True) * torch.randn_like(h)
+        if self.stage in ("autoencoder", "decoder"):
+            if self.stage == "autoencoder":
+                # encode each expert of the batch once (the graph encoder is the costly part)
+                uniq, inverse = torch.unique(env, return_inverse=True)
+                h = self.encode((self.zoo_weights[uniq] - self.w_mean) / self.w_std)[inverse]
+                h = h + 0.1 * h.detach().std(0, keepdim=True) * torch.randn_like(h)
+            else:
+                z = self.latents[env]
+                z = z + 0.02 * torch.randn_like(z)  # keep the decoder smooth between experts
+                h = z * self.latent_std + self.latent_mean
             u_hat = self.decoder(h)
-            rec = F.mse_loss(u_hat, u)
-            fun = self._functional_loss(u_hat, batch)
-            return {
-                "loss": rec + lam * fun,
-                "reconstruction": rec.detach(),
-                "functional": fun.detach(),
-            }
-        if self.stage == "decoder":
-            z = self.latents[env]
-            z = z + 0.02 * torch.randn_like(z)  # keep the decoder smooth between experts
-            u_hat = self.decoder(z * self.latent_std + self.latent_mean)
-            rec = F.mse_loss(u_hat, u)
+            rec = F.mse_loss(u_hat, (self.zoo_weights[env] - self.w_mean) / self.w_std)
             fun = self._functional_loss(u_hat, batch)
             return {
                 "loss": rec + lam * fun,
@@ -379,7 +370,7 @@ class DynaDiff(nn.Module):
     def validation_step(self, batch):
         with torch.no_grad():
             out = self.training_step(batch)
-        return {k: v for k, v in out.items()}
+        return out
 
     # -- stage switching -----------------------------------------------------------------
     @torch.no_grad()
@@ -467,17 +458,8 @@ class DynaDiff(nn.Module):
     def context_error(self, flat: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
         """Rollout MSE (normalised units) of weights ``(S, P)`` on the context episodes,
         all candidates in one ``vmap``; a candidate that overflows scores ``inf``."""
-        context = self.check_context(context)[0]
-        z = self._normalise_state(context)
-        net = self.template()
-        params = unflatten_params(flat, self.spec)
-
-        def one(p):
-            pred = functional_rollout(net, p, z[:, 0], z.shape[1] - 1)
-            return ((pred - z) ** 2).mean()
-
-        err = torch.func.vmap(one)(params)
-        return torch.where(torch.isfinite(err), err, torch.full_like(err, math.inf))
+        z = self._normalise_state(self.check_context(context)[0])
+        return rollout_mse(self.spec, unflatten_params(flat, self.spec), z)
 
     def refine_latents(self, z: torch.Tensor, context, *, steps: int, lr: float = 0.05):
         """Move sampled latents ``(S, L)`` towards the context: ``steps`` Adam steps on
@@ -488,22 +470,17 @@ class DynaDiff(nn.Module):
         context = self.check_context(context)
         zc = self._normalise_state(context[0])
         v = float(torch.diff(zc, dim=1).pow(2).mean().clamp_min(1e-8))
-        net = self.template()
         start = z.detach()
         z = start.clone().requires_grad_(True)
         opt = torch.optim.Adam([z], lr=lr)
         frozen = {k: p.detach() for k, p in self.decoder.named_parameters()}
 
-        def one(p):
-            pred = functional_rollout(net, p, zc[:, 0], zc.shape[1] - 1)
-            return ((pred - zc) ** 2).mean()
-
         for _ in range(int(steps)):
             opt.zero_grad()
             u = functional_call(self.decoder, frozen, (z * self.latent_std + self.latent_mean,))
             params = unflatten_params(self.w_mean + self.w_std * u, self.spec)
-            fit = torch.func.vmap(one)(params)
-            loss = (torch.nan_to_num(fit, nan=1e6, posinf=1e6) / v).sum()
+            fit = rollout_mse(self.spec, params, zc)
+            loss = (fit.clamp_max(1e6) / v).sum()  # an overflowed candidate stops pulling
             loss = loss + 0.01 * ((z - start) ** 2).sum()
             loss.backward()
             opt.step()
@@ -532,11 +509,8 @@ class DynaDiff(nn.Module):
             err = self.context_error(flat, context)
         best = int(torch.argmin(err))
         self.train(was)
-        model = Predictor(
-            self.spec.to_dict(), self.norm_mean.tolist(), self.norm_std.tolist(), self.dt,
+        model = Predictor.with_weights(
+            flat[best], self.spec, self.norm_mean.tolist(), self.norm_std.tolist(), self.dt,
             system=self.init_args["system"], source="dynadiff",
         )  # fmt: skip
-        params = unflatten_params(flat[best].float().cpu(), self.spec)
-        model.net.load_state_dict(params)
-        info = {"context_mse": err.cpu().tolist(), "chosen": best}
-        return model.eval(), info
+        return model, {"context_mse": err.cpu().tolist(), "chosen": best}

@@ -28,7 +28,7 @@ import torch
 from simsci.models.dynadiff import _baselines as baselines
 from simsci.models.dynadiff._envdata import EnvData, load_environments
 from simsci.models.dynadiff._generator import ContextData, DynaDiff
-from simsci.models.dynadiff._predictor import Predictor, predictor_from_weights, rollout_errors
+from simsci.models.dynadiff._predictor import predictor_from_weights, rollout_errors
 from simsci.models.dynadiff._zoo import Zoo, _train, load_zoo
 
 __all__ = [
@@ -47,25 +47,13 @@ METHODS = ("dynadiff", "dynadiff_refine") + baselines.BASELINES
 def zoo_order(zoo: Zoo, env: EnvData) -> EnvData:
     """``env``'s environments reordered to the zoo's experts (rows of params matched);
     an environment of the zoo missing from ``env`` is an error."""
-    rows = zoo.env_params.numpy()
     if env.param_names != zoo.param_names:
         raise ValueError(
             f"{env.path}: parameters {env.param_names} differ from the zoo's {zoo.param_names}"
         )
-    order = []
-    for e, row in enumerate(rows):
-        hit = np.flatnonzero(np.all(np.isclose(env.params, row, rtol=1e-9, atol=1e-12), axis=1))
-        if len(hit) == 0:
-            raise ValueError(
-                f"{env.path} has no episodes of the zoo's environment {e} "
-                f"{dict(zip(zoo.param_names, row.tolist()))}; train the generator on the "
-                "file the zoo was built from"
-            )
-        order.append(int(hit[0]))
-    return EnvData(
-        [env.episodes[i] for i in order], env.params[order], env.param_names, env.dt, env.kind,
-        env.system, [env.split[i] for i in order], env.path,
-    )  # fmt: skip
+    return env.reorder(
+        zoo.env_params.numpy(), "train the generator on the file the zoo was built from"
+    )
 
 
 def train_generator(
@@ -218,11 +206,6 @@ def adapt(
     return Path(path), info
 
 
-def _errors(model: Predictor, x: torch.Tensor) -> dict:
-    with torch.no_grad():
-        return rollout_errors(model, x)
-
-
 def compare_methods(
     generator: DynaDiff,
     zoo: Zoo,
@@ -276,7 +259,7 @@ def compare_methods(
                     flat = getattr(baselines, name)(zoo, ctx)
                 model = predictor_from_weights(flat, zoo, source=name)
             seconds = time.perf_counter() - t0
-            err = _errors(model, test)
+            err = rollout_errors(model, test)
             row[name] = {"rmse": err["rmse"], "mse": err["mse"], "seconds": seconds}
         rows.append(row)
     summary = {}

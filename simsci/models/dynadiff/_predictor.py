@@ -80,6 +80,17 @@ class Predictor(nn.Module):
             self.state_shape = (self.spec.channels,)
             self.action_dim = 0
 
+    @classmethod
+    def with_weights(cls, weights, spec, mean, std, dt, **kwargs) -> Predictor:
+        """A predictor (eval mode, on the CPU) with the expert weights ``weights``: flat
+        ``(P,)`` or ``{name: tensor}``; ``kwargs`` as for the constructor."""
+        spec = ExpertSpec.from_dict(spec)
+        model = cls(spec.to_dict(), list(mean), list(std), dt, **kwargs)
+        if isinstance(weights, torch.Tensor):
+            weights = unflatten_params(weights.detach().float().cpu(), spec)
+        model.net.load_state_dict({k: v.detach().float().cpu() for k, v in weights.items()})
+        return model.eval()
+
     def _norm(self, x):
         return (x - self.mean.to(x)) / self.std.to(x)
 
@@ -165,19 +176,7 @@ def rollout_errors(model, x: torch.Tensor) -> dict:
 def predictor_from_weights(flat_or_dict, zoo, *, params=None, source="") -> Predictor:
     """A :class:`Predictor` with a zoo's architecture and normalisation and the given
     weights (flat ``(P,)`` or ``{name: tensor}``)."""
-    model = Predictor(
-        zoo.spec.to_dict(),
-        zoo.mean.tolist(),
-        zoo.std.tolist(),
-        zoo.dt,
-        system=zoo.system,
-        params=params,
-        source=source,
-    )
-    if isinstance(flat_or_dict, torch.Tensor):
-        flat_or_dict = unflatten_params(flat_or_dict.detach().float().cpu(), zoo.spec)
-    state = {f"net.{k}": v.detach().float().cpu() for k, v in flat_or_dict.items()}
-    missing = model.load_state_dict(state, strict=False)
-    if missing.missing_keys and any(k.startswith("net.") for k in missing.missing_keys):
-        raise ValueError(f"weights lack {missing.missing_keys}")
-    return model.eval()
+    return Predictor.with_weights(
+        flat_or_dict, zoo.spec, zoo.mean.tolist(), zoo.std.tolist(), zoo.dt,
+        system=zoo.system, params=params, source=source,
+    )  # fmt: skip

@@ -34,15 +34,20 @@ import time
 import warnings
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
-from simsci._io import atomic_path, check_parent_dir
+from simsci._io import check_parent_dir
 from simsci.errors import CheckpointError
 from simsci.models.dynadiff._envdata import EnvData, load_environments
-from simsci.models.dynadiff._experts import ExpertNet, ExpertSpec, rk4_frame
+from simsci.models.dynadiff._experts import (
+    ExpertNet,
+    ExpertSpec,
+    functional_template,
+    rk4_frame,
+)
+from simsci.train._checkpoint import save_checkpoint
 
 __all__ = [
     "ZOO_KIND",
@@ -73,6 +78,20 @@ def functional_rollout(net: ExpertNet, params: dict, z0: torch.Tensor, steps: in
         z = rk4_frame(f, z, net.spec.substeps)
         out.append(z)
     return torch.stack(out, dim=1)
+
+
+def rollout_mse(spec: ExpertSpec, params: dict, episodes_z: torch.Tensor) -> torch.Tensor:
+    """Rollout MSE of S experts ``{name: (S, *shape)}`` on episodes ``(M, K, *state)``
+    (normalised units) from their first frames, all experts in one ``vmap``: ``(S,)``,
+    ``inf`` where a rollout overflowed."""
+    net = functional_template(spec)
+
+    def one(p):
+        pred = functional_rollout(net, p, episodes_z[:, 0], episodes_z.shape[1] - 1)
+        return ((pred - episodes_z) ** 2).mean()
+
+    err = vmap(one)(params)
+    return torch.where(torch.isfinite(err), err, torch.full_like(err, math.inf))
 
 
 def default_spec(kind: str, channels: int, system: str = "") -> ExpertSpec:
@@ -137,8 +156,6 @@ class ExpertZoo(nn.Module):
                 for n in self._names
             ]
         )
-        # the module whose forward functional_call runs; its own parameters are never used
-        self._template = [ExpertNet(self.spec)]
 
     # -- weights --------------------------------------------------------------------------
     def stacked(self) -> dict[str, torch.Tensor]:
@@ -152,13 +169,6 @@ class ExpertZoo(nn.Module):
             for name, p in zip(self._names, self.weights):
                 p.copy_(stacked[name].to(p).expand_as(p))
 
-    def template(self) -> ExpertNet:
-        net = self._template[0]
-        ref = self.weights[0]
-        if next(net.parameters()).device != ref.device:
-            net.to(ref.device)
-        return net
-
     def normalise(self, x: torch.Tensor) -> torch.Tensor:
         return (x - self.mean.to(x)) / self.std.to(x)
 
@@ -171,7 +181,7 @@ class ExpertZoo(nn.Module):
                 f"{tuple(windows.shape)}"
             )
         z = self.normalise(windows.to(self.weights[0].dtype)).transpose(0, 1)
-        net = self.template()
+        net = functional_template(self.spec)
         steps = z.shape[2] - 1
 
         def one(params, zw):
@@ -193,7 +203,7 @@ class ExpertZoo(nn.Module):
     def rollout_rmse(self, episodes: list[torch.Tensor]) -> torch.Tensor:
         """Per expert e, the full-horizon rollout RMSE (original units) over
         ``episodes[e]`` ``(n_e, T, *S)`` from their first frames. ``(E,)``."""
-        net = self.template()
+        net = functional_template(self.spec)
         out = []
         for e, x in enumerate(episodes):
             params = {n: w[e] for n, w in self.stacked().items()}
@@ -285,11 +295,9 @@ class Zoo:
 
 def save_zoo(path, record: dict) -> Path:
     """Write a zoo record atomically (``torch.save`` of weights-only types)."""
-    path = check_parent_dir(path)
+    check_parent_dir(path)
     payload = {"kind": ZOO_KIND, "format_version": ZOO_FORMAT_VERSION, **record}
-    with atomic_path(path) as tmp:
-        torch.save(payload, tmp)
-    return path
+    return save_checkpoint(path, payload)
 
 
 _REQUIRED = {
@@ -381,16 +389,6 @@ def _train(model, train_ds, val_ds, *, steps, batch_size, lr, out_dir, device, p
     return model
 
 
-def _match_env(env: EnvData, row: np.ndarray, where: str) -> torch.Tensor:
-    hit = np.flatnonzero(np.all(np.isclose(env.params, row, rtol=1e-9, atol=1e-12), axis=1))
-    if len(hit) == 0:
-        raise ValueError(
-            f"{env.path} has no episodes of the environment {row.tolist()} of {where}; the "
-            "validation file must hold the training file's environments"
-        )
-    return env.episodes[int(hit[0])]
-
-
 def build_zoo(
     data,
     out,
@@ -415,7 +413,9 @@ def build_zoo(
     Validation episodes: ``val`` (a path or EnvData with the same environments), else
     the directory's ``val.h5``, else the file's ``split == val`` episodes.
 
-    ``window`` (frames per training rollout) and ``batch_size`` (windows per expert and
+    ``spec``: the expert architecture (default :func:`default_spec`; a dict without
+    ``kind`` overrides fields of the default, e.g. ``{"hidden": 64}``). ``window``
+    (frames per training rollout) and ``batch_size`` (windows per expert and
     step) default to 4 and 16 for states, 2 and 4 for fields (a field window already
     holds H * W * C values).
 
@@ -438,7 +438,9 @@ def build_zoo(
         )
     if val is not None:
         venv = val if isinstance(val, EnvData) else load_environments(val)
-        val_episodes = [_match_env(venv, row, env.path) for row in train.params]
+        val_episodes = venv.reorder(
+            train.params, f"the validation file must hold the environments of {env.path}"
+        ).episodes
         missing = 0
     else:
         val_episodes = []
@@ -457,7 +459,10 @@ def build_zoo(
     if batch_size is None:
         batch_size = 16 if env.kind == "state" else 4
     C = train.state_shape[-1]
-    spec = default_spec(env.kind, C, env.system) if spec is None else ExpertSpec.from_dict(spec)
+    default = default_spec(env.kind, C, env.system)
+    if isinstance(spec, dict) and "kind" not in spec:  # overrides of the default, e.g. width
+        spec = {**default.to_dict(), **spec}
+    spec = default if spec is None else ExpertSpec.from_dict(spec)
     if spec.channels != C or (spec.kind == "mlp") != (env.kind == "state"):
         raise ValueError(
             f"expert spec {spec.to_dict()} does not fit {env.kind} data with states of "
