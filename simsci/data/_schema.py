@@ -24,10 +24,10 @@ SPLITS = {"train": 0, "val": 1, "validation": 1, "test": 2}
 
 #: step fields whose axis 1 is padded to the file-wide maximum (kind=scene agents),
 #: with the fill value of the padding.
-PADDED_FIELDS = {"agents": np.nan, "agents_valid": False}
+PADDED_FIELDS = {"agents": np.nan, "agents_valid": False, "agents_history_valid": False}
 
 #: step fields that must be bool.
-BOOL_FIELDS = ("mask", "agents_valid")
+BOOL_FIELDS = ("mask", "agents_valid", "agents_history_valid")
 
 #: chunk-wise reading of big arrays in the checker and statistics (rows of bytes).
 SCAN_BYTES = 16 * 2**20
