@@ -13,8 +13,10 @@ parameter overrides and options (``get("lorenz96", dim=10, F=10)``); ``register`
 class. ``generate`` writes data sets in the trajectory format; ``parse_param_spec``
 reads the CLI's ``--params`` text. ``make_dataset(name, n, out=...)`` builds the data
 sets that are more than one system's trajectories (``DATASETS``: ``pendulum_images``,
-``climate``, and the event sets ``poisson_events``, ``hawkes``, ``self_correcting``,
-``population_events``, ``mobility``; ``available_datasets()`` lists them).
+``climate``, the event sets ``poisson_events``, ``hawkes``, ``self_correcting``,
+``population_events``, ``mobility``, and ``driving``, tiled driving scenes;
+``available_datasets()`` lists them). :mod:`simsci.systems.driving` is the driving world:
+procedural lane graphs, batched IDM/MOBIL traffic, vector tiles and their metrics.
 ``PDESystem`` is the base of the periodic PDE solvers (kind "field");
 ``gaussian_random_field`` and ``sum_of_sines`` draw their initial fields.
 
@@ -30,6 +32,7 @@ log-likelihood (:mod:`simsci.systems._point_process`).
 """
 
 # importing the modules registers their systems and datasets
+# the driving world (registers the "driving" data set)
 from simsci.systems import (  # noqa: F401
     _climate,
     _darcy,
@@ -42,6 +45,7 @@ from simsci.systems import (  # noqa: F401
     _pendulum_images,
     _population_events,
     _sde,
+    driving,  # noqa: E402  (after the registry it uses)
 )
 from simsci.systems._base import Interval, System
 from simsci.systems._datasets import DATASETS, available_datasets, make_dataset
@@ -68,6 +72,7 @@ from simsci.systems._population_events import MobilityProcess, PopulationCoupled
 from simsci.systems._registry import SYSTEMS, available, get, register
 
 __all__ = [
+    "driving",
     "System",
     "PDESystem",
     "PeriodicGrid",

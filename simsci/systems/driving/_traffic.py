@@ -1,0 +1,1305 @@
+"""Batched traffic on procedural lane graphs: IDM, MOBIL, junction yielding, bicycle model.
+
+``Traffic`` simulates ``B`` scenes at once as tensors on one device (CPU or CUDA). Scene
+``b`` lives on road network ``net[b]`` of a :class:`RoadPool` (several networks padded
+into one set of tensors) and holds ``V`` vehicle slots; slot 0 is the ego. One call of
+:meth:`Traffic.step` advances every scene by ``dt = 0.1`` s (10 Hz).
+
+Model, per vehicle (the literature's models, composed the usual way):
+
+- **Longitudinal: IDM** (Treiber, Hennecke & Helbing 2000), with the parameter values of
+  Treiber & Kesting, *Traffic Flow Dynamics* (2013), table 11.2 (highway):
+  ``a_idm = a [1 - (v / v0)^4 - (s*(v, Δv) / s)^2]``, ``s* = s0 + max(0, v T + v Δv /
+  (2 sqrt(a b)))``. The desired speed ``v0`` is the lane's speed limit times a per-vehicle
+  factor, lowered ahead of a slower lane to ``sqrt(v_next^2 + 2 b d)`` (braking in time,
+  not at the lane start). The result is clipped to ``[-MAX_BRAKE, MAX_ACCEL]`` so traffic
+  never exceeds the kinematic limits the metrics check (10.4 m/s^2).
+- **Leaders along the path.** Each vehicle holds its path: current lane and the next two
+  lanes, chosen at random among successors as it reaches them (route choice at
+  junctions and off-ramps). The leader is the nearest vehicle ahead on any lane of that
+  path (a vehicle that is changing lanes occupies both lanes). A lane that ends
+  (``lane_end``: a merge or dropped lane) is a stopped obstacle at its end.
+- **Lateral: MOBIL** (Kesting, Treiber & Helbing 2007): change to the left/right lane if
+  ``a'_i - a_i + p (a'_n - a_n + a'_o - a_o) > Δa_th ± a_bias`` and the new follower
+  brakes less than ``b_safe``. Evaluated every ``LANE_CHANGE_EVERY`` steps, left and right
+  on alternate evaluations (two vehicles never move into one gap from both sides at once).
+  An ending lane gives its vehicles a strong incentive to leave it (mandatory merge).
+  Not on junction or roundabout lanes.
+- **Junctions without signals.** Each conflict (two lanes that cross or merge) has a
+  zone: where the two centrelines are closer than ``ZONE_WIDTH`` (a few metres around a
+  crossing; from where merging lanes converge to their end). The road orders each pair
+  by right of way (main road over side road, ring over entry, straight over turning).
+  At the ``LOCAL_CONFLICTS`` conflicts nearest the ego, a vehicle stops before a zone
+  (a stopped obstacle 1 m before it) while a vehicle on the other lane is inside the
+  zone, or can no longer stop before it, or -- when the other lane has the right of way
+  -- arrives within ``YIELD_HORIZON`` s (gap acceptance). A vehicle that can no longer
+  stop at ``HARD_BRAKE`` goes on (committed). Cars do not spawn in or just before
+  zones, nor where lanes forking from one predecessor still overlap; on such a fork a
+  car occupies its siblings too, so followers on either see it.
+- **Steering and motion.** Pure pursuit on the path (look-ahead ``0.8 v + 4`` m, 6 to 25
+  m) gives a curvature, clipped to ``MAX_CURVATURE`` and rate-limited; a kinematic
+  bicycle with the centre of gravity midway between the axles (wheelbase 0.6 x length)
+  integrates the steering angle ``δ = atan(κ L)`` and the acceleration with
+  semi-implicit Euler. The arc length on the lane is found by projecting the new
+  position onto the path near the old one.
+- **A window around the ego.** Only vehicles within ``window`` m of the ego exist:
+  vehicles beyond ``window + 20`` m or at a network exit leave; each step, a scene with
+  fewer vehicles than ``density`` x the lane length within the window spawns one on a
+  free spot 90 m or more from the ego (never in view of a tile around the ego), with a
+  speed that fits its gaps. This keeps the cost per scene fixed on a route of any length.
+
+The ego (slot 0) is either ``"autopilot"`` (IDM along the route's lanes, no lane changes:
+how data is made) or ``"external"`` (acceleration and steering angle given to
+:meth:`Traffic.step`: the RL environment). Others see the ego as a vehicle on the lane
+it is associated with.
+
+Per-episode parameters (``PARAM_NAMES``, one row per scene): the IDM/MOBIL parameters and
+the density. ``sample_params`` draws them around the literature values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+__all__ = [
+    "AGENT_FEATURES",
+    "PARAM_NAMES",
+    "DEFAULT_PARAMS",
+    "RoadPool",
+    "Traffic",
+    "default_params",
+    "sample_params",
+    "jam_density",
+]
+
+#: the features of an agent everywhere in the driving world.
+AGENT_FEATURES = ("x", "y", "speed", "cos", "sin", "length", "width")
+
+#: per-episode traffic parameters (IDM, MOBIL, density in vehicles per km and lane).
+PARAM_NAMES = (
+    "speed_factor",  # mean desired speed / speed limit
+    "time_headway",  # T [s]
+    "min_gap",  # s0 [m]
+    "max_accel",  # a [m/s^2]
+    "comfort_decel",  # b [m/s^2]
+    "politeness",  # p
+    "change_threshold",  # Δa_th [m/s^2]
+    "safe_decel",  # b_safe [m/s^2]
+    "density",  # vehicles per km per lane
+)
+#: Treiber & Kesting (2013) table 11.2 (IDM, highway) and Kesting et al. (2007) (MOBIL).
+DEFAULT_PARAMS = (1.0, 1.0, 2.0, 1.0, 1.5, 0.2, 0.1, 4.0, 20.0)
+#: ranges ``sample_params`` draws from (uniform).
+PARAM_RANGES = (
+    (0.85, 1.1),
+    (0.8, 1.8),
+    (1.5, 3.0),
+    (0.8, 1.6),
+    (1.2, 2.0),
+    (0.0, 0.5),
+    (0.05, 0.3),
+    (3.0, 5.0),
+    (8.0, 40.0),
+)
+
+DT = 0.1
+MAX_ACCEL = 4.0
+MAX_BRAKE = 8.0
+MAX_CURVATURE = 0.25  # 1/m, below the 0.3 the metrics call infeasible
+MAX_CURVATURE_RATE = 0.6  # 1/m per s
+LANE_CHANGE_EVERY = 5
+LANE_CHANGE_COOLDOWN = 30  # steps
+A_BIAS = 0.2  # keep-right bias of MOBIL [m/s^2]
+YIELD_HORIZON = 4.5  # s
+HARD_BRAKE = 6.0  # beyond this a vehicle cannot stop for a conflict: it is committed
+LOCAL_CONFLICTS = 48
+PULL_OUT_GAP = 6.0  # m to the leader needed to start a lane change
+ZONE_WIDTH = 3.0  # m: centrelines closer than this are one conflict zone
+SPAWN_MIN_DISTANCE = 90.0
+CAR_LENGTH = (4.2, 5.2)
+CAR_WIDTH = (1.75, 2.0)
+EGO_SIZE = (4.6, 1.9)
+INF = 1e9
+STRADDLE = 0.8  # m off the lane centre: the ego's body reaches the next lane
+OFFROAD_MARGIN = 0.5  # m beyond the lane edge
+
+KIND_ROAD, KIND_JUNCTION, KIND_ROUNDABOUT, KIND_RAMP = 0, 1, 2, 3
+END_CONTINUES, END_EXIT, END_LANE_END = 0, 1, 2
+
+
+def default_params(n: int = 1, **overrides) -> torch.Tensor:
+    """``(n, len(PARAM_NAMES))`` float64 rows of the literature values (``overrides`` by
+    name, e.g. ``density=30``)."""
+    row = dict(zip(PARAM_NAMES, DEFAULT_PARAMS))
+    for k, v in overrides.items():
+        if k not in row:
+            from simsci.errors import unknown_name
+
+            raise unknown_name("traffic parameter", k, PARAM_NAMES)
+        row[k] = float(v)
+    return torch.tensor([list(row.values())] * int(n), dtype=torch.float64)
+
+
+def sample_params(n: int, generator: torch.Generator | None = None, **fixed) -> torch.Tensor:
+    """``(n, P)`` parameters drawn uniformly from ``PARAM_RANGES`` (``fixed`` by name)."""
+    lo = torch.tensor([r[0] for r in PARAM_RANGES], dtype=torch.float64)
+    hi = torch.tensor([r[1] for r in PARAM_RANGES], dtype=torch.float64)
+    u = torch.rand(int(n), len(PARAM_NAMES), generator=generator, dtype=torch.float64)
+    out = lo + (hi - lo) * u
+    for k, v in fixed.items():
+        if k not in PARAM_NAMES:
+            from simsci.errors import unknown_name
+
+            raise unknown_name("traffic parameter", k, PARAM_NAMES)
+        out[:, PARAM_NAMES.index(k)] = float(v)
+    return out
+
+
+def jam_density(min_gap: float = DEFAULT_PARAMS[2]) -> float:
+    """The most vehicles per km and lane that fit standing still: 1000 / (s0 + longest car)."""
+    return 1000.0 / (min_gap + CAR_LENGTH[1])
+
+
+# ----------------------------------------------------------------------------- the pool
+class RoadPool:
+    """Road networks padded into one set of tensors (``N`` networks, ``L`` lanes, ``P``
+    points), plus the tables traffic needs: spawn points sorted by route position, the
+    route polyline, each lane's range of route positions (to find lanes near the ego).
+    """
+
+    def __init__(self, roads: Sequence, *, device=None, dtype=torch.float32):
+        if len(roads) == 0:
+            raise ValueError("a RoadPool needs at least one road network")
+        for r in roads:
+            r.validate()
+        self.roads = list(roads)
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.dtype = dtype
+        N = len(roads)
+        L = max(len(r.length) for r in roads)
+        P = max(r.points.shape[1] for r in roads)
+        K = max(1, max(len(r.conflict_lanes) for r in roads))
+        M = max(len(r.route_s()) for r in roads)
+        R = max(len(r.route) for r in roads)
+        pts = np.zeros((N, L, P, 2))
+        npts = np.full((N, L), 2, dtype=np.int64)
+        f = {k: np.zeros((N, L)) for k in ("length", "width", "speed_limit")}
+        f["length"][:] = 1.0
+        f["width"][:] = 3.5
+        f["speed_limit"][:] = 10.0
+        ints = {k: np.full((N, L), -1, dtype=np.int64) for k in ("left", "right")}
+        kind = np.zeros((N, L), dtype=np.int64)
+        end = np.full((N, L), END_EXIT, dtype=np.int64)
+        prio = np.zeros((N, L), dtype=np.int64)
+        succ = np.full((N, L, 4), -1, dtype=np.int64)
+        pred = np.full((N, L, 4), -1, dtype=np.int64)
+        route_next = np.full((N, L), -1, dtype=np.int64)
+        on_route = np.zeros((N, L), dtype=bool)
+        cl = np.full((N, K, 2), -1, dtype=np.int64)
+        cs = np.zeros((N, K, 2))
+        cxy = np.full((N, K, 2), INF)
+        zin = np.zeros((N, K, 2))
+        zout = np.zeros((N, K, 2))
+        shadow = np.full((N, L, 3), -1, dtype=np.int64)
+        shadow_len = np.zeros((N, L, 3))
+        rpts = np.zeros((N, M, 2))
+        rs = np.zeros((N, M))
+        rlen = np.zeros(N)
+        rlanes = np.full((N, R), -1, dtype=np.int64)
+        route_cum = np.zeros((N, R + 1))
+        key_lo = np.full((N, L), INF)
+        key_hi = np.full((N, L), -INF)
+        spawn_lane, spawn_s, spawn_key, spawn_ds, spawn_net = [], [], [], [], []
+        from scipy.spatial import cKDTree
+
+        for n, r in enumerate(roads):
+            nl, p = r.points.shape[:2]
+            pts[n, :nl, :p] = r.points
+            pts[n, :nl, p:] = r.points[:, -1:]
+            npts[n, :nl] = r.num_points
+            for k in f:
+                f[k][n, :nl] = getattr(r, k)
+            for k in ints:
+                ints[k][n, :nl] = getattr(r, k)
+            kind[n, :nl], end[n, :nl], prio[n, :nl] = r.kind, r.end, r.priority
+            succ[n, :nl, : r.succ.shape[1]] = r.succ
+            pred[n, :nl, : r.pred.shape[1]] = r.pred
+            route = np.asarray(r.route)
+            route_next[n, route[:-1]] = route[1:]
+            on_route[n, route] = True
+            rlanes[n, : len(route)] = route
+            k = len(r.conflict_lanes)
+            cl[n, :k], cs[n, :k], cxy[n, :k] = r.conflict_lanes, r.conflict_s, r.conflict_xy
+            zin[n, :k], zout[n, :k] = _conflict_zones(r)
+            shadow[n, :nl], shadow_len[n, :nl] = _shadows(r)
+            poly, s_route = r.route_polyline(), r.route_s()
+            rpts[n, : len(s_route)] = poly
+            rpts[n, len(s_route) :] = poly[-1]
+            rs[n, : len(s_route)] = s_route
+            rs[n, len(s_route) :] = s_route[-1] + 1e-3 * np.arange(1, M - len(s_route) + 1)
+            rlen[n] = s_route[-1]
+            # every lane point's route position: the nearest route point's arc length
+            tree = cKDTree(poly)
+            valid_pt = np.arange(r.points.shape[1])[None, :] < r.num_points[:, None]
+            _, near = tree.query(r.points[valid_pt])
+            keys = np.full(valid_pt.shape, np.nan)
+            keys[valid_pt] = s_route[near]
+            key_lo[n, :nl] = np.nanmin(keys, axis=1)
+            key_hi[n, :nl] = np.nanmax(keys, axis=1)
+            ds = r.length / (r.num_points - 1)
+            s_pt = np.arange(r.points.shape[1])[None, :] * ds[:, None]
+            spawnable = np.isin(r.kind, (KIND_ROAD, KIND_RAMP))[:, None]
+            # not at the very ends (spawned vehicles need room to see ahead)
+            keep = valid_pt & spawnable & (s_pt > 2.0) & (s_pt < r.length[:, None] - 15.0)
+            # nor where a car could touch one on a sibling lane or in a conflict zone
+            # (followers on those lanes would not see it yet)
+            keep &= s_pt > shadow_len[n, :nl].max(1, keepdims=True) + 5.0
+            for (la, lb), z0, z1 in zip(r.conflict_lanes, zin[n, :k], zout[n, :k]):
+                for lane, a0, a1 in ((la, z0[0], z1[0]), (lb, z0[1], z1[1])):
+                    keep[lane] &= ~((s_pt[lane] > a0 - 15.0) & (s_pt[lane] < a1 + 5.0))
+            lane_id = np.broadcast_to(np.arange(nl)[:, None], keep.shape)
+            spawn_lane.append(lane_id[keep])
+            spawn_s.append(s_pt[keep])
+            spawn_key.append(keys[keep])
+            spawn_ds.append(np.broadcast_to(ds[:, None], keep.shape)[keep])
+            spawn_net.append(np.full(int(keep.sum()), n))
+            route_cum[n, : len(route) + 1] = np.concatenate([[0.0], np.cumsum(r.length[route])])
+            route_cum[n, len(route) + 1 :] = route_cum[n, len(route)]
+        t = lambda a, dt=None: torch.as_tensor(a, dtype=dt or dtype, device=self.device)  # noqa: E731
+        i64 = torch.int64
+        self.N, self.L, self.P, self.K = N, L, P, K
+        self.points = t(pts)
+        self.points_flat = self.points.reshape(-1, 2)
+        self.num_points = t(npts, i64)
+        self.length, self.width = t(f["length"]), t(f["width"])
+        self.speed_limit = t(f["speed_limit"])
+        self.ds = self.length / (self.num_points - 1).to(dtype)
+        # the length of one polyline segment (uniform spacing per lane)
+        first = self.points[:, :, 1] - self.points[:, :, 0]
+        self.ds_seg = first.norm(dim=-1).clamp(min=1e-6)
+        self.left, self.right = t(ints["left"], i64), t(ints["right"], i64)
+        self.kind, self.end, self.priority = t(kind, i64), t(end, i64), t(prio, i64)
+        self.succ, self.pred = t(succ, i64), t(pred, i64)
+        self.num_succ = (self.succ >= 0).sum(-1)
+        self.route_next, self.on_route = t(route_next, i64), t(on_route, torch.bool)
+        self.route_lanes = t(rlanes, i64)
+        self.route_cum = t(route_cum)  # (N, R+1) arc length at the start of each route lane
+        self.route_count = t([len(r.route) for r in roads], i64)
+        self.conflict_lanes, self.conflict_s = t(cl, i64), t(cs)
+        self.conflict_xy = t(cxy)
+        self.zone_in, self.zone_out = t(zin), t(zout)
+        self.shadow, self.shadow_len = t(shadow, i64), t(shadow_len)
+        self.route_points, self.route_s, self.route_length = t(rpts), t(rs), t(rlen)
+        self.lane_key_lo, self.lane_key_hi = t(key_lo), t(key_hi)
+        # spawn points of all networks in one sorted 1-D table: key = net * 1e6 + route s
+        net = np.concatenate(spawn_net)
+        key = np.concatenate(spawn_key)
+        order = np.lexsort((key, net))
+        glob = net[order] * 1e6 + key[order]
+        self.spawn_key = torch.as_tensor(glob, dtype=torch.float64, device=self.device)
+        self.spawn_lane = t(np.concatenate(spawn_lane)[order], i64)
+        self.spawn_s = t(np.concatenate(spawn_s)[order])
+        ds_sorted = np.concatenate(spawn_ds)[order]
+        self.spawn_cumlen = torch.as_tensor(
+            np.concatenate([[0.0], np.cumsum(ds_sorted)]), dtype=torch.float64, device=self.device
+        )
+
+    # ------------------------------------------------------------------ geometry
+    def point_at(self, net, lane, s):
+        """Position ``(..., 2)`` and unit tangent ``(..., 2)`` at arc length ``s`` of
+        ``lane`` of network ``net`` (all broadcastable, same shape)."""
+        flat = net * self.L + lane.clamp(min=0)
+        ds = self.ds.reshape(-1)[flat]
+        n_pts = self.num_points.reshape(-1)[flat]
+        u = (s / ds).clamp(min=0)
+        i0 = torch.minimum(u.floor().long(), n_pts - 2)
+        frac = (u - i0.to(u.dtype)).clamp(max=1.0).unsqueeze(-1)
+        base = flat * self.P + i0
+        p0 = self.points_flat[base]
+        seg = self.points_flat[base + 1] - p0
+        tangent = seg / self.ds_seg.reshape(-1)[flat].unsqueeze(-1)
+        return p0 + frac * seg, tangent
+
+
+# ----------------------------------------------------------------------------- traffic
+@dataclasses.dataclass
+class _State:
+    valid: torch.Tensor  # (B, V) bool
+    x: torch.Tensor
+    y: torch.Tensor
+    theta: torch.Tensor
+    v: torch.Tensor
+    accel: torch.Tensor
+    kappa: torch.Tensor
+    length: torch.Tensor
+    width: torch.Tensor
+    v_factor: torch.Tensor
+    lane: torch.Tensor  # (B, V) long
+    s: torch.Tensor
+    nxt: torch.Tensor  # (B, V, 2) long: the next two lanes of the path
+    from_lane: torch.Tensor  # (B, V) long, -1 when not changing lanes
+    cooldown: torch.Tensor  # (B, V) long
+    offset: torch.Tensor  # (B, V) signed lateral offset from the lane centre [m]
+    uid: torch.Tensor  # (B, V) long: a new id for every vehicle that enters a slot
+
+
+class Traffic:
+    """``n`` scenes of traffic, batched (see the module docstring for the model).
+
+    ``roads``: a :class:`RoadPool` or a list of RoadNetworks. ``params``: ``(n, P)`` rows
+    of ``PARAM_NAMES`` (default: the literature values). ``max_vehicles``: slots per
+    scene, the ego included. ``window``: vehicles exist within this distance of the ego
+    [m]. ``ego``: "autopilot" or "external". ``seed``: the generator of spawns and route
+    choices.
+    """
+
+    def __init__(
+        self,
+        roads,
+        n: int,
+        *,
+        params=None,
+        max_vehicles: int = 32,
+        window: float = 150.0,
+        ego: str = "autopilot",
+        seed: int = 0,
+        device=None,
+        dtype=torch.float32,
+    ):
+        if ego not in ("autopilot", "external"):
+            raise ValueError(f"ego must be 'autopilot' or 'external', got {ego!r}")
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise ValueError(f"n (the number of scenes) must be a positive int, got {n!r}")
+        if int(max_vehicles) < 2:
+            raise ValueError(
+                f"max_vehicles must be >= 2 (the ego and one more), got {max_vehicles}"
+            )
+        if not (window > SPAWN_MIN_DISTANCE + 20):
+            raise ValueError(f"window must exceed {SPAWN_MIN_DISTANCE + 20} m, got {window}")
+        pool = roads if isinstance(roads, RoadPool) else RoadPool(roads, device=device, dtype=dtype)
+        self.pool = pool
+        self.device, self.dtype = pool.device, pool.dtype
+        self.n, self.V = int(n), int(max_vehicles)
+        self.window = float(window)
+        self.ego_mode = ego
+        self.generator = torch.Generator(device="cpu")
+        self.generator.manual_seed(int(seed))
+        self.params = self._check_params(params)
+        self.net = torch.zeros(self.n, dtype=torch.long, device=self.device)
+        self.steps = 0
+        self._next_uid = 1  # the ego of every scene is 0
+        self.state: _State | None = None
+        self.ego_route_s = torch.zeros(self.n, dtype=self.dtype, device=self.device)
+        self._route_idx = torch.zeros(self.n, dtype=torch.long, device=self.device)
+
+    # ------------------------------------------------------------------ parameters
+    def _check_params(self, params) -> torch.Tensor:
+        if params is None:
+            params = default_params(self.n)
+        p = torch.as_tensor(params, dtype=torch.float64)
+        if p.dim() == 1:
+            p = p.expand(self.n, -1)
+        if tuple(p.shape) != (self.n, len(PARAM_NAMES)):
+            raise ValueError(
+                f"params must have shape ({self.n}, {len(PARAM_NAMES)}) (one row of "
+                f"{', '.join(PARAM_NAMES)} per scene), got {tuple(p.shape)}"
+            )
+        if not bool(torch.isfinite(p).all()):
+            raise ValueError("traffic params contain NaN or inf")
+        pos = [i for i, k in enumerate(PARAM_NAMES) if k not in ("politeness", "density")]
+        if bool((p[:, pos] <= 0).any()):
+            raise ValueError(f"traffic params {[PARAM_NAMES[i] for i in pos]} must be > 0")
+        dens = p[:, PARAM_NAMES.index("density")]
+        gap = p[:, PARAM_NAMES.index("min_gap")]
+        jam = 1000.0 / (gap + CAR_LENGTH[1])
+        bad = torch.nonzero((dens < 0) | (dens > 0.8 * jam)).flatten()
+        if bad.numel():
+            i = int(bad[0])
+            raise ValueError(
+                f"density {float(dens[i]):g} vehicles/km/lane of scene {i} cannot fit on the "
+                f"road: it must lie in [0, {0.8 * float(jam[i]):.0f}] (80% of the jam density "
+                f"1000 / (min_gap + car length) = {float(jam[i]):.0f})"
+            )
+        return p.to(device=self.device, dtype=self.dtype)
+
+    def _param(self, name: str) -> torch.Tensor:
+        return self.params[:, PARAM_NAMES.index(name)]
+
+    # ------------------------------------------------------------------ reset
+    def reset(
+        self, index: torch.Tensor | None = None, *, nets=None, params=None, start=None
+    ) -> None:
+        """Start fresh scenes: all (``index`` None) or those in ``index``. ``nets``: the
+        network of each reset scene (default: drawn at random from the pool); ``params``:
+        their traffic parameters; ``start``: the ego's starting arc length along the
+        route [m] (default 10 m)."""
+        full = index is None
+        idx = torch.arange(self.n, device=self.device) if full else index.to(self.device)
+        k = int(idx.numel())
+        if k == 0:
+            return
+        if params is not None:
+            new = self._check_params_rows(params, k)
+            self.params = self.params.clone()
+            self.params[idx] = new
+        if nets is None:
+            nets = torch.randint(self.pool.N, (k,), generator=self.generator)
+        nets = torch.as_tensor(nets, dtype=torch.long).to(self.device).reshape(-1)
+        if nets.numel() != k or bool((nets < 0).any()) or bool((nets >= self.pool.N).any()):
+            raise ValueError(f"nets must hold {k} network ids in [0, {self.pool.N})")
+        self.net = self.net.clone()
+        self.net[idx] = nets
+        if full:  # a full reset starts the clock (lane-change rhythm) and the ids afresh
+            self.steps = 0
+            self._next_uid = 1
+        if self.state is None:
+            z = lambda dt=self.dtype: torch.zeros(self.n, self.V, dtype=dt, device=self.device)  # noqa: E731
+            self.state = _State(
+                valid=z(torch.bool), x=z(), y=z(), theta=z(), v=z(), accel=z(), kappa=z(),
+                length=z(), width=z(), v_factor=z(), lane=z(torch.long) - 1, s=z(),
+                nxt=torch.full((self.n, self.V, 2), -1, dtype=torch.long, device=self.device),
+                from_lane=z(torch.long) - 1, cooldown=z(torch.long), offset=z(), uid=z(torch.long),
+            )  # fmt: skip
+        st = self.state
+        for f in dataclasses.fields(st):
+            setattr(st, f.name, getattr(st, f.name).clone())
+        st.valid[idx] = False
+        self._place_ego(idx, start)
+        self._update_route_progress(idx, search=True)
+        # fill the window around the ego
+        for _ in range(3 * self.V):
+            self._spawn(idx, min_distance=8.0)
+
+    def place(self, scene: int, lanes, s, speeds, *, lengths=None, widths=None) -> torch.Tensor:
+        """Add vehicles to ``scene`` at arc length ``s`` of ``lanes`` (all ``(k,)``),
+        driving at ``speeds``, on the lane centre and heading. Returns their slots.
+        (Tests, and worlds that start from given agents.)"""
+        st, pool = self.state, self.pool
+        if st is None:
+            raise RuntimeError("call Traffic.reset() before place()")
+        if not (0 <= int(scene) < self.n):
+            raise ValueError(f"scene must lie in [0, {self.n}), got {scene}")
+        lanes = torch.as_tensor(lanes, dtype=torch.long, device=self.device).reshape(-1)
+        k = int(lanes.numel())
+        s = torch.as_tensor(s, dtype=self.dtype, device=self.device).reshape(-1)
+        v = torch.as_tensor(speeds, dtype=self.dtype, device=self.device).reshape(-1)
+        if s.numel() != k or v.numel() != k:
+            raise ValueError(
+                f"lanes, s and speeds must have the same length, got {k}, {s.numel()}, {v.numel()}"
+            )
+        net = self.net[scene].expand(k)
+        n_lanes = len(pool.roads[int(self.net[scene])].length)
+        if bool(((lanes < 0) | (lanes >= n_lanes)).any()):
+            raise ValueError(f"lanes must be ids in [0, {n_lanes}) of the scene's network")
+        if bool(((s < 0) | (s > pool.length[net, lanes])).any()) or bool((v < 0).any()):
+            raise ValueError("s must lie on the lanes (0 <= s <= length) and speeds be >= 0")
+        free = torch.nonzero(~st.valid[scene]).flatten()
+        if free.numel() < k:
+            raise ValueError(f"scene {scene} has {free.numel()} free slots, {k} vehicles asked")
+        slot = free[:k]
+        xy, tan = pool.point_at(net, lanes, s)
+        length = torch.full((k,), 4.7) if lengths is None else torch.as_tensor(lengths)
+        width = torch.full((k,), 1.9) if widths is None else torch.as_tensor(widths)
+        n1 = self._choose_next(net, lanes)
+        n2 = self._choose_next(net, n1)
+        for name, val in dict(
+            x=xy[:, 0], y=xy[:, 1], theta=torch.atan2(tan[:, 1], tan[:, 0]), v=v,
+            accel=torch.zeros_like(v), kappa=torch.zeros_like(v), length=length, width=width,
+            v_factor=torch.ones_like(v), s=s, offset=torch.zeros_like(v),
+        ).items():  # fmt: skip
+            getattr(st, name)[scene, slot] = val.to(self.device, self.dtype)
+        st.lane[scene, slot] = lanes
+        st.nxt[scene, slot] = torch.stack([n1, n2], -1)
+        st.from_lane[scene, slot] = -1
+        st.cooldown[scene, slot] = 0
+        st.valid[scene, slot] = True
+        st.uid[scene, slot] = self._next_uid + torch.arange(k, device=self.device)
+        self._next_uid += k
+        return slot
+
+    def _check_params_rows(self, params, k):
+        p = torch.as_tensor(params, dtype=torch.float64)
+        if p.dim() == 1:
+            p = p.expand(k, -1)
+        saved, self.n = self.n, k
+        try:
+            return self._check_params(p)
+        finally:
+            self.n = saved
+
+    def _place_ego(self, idx, start=None):
+        pool, st = self.pool, self.state
+        net = self.net[idx]
+        k = int(idx.numel())
+        if start is None:
+            start = torch.full((k,), 10.0, dtype=torch.float64)
+        start = torch.as_tensor(start, dtype=torch.float64).reshape(-1).to(self.device)
+        if start.numel() != k:
+            raise ValueError(f"start must hold one route position per reset scene ({k})")
+        room = pool.route_length[net].to(torch.float64) - 50.0
+        bad = torch.nonzero(~((start >= 0) & (start <= room))).flatten()
+        if bad.numel():
+            i = int(bad[0])
+            raise ValueError(
+                f"start {float(start[i]):.1f} m lies outside the route of scene {int(idx[i])} "
+                f"(length {float(room[i]) + 50:.1f} m; the ego needs 50 m ahead)"
+            )
+        cum = pool.route_cum[net].to(torch.float64)  # k, R+1
+        j = (torch.searchsorted(cum, start.unsqueeze(-1), right=True).squeeze(-1) - 1).clamp(min=0)
+        j = torch.minimum(j, pool.route_count[net] - 1)
+        lane = pool.route_lanes[net, j]
+        s = (start - torch.gather(cum, 1, j.unsqueeze(-1)).squeeze(-1)).to(self.dtype)
+        start = lane
+        xy, tan = pool.point_at(net, start, s)
+        st.valid[idx, 0] = True
+        st.x[idx, 0], st.y[idx, 0] = xy[:, 0], xy[:, 1]
+        st.theta[idx, 0] = torch.atan2(tan[:, 1], tan[:, 0])
+        limit = pool.speed_limit[net, start]
+        st.v[idx, 0] = 0.8 * limit
+        st.accel[idx, 0] = 0.0
+        st.kappa[idx, 0] = 0.0
+        st.length[idx, 0], st.width[idx, 0] = EGO_SIZE
+        st.v_factor[idx, 0] = 1.0
+        st.lane[idx, 0] = start
+        st.s[idx, 0] = s
+        n1 = pool.route_next[net, start]
+        n2 = pool.route_next[net, n1.clamp(min=0)]
+        st.nxt[idx, 0, 0] = n1
+        st.nxt[idx, 0, 1] = torch.where(n1 >= 0, n2, -1)
+        st.from_lane[idx, 0] = -1
+        st.cooldown[idx, 0] = 0
+        st.offset[idx, 0] = 0.0
+        st.uid[idx, 0] = 0
+
+    # ------------------------------------------------------------------ helpers
+    def _choose_next(self, net, lane):
+        """A random successor of each ``lane`` (-1 where it has none)."""
+        pool = self.pool
+        lane_c = lane.clamp(min=0)
+        count = pool.num_succ[net, lane_c]
+        u = torch.rand(lane.shape, generator=self.generator).to(self.device)
+        pick = (u * count.to(u.dtype)).floor().long().clamp(min=0)
+        pick = torch.minimum(pick, (count - 1).clamp(min=0))
+        nxt = torch.gather(pool.succ[net, lane_c], -1, pick.unsqueeze(-1)).squeeze(-1)
+        return torch.where((lane >= 0) & (count > 0), nxt, torch.full_like(nxt, -1))
+
+    def _path(self):
+        """Path lanes ``(B, V, 3)`` and the path offset of each ``(B, V, 3)`` (INF where
+        the path has no such lane)."""
+        st, pool = self.state, self.pool
+        lanes = torch.cat([st.lane.unsqueeze(-1), st.nxt], dim=-1)
+        net = self.net[:, None, None].expand_as(lanes)
+        ln = pool.length[net, lanes.clamp(min=0)]
+        ln = torch.where(lanes >= 0, ln, torch.full_like(ln, INF))
+        off = torch.zeros_like(ln)
+        off[..., 1] = ln[..., 0]
+        off[..., 2] = ln[..., 0] + ln[..., 1]
+        off = torch.where(lanes >= 0, off, torch.full_like(off, INF))
+        return lanes, off
+
+    def _occupancy(self):
+        """The lanes each vehicle occupies ``(B, V, 5)`` and its arc length on each: its
+        lane, the lane it is leaving during a lane change, and near the start of a lane
+        that forks from the same predecessor as others, those siblings while they are
+        still closer than ``ZONE_WIDTH`` (a car on one would touch a car on the other)."""
+        st, pool = self.state, self.pool
+        net = self.net[:, None].expand_as(st.lane)
+        lane_c = st.lane.clamp(min=0)
+        ratio = pool.length[net, st.from_lane.clamp(min=0)] / pool.length[net, lane_c]
+        sh = pool.shadow[net, lane_c]  # B,V,3
+        near = st.s.unsqueeze(-1) < pool.shadow_len[net, lane_c] + 0.5 * st.length.unsqueeze(-1)
+        sh = torch.where(near, sh, torch.full_like(sh, -1))
+        occ = torch.cat([torch.stack([st.lane, st.from_lane], dim=-1), sh], -1)
+        occ = torch.where(st.valid.unsqueeze(-1), occ, torch.full_like(occ, -1))
+        occ_s = torch.cat(
+            [torch.stack([st.s, st.s * ratio], dim=-1), st.s.unsqueeze(-1).expand_as(sh)], -1
+        )
+        return occ, occ_s
+
+    def _indices(self):
+        """Sorted lane indices of the current state: occupancy (where vehicles are, both
+        lanes during a lane change) and paths (every vehicle in the coordinates of each
+        lane of its path, for follower lookups)."""
+        st, pool = self.state, self.pool
+        lanes, off = self._path()
+        occ, occ_s = self._occupancy()
+        slots = torch.arange(self.V, device=self.device).expand(self.n, self.V)
+        occ_index = _LaneIndex(pool.L, occ, occ_s, slots.unsqueeze(-1).expand_as(occ))
+        # paths, and the lane a vehicle is leaving (its followers there must see it)
+        path_s = torch.cat([st.s.unsqueeze(-1) - off, occ_s[..., 1:2]], -1)
+        path_lanes = torch.cat([lanes, occ[..., 1:2]], -1)
+        path_lanes = torch.where(
+            st.valid.unsqueeze(-1), path_lanes, torch.full_like(path_lanes, -1)
+        )
+        path_index = _LaneIndex(
+            pool.L, path_lanes, path_s, slots.unsqueeze(-1).expand_as(path_lanes)
+        )
+        return lanes, off, occ_index, path_index
+
+    def _gaps(self, q_lanes, q_off, q_s, q_len, occ_index):
+        """Bumper gap from queries to the nearest vehicle ahead on their paths.
+
+        ``q_lanes``/``q_off``: ``(B, Q, 3)`` query paths; ``q_s``, ``q_len``: ``(B, Q)``.
+        Returns ``(gap (B, Q), leader index (B, Q))`` (gap INF and index -1 if none).
+        """
+        dist, who = occ_index.ahead(q_lanes, q_s.unsqueeze(-1) - q_off)  # B,Q,3
+        dist, p = dist.min(-1)
+        who = torch.gather(who, -1, p.unsqueeze(-1)).squeeze(-1)
+        len_j = torch.gather(self.state.length, 1, who.clamp(min=0))
+        gap = torch.where(who >= 0, dist - 0.5 * (q_len + len_j), torch.full_like(dist, INF))
+        return gap, who
+
+    def _followers(self, q_lane, q_s, q_len, path_index):
+        """Bumper gap from the nearest vehicle behind a query position ``(lane, s)``
+        ``(B, Q)`` whose path contains the query lane. Returns ``(gap, index)``."""
+        dist, who = path_index.behind(q_lane.unsqueeze(-1), q_s.unsqueeze(-1))
+        dist, who = dist.squeeze(-1), who.squeeze(-1)
+        len_j = torch.gather(self.state.length, 1, who.clamp(min=0))
+        gap = torch.where(who >= 0, dist - 0.5 * (q_len + len_j), torch.full_like(dist, INF))
+        return gap, who
+
+    def _idm(self, v, v0, gap, v_lead):
+        """IDM acceleration (``gap`` INF: free road), per scene parameters broadcast."""
+        T = self._param("time_headway")[:, None]
+        s0 = self._param("min_gap")[:, None]
+        a = self._param("max_accel")[:, None]
+        b = self._param("comfort_decel")[:, None]
+        free = 1.0 - (v / v0.clamp(min=0.1)).clamp(min=0).pow(4)
+        dv = v - v_lead
+        s_star = s0 + (v * T + v * dv / (2.0 * torch.sqrt(a * b))).clamp(min=0)
+        interaction = (s_star / gap.clamp(min=0.1)).pow(2)
+        interaction = torch.where(gap < INF / 2, interaction, torch.zeros_like(interaction))
+        return a * (free - interaction)
+
+    def _gather_v(self, who):
+        v = torch.gather(self.state.v, 1, who.clamp(min=0))
+        return torch.where(who >= 0, v, torch.zeros_like(v))
+
+    # ------------------------------------------------------------------ step
+    def step(self, ego_action: torch.Tensor | None = None) -> None:
+        """Advance every scene by ``DT``. ``ego_action``: ``(n, 2)`` [acceleration m/s^2,
+        steering angle rad] when the ego is external (ignored for autopilot)."""
+        if self.state is None:
+            raise RuntimeError("call Traffic.reset() before step()")
+        if self.ego_mode == "external" and ego_action is None:
+            raise ValueError("an external ego needs ego_action of shape (n, 2) at every step")
+        st, pool = self.state, self.pool
+        B, V = self.n, self.V
+        net2 = self.net[:, None].expand(B, V)
+        lanes, off, occ_index, path_index = self._indices()
+        # new vehicles first, at free spots of the current state
+        if self._spawn(None, min_distance=SPAWN_MIN_DISTANCE, indices=(occ_index, path_index)):
+            # the new vehicles must be seen by everyone (lane changes into their gaps...)
+            lanes, off, occ_index, path_index = self._indices()
+
+        # --- leaders and the desired speed
+        gap, who = self._gaps(lanes, off, st.s, st.length, occ_index)
+        # a vehicle changing lanes still keeps its distance in the lane it is leaving
+        occ, occ_s = self._occupancy()
+        d_from, who_from = occ_index.ahead(occ[..., 1], occ_s[..., 1])
+        len_from = torch.gather(st.length, 1, who_from.clamp(min=0))
+        gap_from = torch.where(who_from >= 0, d_from - 0.5 * (st.length + len_from), INF)
+        closer = gap_from < gap
+        gap = torch.where(closer, gap_from, gap)
+        who = torch.where(closer, who_from, who)
+        v_lead = self._gather_v(who)
+        limit = pool.speed_limit[net2, st.lane.clamp(min=0)]
+        v0 = limit * st.v_factor * self._param("speed_factor")[:, None]
+        b = self._param("comfort_decel")[:, None]
+        for p in (1, 2):  # slow down in time for a slower lane ahead
+            lim_p = pool.speed_limit[net2, lanes[..., p].clamp(min=0)]
+            dist = (off[..., p] - st.s).clamp(min=0)
+            cap = torch.sqrt(lim_p.pow(2) * st.v_factor.pow(2) + 2 * b * dist)
+            v0 = torch.where(lanes[..., p] >= 0, torch.minimum(v0, cap), v0)
+        # an ending lane at the end of the known path is a stopped obstacle
+        last_end = torch.full_like(st.s, INF)
+        for p in (0, 1, 2):
+            lp = lanes[..., p]
+            ends = (lp >= 0) & (pool.end[net2, lp.clamp(min=0)] == END_LANE_END)
+            d_end = off[..., p] + pool.length[net2, lp.clamp(min=0)] - st.s - 0.5 * st.length
+            last_end = torch.where(ends, torch.minimum(last_end, d_end), last_end)
+        stop_gap = last_end
+        # junction yielding: a stopped obstacle before the conflict point
+        stop_gap = torch.minimum(stop_gap, self._yield_gaps(lanes, off, net2))
+        use_stop = stop_gap < gap
+        gap_eff = torch.where(use_stop, stop_gap, gap)
+        v_lead_eff = torch.where(use_stop, torch.zeros_like(v_lead), v_lead)
+        acc = self._idm(st.v, v0, gap_eff, v_lead_eff).clamp(-MAX_BRAKE, MAX_ACCEL)
+
+        # --- lane changes
+        if self.steps % LANE_CHANGE_EVERY == 0:
+            direction = "left" if (self.steps // LANE_CHANGE_EVERY) % 2 == 0 else "right"
+            self._mobil(direction, acc, gap, who, v0, last_end, occ_index, path_index, net2)
+            lanes, off = self._path()
+
+        # --- steering: pure pursuit on the path
+        look = (0.8 * st.v + 4.0).clamp(6.0, 25.0)
+        s_t = st.s + look
+        tgt_lane = st.lane.clone()
+        s_on = s_t.clone()
+        for p in (1, 2):
+            beyond = (lanes[..., p] >= 0) & (s_t >= off[..., p])
+            tgt_lane = torch.where(beyond, lanes[..., p], tgt_lane)
+            s_on = torch.where(beyond, s_t - off[..., p], s_on)
+        target, _ = pool.point_at(net2, tgt_lane, s_on)
+        dx, dy = target[..., 0] - st.x, target[..., 1] - st.y
+        alpha = torch.atan2(dy, dx) - st.theta
+        alpha = torch.atan2(torch.sin(alpha), torch.cos(alpha))
+        dist = torch.sqrt(dx * dx + dy * dy).clamp(min=1.0)
+        kappa_cmd = 2.0 * torch.sin(alpha) / dist
+        dk = (kappa_cmd - st.kappa).clamp(-MAX_CURVATURE_RATE * DT, MAX_CURVATURE_RATE * DT)
+        kappa = (st.kappa + dk).clamp(-MAX_CURVATURE, MAX_CURVATURE)
+        wheelbase = 0.6 * st.length
+        delta = torch.atan(kappa * wheelbase)
+
+        if self.ego_mode == "external":
+            a_e = torch.as_tensor(ego_action, device=self.device, dtype=self.dtype)
+            acc = acc.clone()
+            delta = delta.clone()
+            acc[:, 0] = a_e[:, 0]
+            delta[:, 0] = a_e[:, 1]
+
+        # --- kinematic bicycle (centre of gravity midway between the axles)
+        v_new = (st.v + acc * DT).clamp(min=0.0)
+        acc = (v_new - st.v) / DT
+        lr = 0.5 * wheelbase
+        beta = torch.atan(0.5 * torch.tan(delta))
+        theta_new = st.theta + v_new / lr * torch.sin(beta) * DT
+        heading = theta_new + beta
+        x_new = st.x + v_new * torch.cos(heading) * DT
+        y_new = st.y + v_new * torch.sin(heading) * DT
+        kappa_real = torch.sin(beta) / lr
+        valid = st.valid
+        keep = lambda new, old: torch.where(valid, new, old)  # noqa: E731
+        st.x, st.y = keep(x_new, st.x), keep(y_new, st.y)
+        st.theta = keep(torch.atan2(torch.sin(theta_new), torch.cos(theta_new)), st.theta)
+        st.v, st.accel, st.kappa = (
+            keep(v_new, st.v),
+            keep(acc, st.accel),
+            keep(kappa_real, st.kappa),
+        )
+        st.cooldown = (st.cooldown - 1).clamp(min=0)
+
+        # --- arc length on the path, lane transitions, lane-change completion
+        self._project(net2)
+        if self.ego_mode == "external":
+            self._associate_ego()
+        self._despawn()
+        self.steps += 1
+        self._update_route_progress(None)
+
+    def _yield_gaps(self, lanes, off, net2):
+        """Gap to the stop position of each vehicle that must yield at a conflict near
+        the ego ``(B, V)`` (INF where none)."""
+        pool, st = self.pool, self.state
+        if pool.K == 0:
+            return torch.full_like(st.s, INF)
+        # the conflict points nearest the ego
+        cxy = pool.conflict_xy[self.net]  # B,K,2
+        d_ego = (cxy[..., 0] - st.x[:, :1]).pow(2) + (cxy[..., 1] - st.y[:, :1]).pow(2)
+        kk = min(LOCAL_CONFLICTS, pool.K)
+        _, near = d_ego.topk(kk, dim=1, largest=False)  # B,k
+        pick = near.unsqueeze(-1).expand(-1, -1, 2)
+        cl = torch.gather(pool.conflict_lanes[self.net], 1, pick)
+        z_in = torch.gather(pool.zone_in[self.net], 1, pick)
+        z_out = torch.gather(pool.zone_out[self.net], 1, pick)
+        # distance of each vehicle's centre to the start and end of each side's conflict
+        # zone along its path (negative: passed)
+        d_in_sides, d_out_sides = [], []
+        for side in (0, 1):
+            lane_k = cl[..., side]  # B,k
+            m = (lanes[:, :, None, :] == lane_k[:, None, :, None]) & (lane_k[:, None, :, None] >= 0)
+            base = off[:, :, None, :] - st.s[:, :, None, None]
+            d_in = torch.where(m, base + z_in[..., side][:, None, :, None], INF).amin(-1)  # B,V,k
+            d_out = torch.where(m, base + z_out[..., side][:, None, :, None], INF).amin(-1)
+            d_in = torch.where(st.valid[:, :, None], d_in, torch.full_like(d_in, INF))
+            d_in_sides.append(d_in)
+            d_out_sides.append(d_out)
+        half = 0.5 * st.length[:, :, None]
+        margin = 1.0
+        v = st.v[:, :, None].clamp(min=1.0)
+        gaps = torch.full_like(st.s, INF)
+        for side in (0, 1):
+            di, dj = d_in_sides[side], d_in_sides[1 - side]  # B,V,k
+            dj_out = d_out_sides[1 - side]
+            # j's body overlaps its zone (front past the start, rear not past the end)
+            inside_j = (dj < half + margin) & (dj_out > -(half + margin)) & (dj < INF / 2)
+            approach_i = di >= half + margin
+            stop_gap_i = di - half - margin  # front bumper to the stop position
+            eta_j = (dj - half).clamp(min=0) / v
+            committed_i = stop_gap_i < st.v[:, :, None].pow(2) / (2 * HARD_BRAKE)
+            committed_j = (dj - half - margin < st.v[:, :, None].pow(2) / (2 * HARD_BRAKE)) & (
+                dj >= half + margin
+            )
+            ahead_j = (dj >= half + margin) & (eta_j < YIELD_HORIZON)
+            # what the other side holds at each conflict (B, 1, k): someone inside, someone
+            # who cannot stop, anyone arriving soon
+            valid_j = st.valid[:, :, None]
+            inside_any = (inside_j & valid_j).any(1, keepdim=True)
+            committed_any = (ahead_j & committed_j).any(1, keepdim=True)
+            # the road orders each pair: side 0 has the right of way, so side 1 yields
+            # to anyone arriving on side 0 within the horizon (gap acceptance)
+            wins = ahead_j.any(1, keepdim=True) if side == 1 else torch.zeros_like(inside_any)
+            must = (inside_any | committed_any | wins) & approach_i & ~committed_i  # B,V,k
+            g = torch.where(must, stop_gap_i, torch.full_like(stop_gap_i, INF)).amin(-1)
+            gaps = torch.minimum(gaps, g)
+        return gaps
+
+    def _mobil(self, direction, acc, gap, who, v0, last_end, occ_index, path_index, net2):
+        st, pool = self.state, self.pool
+        table = pool.left if direction == "left" else pool.right
+        lane_c = st.lane.clamp(min=0)
+        target = table[net2, lane_c]
+        kind = pool.kind[net2, lane_c]
+        eligible = (
+            st.valid
+            & (target >= 0)
+            & (st.from_lane < 0)
+            & (st.cooldown == 0)
+            & ((kind == KIND_ROAD) | (kind == KIND_RAMP))
+        )
+        eligible[:, 0] = False  # the ego stays on its route (autopilot) or steers itself
+        if not bool(eligible.any()):
+            return
+        tgt = torch.where(eligible, target, torch.full_like(target, -1))
+        ratio = pool.length[net2, tgt.clamp(min=0)] / pool.length[net2, lane_c]
+        s_t = st.s * ratio
+        n1 = self._choose_next(net2, tgt)
+        n2 = self._choose_next(net2, n1)
+        t_lanes = torch.stack([tgt, n1, n2], dim=-1)
+        ln = pool.length[net2.unsqueeze(-1).expand_as(t_lanes), t_lanes.clamp(min=0)]
+        t_off = torch.zeros_like(ln)
+        t_off[..., 1] = ln[..., 0]
+        t_off[..., 2] = ln[..., 0] + ln[..., 1]
+        t_off = torch.where(t_lanes >= 0, t_off, torch.full_like(t_off, INF))
+        # the new leader and the new follower in the target lane
+        g_new, lead_new = self._gaps(t_lanes, t_off, s_t, st.length, occ_index)
+        g_f, fol_new = self._followers(tgt, s_t, st.length, path_index)
+        v = st.v
+        limit_t = pool.speed_limit[net2, tgt.clamp(min=0)]
+        v0_t = limit_t * st.v_factor * self._param("speed_factor")[:, None]
+        # an ending target lane is an obstacle there too
+        end_t = torch.full_like(st.s, INF)
+        for p in (0, 1, 2):
+            lp = t_lanes[..., p]
+            ends = (lp >= 0) & (pool.end[net2, lp.clamp(min=0)] == END_LANE_END)
+            d_end = t_off[..., p] + pool.length[net2, lp.clamp(min=0)] - s_t - 0.5 * st.length
+            end_t = torch.where(ends, torch.minimum(end_t, d_end), end_t)
+        use_end = end_t < g_new
+        a_i_new = self._idm(
+            v,
+            v0_t,
+            torch.where(use_end, end_t, g_new),
+            torch.where(use_end, torch.zeros_like(v), self._gather_v(lead_new)),
+        ).clamp(-MAX_BRAKE, MAX_ACCEL)
+        # the new follower: before (its current acceleration) and after (i ahead of it)
+        v_f = self._gather_v(fol_new)
+        a_f_old = torch.gather(acc, 1, fol_new.clamp(min=0))
+        v0_f = torch.gather(v0, 1, fol_new.clamp(min=0))
+        a_f_new = self._idm(v_f, v0_f, g_f, v)
+        has_f = fol_new >= 0
+        a_f_old = torch.where(has_f, a_f_old, torch.zeros_like(a_f_old))
+        a_f_new = torch.where(has_f, a_f_new, torch.zeros_like(a_f_new))
+        # the old follower: gains the gap of i
+        g_o, fol_old = self._followers(st.lane, st.s, st.length, path_index)
+        has_o = fol_old >= 0
+        v_o = self._gather_v(fol_old)
+        a_o_old = torch.gather(acc, 1, fol_old.clamp(min=0))
+        v0_o = torch.gather(v0, 1, fol_old.clamp(min=0))
+        g_o_new = g_o + st.length + gap
+        a_o_new = self._idm(v_o, v0_o, g_o_new, self._gather_v(who))
+        a_o_old = torch.where(has_o, a_o_old, torch.zeros_like(a_o_old))
+        a_o_new = torch.where(has_o, a_o_new, torch.zeros_like(a_o_new))
+        p = self._param("politeness")[:, None]
+        thr = self._param("change_threshold")[:, None]
+        b_safe = self._param("safe_decel")[:, None]
+        incentive = a_i_new - acc + p * (a_f_new - a_f_old + a_o_new - a_o_old)
+        bias = -A_BIAS if direction == "right" else A_BIAS
+        # leaving an ending lane is mandatory: the bias grows as its end nears
+        mandatory = (last_end < 250.0) & (end_t > last_end + 50.0)
+        incentive = incentive + torch.where(mandatory, torch.full_like(incentive, 3.0), 0.0)
+        s0 = self._param("min_gap")[:, None]
+        safe = (a_f_new > -b_safe) & (g_new > 0.5 * s0) & (g_f > 0.5 * s0)
+        # too close to the end of the lane to finish a change on it
+        room = pool.length[net2, lane_c] - st.s > 10.0
+        # pulling out needs room ahead: close behind a car the front would sweep into it
+        room &= gap > PULL_OUT_GAP
+        go = eligible & safe & room & (incentive > thr + bias)
+        if not bool(go.any()):
+            return
+        st.from_lane = torch.where(go, st.lane, st.from_lane)
+        st.lane = torch.where(go, tgt, st.lane)
+        st.s = torch.where(go, s_t, st.s)
+        st.nxt = torch.where(go.unsqueeze(-1), torch.stack([n1, n2], -1), st.nxt)
+        st.cooldown = torch.where(
+            go, torch.full_like(st.cooldown, LANE_CHANGE_COOLDOWN), st.cooldown
+        )
+
+    def _project(self, net2):
+        """New arc length of every vehicle on its path (projection onto the polyline
+        near the old position), lane transitions and lane-change completion."""
+        st, pool = self.state, self.pool
+        # two Newton steps of the projection: s <- s + (p - c(s)) . t(s); exact on
+        # straight lanes, and on curves (radius >= 5 m, offsets < 2 m) converged to
+        # well under a centimetre; each step starts from the last, so nothing drifts
+        pos = torch.stack([st.x, st.y], -1)
+        s_new = st.s
+        for _ in range(2):
+            c, t = pool.point_at(net2, st.lane, s_new)
+            s_new = s_new + ((pos - c) * t).sum(-1)
+        c, t = pool.point_at(net2, st.lane, s_new)
+        rel = pos - c
+        offset = t[..., 0] * rel[..., 1] - t[..., 1] * rel[..., 0]
+        st.s = torch.where(st.valid, s_new.clamp(min=0), st.s)
+        st.offset = torch.where(st.valid, offset, st.offset)
+        # lane transitions (at most two per step: lanes are >= 5 m, vehicles move < 4 m)
+        for _ in range(2):
+            ln = pool.length[net2, st.lane.clamp(min=0)]
+            over = st.valid & (st.s >= ln) & (st.nxt[..., 0] >= 0)
+            if not bool(over.any()):
+                break
+            nxt0 = st.nxt[..., 0]
+            n_new = self._choose_next(net2, st.nxt[..., 1])
+            # the ego follows its route (off the route: a random successor)
+            ego_next = pool.route_next[self.net, st.nxt[:, 0, 1].clamp(min=0)]
+            ego_next = torch.where(ego_next >= 0, ego_next, n_new[:, 0])
+            n_new[:, 0] = torch.where(st.nxt[:, 0, 1] >= 0, ego_next, -1)
+            # the lane being left moves on in parallel
+            from_next = pool.succ[net2, st.from_lane.clamp(min=0), 0]
+            st.from_lane = torch.where(
+                over, torch.where(st.from_lane >= 0, from_next, st.from_lane), st.from_lane
+            )
+            st.s = torch.where(over, st.s - ln, st.s)
+            st.lane = torch.where(over, nxt0, st.lane)
+            st.nxt = torch.where(
+                over.unsqueeze(-1), torch.stack([st.nxt[..., 1], n_new], -1), st.nxt
+            )
+        done = (st.from_lane >= 0) & (st.offset.abs() < 0.3)
+        st.from_lane = torch.where(done, torch.full_like(st.from_lane, -1), st.from_lane)
+
+    def _associate_ego(self):
+        """Put the external ego on the lane it drives on: of its lane, the neighbours and
+        the lanes that fork from the same predecessor, the one with the least lateral
+        offset. Straddling a lane line (> ``STRADDLE`` m off centre towards a neighbour)
+        it occupies the neighbour too, so that lane's traffic reacts."""
+        st, pool, net = self.state, self.pool, self.net
+        lane, s = st.lane[:, 0], st.s[:, 0]
+        pred0 = pool.pred[net, lane, 0]
+        siblings = pool.succ[net, pred0.clamp(min=0)]
+        siblings = torch.where((pred0 >= 0).unsqueeze(-1), siblings, torch.full_like(siblings, -1))
+        left, right = pool.left[net, lane], pool.right[net, lane]
+        cand = torch.cat([torch.stack([lane, left, right], -1), siblings], -1)  # B,7
+        netc = net.unsqueeze(-1).expand_as(cand)
+        ratio = pool.length[netc, cand.clamp(min=0)] / pool.length[net, lane].unsqueeze(-1)
+        s_c = torch.cat([s.unsqueeze(-1) * ratio[:, :3], s.unsqueeze(-1).expand(-1, 4)], -1)
+        pos = torch.stack([st.x[:, 0], st.y[:, 0]], -1).unsqueeze(1)
+        for _ in range(2):
+            c, t = pool.point_at(netc, cand, s_c)
+            s_c = s_c + ((pos - c) * t).sum(-1)
+        c, t = pool.point_at(netc, cand, s_c)
+        rel = pos - c
+        off = t[..., 0] * rel[..., 1] - t[..., 1] * rel[..., 0]
+        ln = pool.length[netc, cand.clamp(min=0)]
+        usable = (cand >= 0) & (s_c >= -1.0) & (s_c <= ln + 1.0)
+        score = torch.where(usable, off.abs(), torch.full_like(off, INF))
+        score[:, 0] = torch.where(usable[:, 0], score[:, 0] - 1e-3, score[:, 0])  # keep ties
+        best = score.argmin(-1, keepdim=True)
+        new_lane = torch.gather(cand, 1, best).squeeze(1)
+        changed = new_lane != lane
+        st.lane[:, 0] = new_lane
+        st.s[:, 0] = torch.gather(s_c, 1, best).squeeze(1).clamp(min=0)
+        st.offset[:, 0] = torch.gather(off, 1, best).squeeze(1)
+        if bool(changed.any()):
+            n1 = pool.route_next[net, new_lane]
+            n1 = torch.where(n1 >= 0, n1, self._choose_next(net, new_lane))
+            n2 = pool.route_next[net, n1.clamp(min=0)]
+            n2 = torch.where(n2 >= 0, n2, self._choose_next(net, n1))
+            n2 = torch.where(n1 >= 0, n2, torch.full_like(n2, -1))
+            st.nxt[:, 0] = torch.where(
+                changed.unsqueeze(-1), torch.stack([n1, n2], -1), st.nxt[:, 0]
+            )
+        # straddling: also occupy the neighbour on the side of the offset
+        o = st.offset[:, 0]
+        side = torch.where(o > 0, pool.left[net, new_lane], pool.right[net, new_lane])
+        st.from_lane[:, 0] = torch.where(o.abs() > STRADDLE, side, torch.full_like(side, -1))
+
+    def ego_offroad(self) -> torch.Tensor:
+        """``(n,)`` bool: the ego's centre is more than ``OFFROAD_MARGIN`` m beyond the
+        edge of the lane it is on (its carriageway; the oncoming lanes count as off)."""
+        st, pool = self.state, self.pool
+        half = 0.5 * pool.width[self.net, st.lane[:, 0].clamp(min=0)]
+        return st.offset[:, 0].abs() > half + OFFROAD_MARGIN
+
+    def _despawn(self):
+        st, pool = self.state, self.pool
+        net2 = self.net[:, None].expand_as(st.lane)
+        ln = pool.length[net2, st.lane.clamp(min=0)]
+        at_exit = (st.nxt[..., 0] < 0) & (st.s >= ln - 0.5 * st.length)
+        far = (st.x - st.x[:, :1]).pow(2) + (st.y - st.y[:, :1]).pow(2) > (self.window + 20) ** 2
+        lost = st.offset.abs() > 4.0
+        gone = st.valid & (at_exit | far | lost)
+        gone[:, 0] = False
+        st.valid = st.valid & ~gone
+
+    def _target_count(self, idx):
+        """Vehicles a scene should hold: density x lane length within the window."""
+        pool = self.pool
+        s_e = self.ego_route_s[idx].to(torch.float64)
+        base = self.net[idx].to(torch.float64) * 1e6
+        lo = torch.searchsorted(pool.spawn_key, base + s_e - self.window)
+        hi = torch.searchsorted(pool.spawn_key, base + s_e + self.window)
+        lane_km = (pool.spawn_cumlen[hi] - pool.spawn_cumlen[lo]) / 1000.0
+        dens = self._param("density")[idx].to(torch.float64)
+        return (dens * lane_km).round().long(), lo, hi
+
+    def _spawn(self, idx, *, min_distance: float, indices=None):
+        """One spawn attempt in each scene of ``idx`` (None: all) that lacks vehicles;
+        whether any vehicle was added."""
+        st, pool = self.state, self.pool
+        if idx is None:
+            idx = torch.arange(self.n, device=self.device)
+        target, lo, hi = self._target_count(idx)
+        count = st.valid[idx].sum(1)
+        free_slot = (~st.valid[idx]).float().argmax(1)
+        want = (count < torch.clamp(target + 1, max=self.V)) & (~st.valid[idx]).any(1) & (hi > lo)
+        if not bool(want.any()):
+            return False
+        idx, lo, hi, slot = idx[want], lo[want], hi[want], free_slot[want]
+        k = int(idx.numel())
+        u = torch.rand(k, generator=self.generator, dtype=torch.float64).to(self.device)
+        j = (lo + (u * (hi - lo).to(torch.float64)).long()).clamp(max=pool.spawn_lane.numel() - 1)
+        lane, s = pool.spawn_lane[j], pool.spawn_s[j]
+        net = self.net[idx]
+        xy, tan = pool.point_at(net, lane, s)
+        ex, ey = st.x[idx, 0], st.y[idx, 0]
+        d_ego = torch.sqrt((xy[:, 0] - ex) ** 2 + (xy[:, 1] - ey) ** 2)
+        ok = (d_ego >= min_distance) & (d_ego <= self.window)
+        # clear of everyone (also across lanes meeting at junctions)
+        dx = xy[:, 0:1] - st.x[idx]
+        dy = xy[:, 1:2] - st.y[idx]
+        near = (dx * dx + dy * dy < 7.0**2) & st.valid[idx]
+        ok &= ~near.any(1)
+        if not bool(ok.any()):
+            return False
+        idx, lane, s, xy, tan, slot, net = (t[ok] for t in (idx, lane, s, xy, tan, slot, net))
+        k = int(idx.numel())
+        g = self.generator
+        length = CAR_LENGTH[0] + (CAR_LENGTH[1] - CAR_LENGTH[0]) * torch.rand(k, generator=g)
+        width = CAR_WIDTH[0] + (CAR_WIDTH[1] - CAR_WIDTH[0]) * torch.rand(k, generator=g)
+        factor = (1.0 + 0.1 * torch.randn(k, generator=g)).clamp(0.8, 1.2)
+        length, width, factor = (t.to(self.device, self.dtype) for t in (length, width, factor))
+        n1 = self._choose_next(net, lane)
+        n2 = self._choose_next(net, n1)
+        # gaps to the leader and from the follower at the spot (full-batch helpers)
+        q_lanes = torch.full((self.n, 1, 3), -1, dtype=torch.long, device=self.device)
+        q_lanes[idx, 0] = torch.stack([lane, n1, n2], -1)
+        q_s = torch.zeros(self.n, 1, dtype=self.dtype, device=self.device)
+        q_s[idx, 0] = s
+        q_len = torch.zeros_like(q_s)
+        q_len[idx, 0] = length
+        net_q = self.net[:, None, None].expand(-1, 1, 3)
+        ln = pool.length[net_q, q_lanes.clamp(min=0)]
+        q_off = torch.zeros_like(ln)
+        q_off[..., 1] = ln[..., 0]
+        q_off[..., 2] = ln[..., 0] + ln[..., 1]
+        q_off = torch.where(q_lanes >= 0, q_off, torch.full_like(q_off, INF))
+        occ_index, path_index = indices if indices is not None else self._indices()[2:]
+        g_lead, who = self._gaps(q_lanes, q_off, q_s, q_len, occ_index)
+        g_fol, fol = self._followers(q_lanes[..., 0], q_s, q_len, path_index)
+        g_lead, who, g_fol, fol = g_lead[idx, 0], who[idx, 0], g_fol[idx, 0], fol[idx, 0]
+        limit = pool.speed_limit[net, lane]
+        v_des = limit * factor * self._param("speed_factor")[idx]
+        v_lead = torch.where(who >= 0, st.v[idx, who.clamp(min=0)], v_des)
+        T = self._param("time_headway")[idx]
+        s0 = self._param("min_gap")[idx]
+        # the speed whose IDM equilibrium gap fits the gap ahead
+        v = torch.minimum(v_des, torch.where(who >= 0, v_lead, v_des))
+        v = torch.minimum(v, ((g_lead - s0) / T).clamp(min=0))
+        v_fol = torch.where(fol >= 0, st.v[idx, fol.clamp(min=0)], torch.zeros_like(v))
+        a_max = self._param("max_accel")[idx]
+        b_cmf = self._param("comfort_decel")[idx]
+        # the follower must not need to brake harder than comfortable (IDM's desired gap)
+        need = s0 + v_fol * T + v_fol * (v_fol - v) / (2 * torch.sqrt(a_max * b_cmf))
+        need = torch.maximum(need, s0 + (v_fol.pow(2) - v.pow(2)).clamp(min=0) / (2 * b_cmf))
+        fits = (g_lead > s0 + 1.0) & ((fol < 0) | (g_fol > need + 1.0))
+        if not bool(fits.any()):
+            return False
+        sel = fits
+        idx, slot = idx[sel], slot[sel]
+        vals = dict(
+            x=xy[sel, 0], y=xy[sel, 1], theta=torch.atan2(tan[sel, 1], tan[sel, 0]), v=v[sel],
+            accel=torch.zeros_like(v[sel]), kappa=torch.zeros_like(v[sel]),
+            length=length[sel], width=width[sel], v_factor=factor[sel], s=s[sel],
+            offset=torch.zeros_like(v[sel]),
+        )  # fmt: skip
+        for name, val in vals.items():
+            getattr(st, name)[idx, slot] = val.to(self.dtype)
+        st.lane[idx, slot] = lane[sel]
+        st.nxt[idx, slot] = torch.stack([n1[sel], n2[sel]], -1)
+        st.from_lane[idx, slot] = -1
+        st.cooldown[idx, slot] = LANE_CHANGE_COOLDOWN
+        st.valid[idx, slot] = True
+        st.uid[idx, slot] = self._next_uid + torch.arange(idx.numel(), device=self.device)
+        self._next_uid += int(idx.numel())
+        return True
+
+    def _update_route_progress(self, idx, *, search: bool = False):
+        """The ego's arc length along the route polyline (windowed projection)."""
+        pool, st = self.pool, self.state
+        if idx is None:
+            idx = torch.arange(self.n, device=self.device)
+        net = self.net[idx]
+        M = pool.route_points.shape[1]
+        first = self._route_idx[idx]
+        if search:
+            # from scratch: the nearest route point overall (reset)
+            rp = pool.route_points[net]
+            d = (rp[..., 0] - st.x[idx, :1]) ** 2 + (rp[..., 1] - st.y[idx, :1]) ** 2
+            j = d.argmin(1)
+        else:
+            k = torch.arange(-3, 30, device=self.device)
+            cand = (first[:, None] + k).clamp(0, M - 1)
+            rp = pool.route_points[net[:, None], cand]
+            d = (rp[..., 0] - st.x[idx, :1]) ** 2 + (rp[..., 1] - st.y[idx, :1]) ** 2
+            j = torch.gather(cand, 1, d.argmin(1, keepdim=True)).squeeze(1)
+        self._route_idx[idx] = j
+        # refine on the segment after/before the nearest point
+        j0 = j.clamp(max=M - 2)
+        p0 = pool.route_points[net, j0]
+        p1 = pool.route_points[net, j0 + 1]
+        seg = p1 - p0
+        rel = torch.stack([st.x[idx, 0], st.y[idx, 0]], -1) - p0
+        u = ((rel * seg).sum(-1) / (seg * seg).sum(-1).clamp(min=1e-9)).clamp(-1.0, 1.0)
+        s0 = pool.route_s[net, j0]
+        s1 = pool.route_s[net, j0 + 1]
+        self.ego_route_s[idx] = (s0 + u * (s1 - s0)).to(self.dtype)
+
+    # ------------------------------------------------------------------ outputs
+    def agents(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(agents (n, V, 7) [x, y, speed, cos, sin, length, width], valid (n, V))``."""
+        st = self.state
+        feats = torch.stack(
+            [st.x, st.y, st.v, torch.cos(st.theta), torch.sin(st.theta), st.length, st.width], -1
+        )
+        return feats, st.valid.clone()
+
+    @property
+    def route_length(self) -> torch.Tensor:
+        """The route length of each scene's network ``(n,)`` [m]."""
+        return self.pool.route_length[self.net]
+
+    def __repr__(self) -> str:
+        return (
+            f"Traffic(n={self.n}, max_vehicles={self.V}, networks={self.pool.N}, "
+            f"ego={self.ego_mode!r}, device={self.device})"
+        )
+
+
+class _LaneIndex:
+    """Entries ``(scene, lane, s, owner)`` sorted by one float64 key, for the nearest entry
+    ahead of or behind a query on the same lane of the same scene, in ``O(log E)``
+    (``searchsorted``) instead of comparing all pairs of vehicles."""
+
+    SPAN = 2048.0  # key = (scene * L + lane) * SPAN + s + OFFSET: s in (-OFFSET, SPAN - OFFSET)
+    OFFSET = 1024.0
+
+    def __init__(self, num_lanes: int, lanes, s, owner):
+        B = lanes.shape[0]
+        self.L = num_lanes
+        self.scene = torch.arange(B, device=lanes.device).reshape((B,) + (1,) * (lanes.dim() - 1))
+        code = self.scene * num_lanes + lanes
+        key = code.to(torch.float64) * self.SPAN + (s.to(torch.float64) + self.OFFSET)
+        key = torch.where(lanes >= 0, key, torch.full_like(key, math.inf))
+        self.keys, order = key.flatten().sort()
+        self.codes = torch.where(lanes >= 0, code, torch.full_like(code, -1)).flatten()[order]
+        self.s = s.flatten()[order]
+        self.owner = owner.flatten()[order]
+        self.size = int(self.keys.numel())
+
+    def _query(self, lanes, s, ahead: bool):
+        scene = self.scene.reshape((-1,) + (1,) * (lanes.dim() - 1))
+        code = scene * self.L + lanes
+        key = code.to(torch.float64) * self.SPAN + (s.to(torch.float64) + self.OFFSET)
+        pos = torch.searchsorted(self.keys, key.flatten(), right=ahead).reshape(key.shape)
+        if not ahead:
+            pos = pos - 1
+        ok = (pos >= 0) & (pos < self.size)
+        pos = pos.clamp(0, max(self.size - 1, 0))
+        ok &= (self.codes[pos] == code) & (lanes >= 0)
+        dist = self.s[pos] - s if ahead else s - self.s[pos]
+        dist = torch.where(ok, dist, torch.full_like(dist, INF))
+        who = torch.where(ok, self.owner[pos], torch.full_like(pos, -1))
+        return dist, who
+
+    def ahead(self, lanes, s):
+        """Distance to and owner of the nearest entry with a larger ``s`` on each query's lane."""
+        return self._query(lanes, s, True)
+
+    def behind(self, lanes, s):
+        """Distance to and owner of the nearest entry with a smaller ``s`` on the lane."""
+        return self._query(lanes, s, False)
+
+
+def _polyline_distance(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Distance from each point of ``p`` (n, 2) to the polyline ``q`` (m, 2)."""
+    a, b = q[:-1], q[1:]
+    ab = b - a
+    t = ((p[:, None] - a[None]) * ab[None]).sum(-1) / np.maximum((ab * ab).sum(-1), 1e-12)
+    foot = a[None] + np.clip(t, 0.0, 1.0)[..., None] * ab[None]
+    return np.linalg.norm(p[:, None] - foot, axis=-1).min(1)
+
+
+def _zone_around(dist: np.ndarray, s: np.ndarray, s_point: float) -> tuple[float, float]:
+    """The arc-length interval around ``s_point`` where ``dist < ZONE_WIDTH``."""
+    i = int(np.clip(np.searchsorted(s, s_point), 0, len(s) - 1))
+    close = dist < ZONE_WIDTH
+    if not close[i]:
+        return max(s_point - 1.0, 0.0), min(s_point + 1.0, s[-1])
+    lo = i
+    while lo > 0 and close[lo - 1]:
+        lo -= 1
+    hi = i
+    while hi < len(s) - 1 and close[hi + 1]:
+        hi += 1
+    return float(s[lo]), float(s[hi])
+
+
+def _conflict_zones(road) -> tuple[np.ndarray, np.ndarray]:
+    """``(zone_in, zone_out)`` (K, 2): where each conflict's lanes are closer than
+    ``ZONE_WIDTH`` around the conflict point, on each lane (a crossing: a few metres; a
+    merge: from where the lanes converge to their end)."""
+    K = len(road.conflict_lanes)
+    zin, zout = np.zeros((K, 2)), np.zeros((K, 2))
+    for k, (la, lb) in enumerate(road.conflict_lanes):
+        for side, (x, y) in enumerate(((la, lb), (lb, la))):
+            p = road.points[x, : road.num_points[x]]
+            q = road.points[y, : road.num_points[y]]
+            s = np.linspace(0.0, road.length[x], len(p))
+            zin[k, side], zout[k, side] = _zone_around(
+                _polyline_distance(p, q), s, road.conflict_s[k, side]
+            )
+    return zin, zout
+
+
+def _shadows(road) -> tuple[np.ndarray, np.ndarray]:
+    """For every lane, up to 3 siblings (lanes forking from the same predecessor) and
+    the arc length over which each stays closer than ``ZONE_WIDTH`` to it."""
+    L = len(road.length)
+    shadow = np.full((L, 3), -1, dtype=np.int64)
+    length = np.zeros((L, 3))
+    for lane in range(L):
+        preds = road.pred[lane][road.pred[lane] >= 0]
+        sibs = sorted({int(x) for p in preds for x in road.succ[p] if x >= 0 and x != lane})[:3]
+        p = road.points[lane, : road.num_points[lane]]
+        s = np.linspace(0.0, road.length[lane], len(p))
+        for j, sib in enumerate(sibs):
+            q = road.points[sib, : road.num_points[sib]]
+            far = np.flatnonzero(_polyline_distance(p, q) >= ZONE_WIDTH)
+            shadow[lane, j] = sib
+            length[lane, j] = s[far[0]] if far.size else road.length[lane]
+    return shadow, length
