@@ -27,7 +27,18 @@ system="driving"); this module cuts a simulated drive into it, writes it through
   run, the run's arc-length range [s0, s1] is resampled at 20 evenly spaced arc
   lengths, and an end cut by the boundary is snapped onto it (the coordinate nearest
   to +-32 m set exactly). Runs shorter than 0.5 m are dropped. Arc length is the
-  cumulative length of the lane's own polyline.
+  cumulative length of the lane's own polyline. Seams are exact (gap ~1e-13 m in
+  float64) and stay exact in the file's float32 points, since neighbouring tiles share
+  one orientation (the coordinate along the seam is the same number in both frames).
+- **Tiles the ego only grazes** (:func:`scene_episode`). Every tile must hold a lane. A
+  tile whose lanes are all shorter than 0.5 m keeps those slivers (a centreline clipping
+  a corner). A cell with no centreline at all that the ego reaches at most one lane
+  width (the road's widest) inside -- the ego's body clipping a corner or an edge while
+  changing lanes -- is dropped; when that breaks 4-connectivity, the other cell at that
+  corner (4-adjacent to an earlier tile and to the next one, holding a lane) takes its
+  place and time (the ego is agent 0 there though just outside the square). A lane-less
+  cell the ego enters deeper means an ego off the road network: a ValueError naming the
+  step.
 - **Lane graph** (:func:`lane_graph`), one per episode over the pieces of all its
   tiles, node ids in tile order. ``succ`` src -> dst when dst continues src: two pieces
   of the same segment that follow each other in arc length with a gap of at most 0.5 m
@@ -69,6 +80,7 @@ import numpy as np
 
 from simsci.data._schema import problem, to_numpy
 from simsci.data._writer import TrajectoryWriter
+from simsci.systems.driving._roads import LANE_KINDS
 
 TILE_SIZE = 64.0
 LANE_POINTS = 20
@@ -81,6 +93,7 @@ MIN_PIECE = 0.5
 _HALF = TILE_SIZE / 2.0
 _F = len(AGENT_FEATURES)
 _GAP = MIN_PIECE + 1e-6
+_SLIVER = 1e-6
 _STEP_FIELDS = (
     "t",
     "tile_pose",
@@ -89,14 +102,6 @@ _STEP_FIELDS = (
     "agents_valid",
     "agents_history_valid",
 )
-
-
-def _lane_kinds() -> tuple[str, ...]:
-    try:
-        from simsci.systems.driving._roads import LANE_KINDS
-    except ImportError:  # TEMPORARY until _roads lands
-        LANE_KINDS = ("road", "junction", "roundabout", "ramp")
-    return tuple(LANE_KINDS)
 
 
 def layout() -> dict:
@@ -108,7 +113,7 @@ def layout() -> dict:
         "min_piece": MIN_PIECE,
         "edge_types": list(EDGE_TYPES),
         "agent_features": list(AGENT_FEATURES),
-        "lane_kinds": list(_lane_kinds()),
+        "lane_kinds": list(LANE_KINDS),
     }
 
 
@@ -320,7 +325,7 @@ def _empty_pieces() -> dict:
     }
 
 
-def _cut(index: _LaneIndex, pose: np.ndarray) -> dict:
+def _cut(index: _LaneIndex, pose: np.ndarray, min_piece: float = MIN_PIECE) -> dict:
     h = _HALF
     c, s = math.cos(pose[2]), math.sin(pose[2])
     reach = h * (abs(c) + abs(s))  # half-extent of the rotated square's bounding box
@@ -375,7 +380,7 @@ def _cut(index: _LaneIndex, pose: np.ndarray) -> dict:
     run_lane = seg_lane[starts]
     cut0 = t0[starts] > 0.0
     cut1 = t1[ends] < 1.0
-    long = (s1 - s0) >= MIN_PIECE
+    long = (s1 - s0) >= min_piece
     s0, s1, run_lane, cut0, cut1 = s0[long], s1[long], run_lane[long], cut0[long], cut1[long]
     if not len(s0):
         return _empty_pieces()
@@ -526,6 +531,94 @@ def _rotate_heading(cos, sin, theta0):
     return cos * c0 + sin * s0, sin * c0 - cos * s0
 
 
+def _tile_pieces(index: _LaneIndex, pose: np.ndarray) -> dict:
+    pc = _cut(index, pose)
+    if not len(pc["lane"]):  # the centrelines only clip a corner: keep their slivers
+        pc = _cut(index, pose, min_piece=_SLIVER)
+    return pc
+
+
+def _adjacent(cell: np.ndarray, cells: list) -> bool:
+    return any(abs(int(cell[0] - c[0])) + abs(int(cell[1] - c[1])) == 1 for c in cells)
+
+
+def _episode_tiles(index: _LaneIndex, ego_xy, times, origin, theta0):
+    """Cells of the ego path with their lane pieces; a cell the ego only grazes
+    (reaching at most one lane width inside) where no centreline lies is dropped, and
+    bridged by the other corner cell when the sequence would lose 4-connectivity."""
+    where = "scene_episode"
+    cells, first = tile_cells(ego_xy, origin, theta0)
+    poses = _cell_poses(cells, origin, theta0)
+    g = world_to_tile(ego_xy, [origin[0], origin[1], theta0]) / TILE_SIZE + 0.5
+    sample_cell = np.floor(g).astype(np.int64)
+    depth = TILE_SIZE * (0.5 - np.abs(g - sample_cell - 0.5).max(axis=1))
+    order = {(int(c[0]), int(c[1])): k for k, c in enumerate(cells)}
+    cell_depth = np.zeros(len(cells))
+    np.maximum.at(cell_depth, [order[(int(a), int(b))] for a, b in sample_cell], depth)
+    graze = float(index.width.max()) if len(index.width) else 0.0
+    kept_cells, kept_first, kept_poses, kept_pieces = [], [], [], []
+    dropped = None  # (cell, first index) of the last grazed cell dropped
+    seen = set()
+    for k in range(len(cells)):
+        key = (int(cells[k, 0]), int(cells[k, 1]))
+        if key in seen:  # already used as a bridge
+            continue
+        pc = _tile_pieces(index, poses[k])
+        if not len(pc["lane"]):
+            if cell_depth[k] > graze:
+                m = int(np.floor(first[k]))
+                e = ego_xy[m]
+                raise ValueError(
+                    f"{where}: tile {len(kept_cells)} (cell {key}, t = "
+                    f"{times[m] - times[0]:.2f} s, centre {np.round(poses[k, :2], 2).tolist()}) "
+                    f"holds no lane piece: the ego at ({e[0]:.1f}, {e[1]:.1f}) is off the road "
+                    "network; every tile needs at least one lane (check the ego trajectory "
+                    "against the road)"
+                )
+            dropped = (cells[k], first[k])
+            continue
+        if kept_cells and not _adjacent(cells[k], kept_cells):
+            bridge = None
+            if dropped is not None:
+                c = cells[k]
+                for d in ((1, 0), (-1, 0), (0, 1), (0, -1)):
+                    b = c + np.array(d)
+                    if (int(b[0]), int(b[1])) in seen or not _adjacent(b, kept_cells):
+                        continue
+                    bpose = _cell_poses(b[None], origin, theta0)[0]
+                    bpc = _tile_pieces(index, bpose)
+                    if len(bpc["lane"]):
+                        bridge = (b, bpose, bpc)
+                        break
+            if bridge is None:
+                raise ValueError(
+                    f"{where}: the ego passes from cell {tuple(kept_cells[-1].tolist())} to "
+                    f"{key} through cells with no lane (it grazes "
+                    f"{None if dropped is None else tuple(dropped[0].tolist())}) and no "
+                    "neighbouring cell with lanes connects them; the ego is off the road network"
+                )
+            b, bpose, bpc = bridge
+            kept_cells.append(b)
+            kept_first.append(dropped[1])
+            kept_poses.append(bpose)
+            kept_pieces.append(bpc)
+            seen.add((int(b[0]), int(b[1])))
+        dropped = None
+        kept_cells.append(cells[k])
+        kept_first.append(first[k])
+        kept_poses.append(poses[k])
+        kept_pieces.append(pc)
+        seen.add(key)
+    if not kept_cells:
+        raise ValueError(f"{where}: no tile of the ego path holds a lane; the ego is off the road")
+    return (
+        np.array(kept_cells, np.int64).reshape(-1, 2),
+        np.array(kept_first, np.float64),
+        np.array(kept_poses, np.float64).reshape(-1, 3),
+        kept_pieces,
+    )
+
+
 def scene_episode(
     road,
     times,
@@ -601,26 +694,13 @@ def scene_episode(
         if not np.isfinite(op).all():
             raise ValueError(f"{where}: origin_pose must be finite, got {op.tolist()}")
         origin, theta0 = op[:2].copy(), float(op[2])
-    cells, first = tile_cells(ag[:, ego_index, :2], origin, theta0)
-    poses = _cell_poses(cells, origin, theta0)
+    cells, first, poses, pieces = _episode_tiles(
+        _LaneIndex(road), ag[:, ego_index, :2], times, origin, theta0
+    )
     lo = np.floor(first).astype(np.int64)
     w = first - lo
     hi = np.minimum(lo + 1, n_t - 1)
     t_tile = times[lo] + w * (times[hi] - times[lo]) - times[0]
-
-    index = _LaneIndex(road)
-    pieces = []
-    for k, pose in enumerate(poses):
-        pc = _cut(index, pose)
-        if not len(pc["lane"]):
-            e = ag[lo[k], ego_index, :2]
-            raise ValueError(
-                f"{where}: tile {k} (cell {tuple(cells[k].tolist())}, t = {t_tile[k]:.2f} s, "
-                f"centre {np.round(pose[:2], 2).tolist()}) holds no lane piece: the ego at "
-                f"({e[0]:.1f}, {e[1]:.1f}) is off the road network; every tile needs at least "
-                "one lane (check the ego trajectory against the road)"
-            )
-        pieces.append(pc)
     graph = lane_graph(pieces, road)
 
     # history frames (T, H): fractional sample indices ending at first_index
@@ -888,7 +968,8 @@ def read_scene(dataset_or_path, i: int) -> dict:
     ``node`` (ids in ``graph``), ``points`` (n_k, 20, 2), ``width``, ``speed_limit``,
     ``kind``, and the edges with both ends in tile k as ``edge_index`` (local ids) and
     ``edge_type``. A broken rule raises a FormatError (a ValueError) naming file,
-    episode and rule."""
+    episode and rule. A path is opened (and fully checked by ``simsci.data.open``) on
+    every call: to read many episodes, pass ``simsci.data.open(path)`` once."""
     from simsci import data as sdata
 
     own = isinstance(dataset_or_path, (str, os.PathLike))
