@@ -7,7 +7,9 @@
 - ``simsci/PDEControl-v0``: Burgers, heat or Kuramoto-Sivashinsky with distributed
   actuators (:class:`PDEControlEnv`);
 - ``simsci/Surrogate-v0``: a trained simsci model standing in for the dynamics of the
-  environment it learned (:class:`SurrogateEnv`).
+  environment it learned (:class:`SurrogateEnv`);
+- ``simsci/Driving-v0``: an ego car on a procedural route through batched IDM/MOBIL
+  traffic (:class:`DrivingEnv`, Dict observations of padded lanes and agents).
 
 Each has a native batched vector environment (``gymnasium.make_vec(id, num_envs=N,
 vectorization_mode="vector_entry_point")``): all sub-environments advance as one tensor
@@ -26,6 +28,7 @@ from __future__ import annotations
 import gymnasium
 
 from simsci.envs._core import Dynamics, SimsciEnv, SimsciVectorEnv
+from simsci.envs._driving import DrivingEnv, DrivingVectorEnv
 from simsci.envs._minari import from_minari, to_minari
 from simsci.envs._ode import TASKS, ODEControlEnv, ODEControlVectorEnv, Task
 from simsci.envs._pde import PDE_TASKS, PDEControlEnv, PDEControlVectorEnv, PDETask
@@ -48,6 +51,8 @@ __all__ = [
     "SurrogateEnv",
     "SurrogateVectorEnv",
     "load_surrogate",
+    "DrivingEnv",
+    "DrivingVectorEnv",
     "to_sb3",
     "RecordEpisodes",
     "RecordVectorEpisodes",
@@ -69,6 +74,10 @@ ENV_IDS = {
     "simsci/Surrogate-v0": (
         "simsci.envs._surrogate:SurrogateEnv",
         "simsci.envs._surrogate:SurrogateVectorEnv",
+    ),
+    "simsci/Driving-v0": (
+        "simsci.envs._driving:DrivingEnv",
+        "simsci.envs._driving:DrivingVectorEnv",
     ),
 }
 

@@ -29,7 +29,7 @@ Model, per vehicle (the literature's models, composed the usual way):
   zone: where the two centrelines are closer than ``ZONE_WIDTH`` (a few metres around a
   crossing; from where merging lanes converge to their end). The road orders each pair
   by right of way (main road over side road, ring over entry, straight over turning).
-  At the ``LOCAL_CONFLICTS`` conflicts nearest the ego, a vehicle stops before a zone
+  A vehicle stops before a zone on its path
   (a stopped obstacle 1 m before it) while a vehicle on the other lane is inside the
   zone, or can no longer stop before it, or -- when the other lane has the right of way
   -- arrives within ``YIELD_HORIZON`` s (gap acceptance). A vehicle that can no longer
@@ -117,7 +117,6 @@ LANE_CHANGE_COOLDOWN = 30  # steps
 A_BIAS = 0.2  # keep-right bias of MOBIL [m/s^2]
 YIELD_HORIZON = 4.5  # s
 HARD_BRAKE = 6.0  # beyond this a vehicle cannot stop for a conflict: it is committed
-LOCAL_CONFLICTS = 48
 PULL_OUT_GAP = 6.0  # m to the leader needed to start a lane change
 ZONE_WIDTH = 3.0  # m: centrelines closer than this are one conflict zone
 SPAWN_MIN_DISTANCE = 90.0
@@ -293,6 +292,21 @@ class RoadPool:
         self.conflict_lanes, self.conflict_s = t(cl, i64), t(cs)
         self.conflict_xy = t(cxy)
         self.zone_in, self.zone_out = t(zin), t(zout)
+        # every lane's conflicts and which side of each it is on (C per lane at most)
+        per_lane = [[[] for _ in range(L)] for _ in range(N)]
+        for n, r in enumerate(roads):
+            for k, pair in enumerate(r.conflict_lanes):
+                for side, lane in enumerate(pair):
+                    per_lane[n][int(lane)].append((k, side))
+        C = max((len(x) for net in per_lane for x in net), default=0)
+        lc = np.full((N, L, max(C, 1)), -1, dtype=np.int64)
+        ls = np.zeros((N, L, max(C, 1)), dtype=np.int64)
+        for n in range(N):
+            for lane, items in enumerate(per_lane[n]):
+                for j, (k, side) in enumerate(items):
+                    lc[n, lane, j], ls[n, lane, j] = k, side
+        self.C = C
+        self.lane_conflicts, self.lane_conflict_side = t(lc, i64), t(ls, i64)
         self.shadow, self.shadow_len = t(shadow, i64), t(shadow_len)
         self.route_points, self.route_s, self.route_length = t(rpts), t(rs), t(rlen)
         self.lane_key_lo, self.lane_key_hi = t(key_lo), t(key_hi)
@@ -794,61 +808,53 @@ class Traffic:
         self._update_route_progress(None)
 
     def _yield_gaps(self, lanes, off, net2):
-        """Gap to the stop position of each vehicle that must yield at a conflict near
-        the ego ``(B, V)`` (INF where none)."""
+        """Gap to the stop position of each vehicle that must yield at a conflict on its
+        path ``(B, V)`` (INF where none).
+
+        Sparse: one entry per (vehicle, path lane, conflict of that lane), only where a
+        path lane has conflicts; what each side of a conflict holds (someone inside,
+        arriving, committed) is reduced per (scene, conflict, side) with scatter.
+        """
         pool, st = self.pool, self.state
-        if pool.K == 0:
+        B, V = self.n, self.V
+        if pool.C == 0:
             return torch.full_like(st.s, INF)
-        # the conflict points nearest the ego
-        cxy = pool.conflict_xy[self.net]  # B,K,2
-        d_ego = (cxy[..., 0] - st.x[:, :1]).pow(2) + (cxy[..., 1] - st.y[:, :1]).pow(2)
-        kk = min(LOCAL_CONFLICTS, pool.K)
-        _, near = d_ego.topk(kk, dim=1, largest=False)  # B,k
-        pick = near.unsqueeze(-1).expand(-1, -1, 2)
-        cl = torch.gather(pool.conflict_lanes[self.net], 1, pick)
-        z_in = torch.gather(pool.zone_in[self.net], 1, pick)
-        z_out = torch.gather(pool.zone_out[self.net], 1, pick)
-        # distance of each vehicle's centre to the start and end of each side's conflict
-        # zone along its path (negative: passed)
-        d_in_sides, d_out_sides = [], []
-        for side in (0, 1):
-            lane_k = cl[..., side]  # B,k
-            m = (lanes[:, :, None, :] == lane_k[:, None, :, None]) & (lane_k[:, None, :, None] >= 0)
-            base = off[:, :, None, :] - st.s[:, :, None, None]
-            d_in = torch.where(m, base + z_in[..., side][:, None, :, None], INF).amin(-1)  # B,V,k
-            d_out = torch.where(m, base + z_out[..., side][:, None, :, None], INF).amin(-1)
-            d_in = torch.where(st.valid[:, :, None], d_in, torch.full_like(d_in, INF))
-            d_in_sides.append(d_in)
-            d_out_sides.append(d_out)
-        half = 0.5 * st.length[:, :, None]
+        net3 = self.net[:, None, None].expand_as(lanes)
+        conf = pool.lane_conflicts[net3, lanes.clamp(min=0)]  # B,V,3,C
+        ok = (lanes >= 0) & st.valid.unsqueeze(-1)
+        conf = torch.where(ok.unsqueeze(-1), conf, torch.full_like(conf, -1))
+        b, i, p, c = torch.nonzero(conf >= 0, as_tuple=True)
+        if b.numel() == 0:
+            return torch.full_like(st.s, INF)
+        net = self.net[b]
+        k = conf[b, i, p, c]
+        side = pool.lane_conflict_side[net, lanes[b, i, p], c]
+        base = off[b, i, p] - st.s[b, i]
+        d_in = base + pool.zone_in[net, k, side]
+        d_out = base + pool.zone_out[net, k, side]
+        half = 0.5 * st.length[b, i]
+        v = st.v[b, i]
         margin = 1.0
-        v = st.v[:, :, None].clamp(min=1.0)
-        gaps = torch.full_like(st.s, INF)
-        for side in (0, 1):
-            di, dj = d_in_sides[side], d_in_sides[1 - side]  # B,V,k
-            dj_out = d_out_sides[1 - side]
-            # j's body overlaps its zone (front past the start, rear not past the end)
-            inside_j = (dj < half + margin) & (dj_out > -(half + margin)) & (dj < INF / 2)
-            approach_i = di >= half + margin
-            stop_gap_i = di - half - margin  # front bumper to the stop position
-            eta_j = (dj - half).clamp(min=0) / v
-            committed_i = stop_gap_i < st.v[:, :, None].pow(2) / (2 * HARD_BRAKE)
-            committed_j = (dj - half - margin < st.v[:, :, None].pow(2) / (2 * HARD_BRAKE)) & (
-                dj >= half + margin
-            )
-            ahead_j = (dj >= half + margin) & (eta_j < YIELD_HORIZON)
-            # what the other side holds at each conflict (B, 1, k): someone inside, someone
-            # who cannot stop, anyone arriving soon
-            valid_j = st.valid[:, :, None]
-            inside_any = (inside_j & valid_j).any(1, keepdim=True)
-            committed_any = (ahead_j & committed_j).any(1, keepdim=True)
-            # the road orders each pair: side 0 has the right of way, so side 1 yields
-            # to anyone arriving on side 0 within the horizon (gap acceptance)
-            wins = ahead_j.any(1, keepdim=True) if side == 1 else torch.zeros_like(inside_any)
-            must = (inside_any | committed_any | wins) & approach_i & ~committed_i  # B,V,k
-            g = torch.where(must, stop_gap_i, torch.full_like(stop_gap_i, INF)).amin(-1)
-            gaps = torch.minimum(gaps, g)
-        return gaps
+        # the body overlaps the zone / the front has not reached it yet
+        inside = (d_in < half + margin) & (d_out > -(half + margin))
+        approach = d_in >= half + margin
+        stop_gap = d_in - half - margin  # front bumper to the stop position
+        committed = stop_gap < v.pow(2) / (2 * HARD_BRAKE)
+        ahead = approach & ((d_in - half) / v.clamp(min=1.0) < YIELD_HORIZON)
+        # per (scene, conflict, side): anyone inside / arriving / arriving unable to stop
+        key = (b * pool.K + k) * 2 + side
+        flags = torch.stack([inside, ahead, ahead & committed], -1).to(self.dtype)
+        held = torch.zeros(B * pool.K * 2, 3, dtype=self.dtype, device=self.device)
+        held.scatter_reduce_(0, key.unsqueeze(-1).expand_as(flags), flags, "amax")
+        other = held[key ^ 1] > 0  # the other side of the same conflict
+        # the road orders each pair: side 0 has the right of way, so side 1 yields to
+        # anyone arriving on side 0 within the horizon (gap acceptance)
+        must = other[:, 0] | other[:, 2] | (other[:, 1] & (side == 1))
+        must &= approach & ~committed
+        gap = torch.where(must, stop_gap, torch.full_like(stop_gap, INF))
+        gaps = torch.full((B * V,), INF, dtype=self.dtype, device=self.device)
+        gaps.scatter_reduce_(0, b * V + i, gap, "amin")
+        return gaps.reshape(B, V)
 
     def _mobil(self, direction, acc, gap, who, v0, last_end, occ_index, path_index, net2):
         st, pool = self.state, self.pool

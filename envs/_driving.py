@@ -1,0 +1,618 @@
+"""``simsci/Driving-v0``: drive an ego car along a procedural route through IDM/MOBIL traffic.
+
+Description
+    The ego is a kinematic bicycle (:mod:`simsci.systems.driving._traffic`) on a
+    procedurally generated road network (multi-lane roads, curves, merges, splits,
+    signal-free intersections, roundabouts) with batched IDM/MOBIL traffic around it.
+    It should follow its route as far as it can without colliding or leaving its
+    carriageway. Every episode draws one network from a pool of ``num_roads`` networks
+    (seeded by ``road_seed``) and, with ``random_params``, its traffic parameters.
+    ``gymnasium.make_vec("simsci/Driving-v0", num_envs=N,
+    vectorization_mode="vector_entry_point")`` steps N egos as one tensor operation.
+
+Action space
+    ``Box([-8, -0.5], [4, 0.5])``: acceleration [m/s^2] and front-wheel steering angle
+    [rad]. Every action in the box is kinematically feasible (|a| <= 10.4 m/s^2, path
+    curvature <= 0.2 1/m). Out-of-box actions are clipped (``action_bounds="clip"``) or
+    rejected (``"error"``); NaN/inf is always an error.
+
+Observation space
+    A ``Dict`` of fixed-size padded arrays in the ego frame (x forward, y left), float32,
+    so every RL library (``gymnasium.wrappers.FlattenObservation`` for one flat vector)
+    and Minari can take it:
+
+    - ``ego`` (8,): speed, acceleration, steering angle, lateral offset from the lane
+      centre, heading error to the lane, lane width, speed limit, fraction of the route
+      driven;
+    - ``agents`` (num_agents, 7): the nearest other vehicles [x, y, speed, cos, sin,
+      length, width] (relative heading), ``agents_mask`` (num_agents,) 1 where real;
+    - ``lanes`` (num_lanes, 20, 2): the nearest lane centrelines, 20 points each,
+      ``lanes_mask`` (num_lanes,).
+
+Reward
+    ``0.1 * progress`` (metres along the route this step) ``- 0.02 * (jerk / 10)^2``;
+    ``-20`` on a collision or leaving the road (and the episode ends).
+
+Termination and truncation
+    Terminated on a collision (the ego's box overlaps another vehicle's) or off-road
+    (the ego's centre more than 0.5 m beyond its lane's edge: oncoming lanes count as
+    off the carriageway). Truncated after ``max_distance`` m along the route (default:
+    the route length less 200 m) or ``max_episode_steps`` steps (default 1200, 120 s).
+
+Version history
+    v0: initial version.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from typing import Any
+
+import gymnasium
+import numpy as np
+import torch
+from gymnasium.vector import AutoresetMode
+
+from simsci.envs._core import (
+    ARRAY_BACKENDS,
+    _check_render_mode,
+    _seed_from,
+    check_actions,
+    own_spec,
+)
+
+__all__ = ["DrivingEnv", "DrivingVectorEnv", "ENV_ID"]
+
+ENV_ID = "simsci/Driving-v0"
+ACTION_LOW = np.array([-8.0, -0.5], dtype=np.float32)
+ACTION_HIGH = np.array([4.0, 0.5], dtype=np.float32)
+EGO_FEATURES = (
+    "speed",
+    "accel",
+    "steer",
+    "lateral_offset",
+    "heading_error",
+    "lane_width",
+    "speed_limit",
+    "route_fraction",
+)
+LANE_POINTS = 20
+PROGRESS_REWARD = 0.1
+JERK_PENALTY = 0.02
+FAILURE_REWARD = -20.0
+VIEW = 100.0  # m: agents farther than this are not observed
+
+
+@functools.lru_cache(maxsize=8)
+def _roads(road_seed: int, num_roads: int, route_length: float, options_json: str):
+    from simsci.systems.driving._roads import make_road
+
+    options = json.loads(options_json)
+    return tuple(
+        make_road(seed=road_seed * 1000 + i, length=route_length, **options)
+        for i in range(num_roads)
+    )
+
+
+def _dict_space(num_agents: int, num_lanes: int) -> gymnasium.spaces.Dict:
+    f32 = np.float32
+    inf = np.inf
+    return gymnasium.spaces.Dict(
+        {
+            "ego": gymnasium.spaces.Box(-inf, inf, (len(EGO_FEATURES),), f32),
+            "agents": gymnasium.spaces.Box(-inf, inf, (num_agents, 7), f32),
+            "agents_mask": gymnasium.spaces.Box(0.0, 1.0, (num_agents,), f32),
+            "lanes": gymnasium.spaces.Box(-inf, inf, (num_lanes, LANE_POINTS, 2), f32),
+            "lanes_mask": gymnasium.spaces.Box(0.0, 1.0, (num_lanes,), f32),
+        }
+    )
+
+
+class _World:
+    """The batched simulation behind both front ends: traffic, rewards, observations."""
+
+    def __init__(
+        self,
+        n: int,
+        *,
+        road_seed: int,
+        num_roads: int,
+        route_length: float,
+        road_options: dict | None,
+        traffic: dict | None,
+        random_params: bool,
+        max_vehicles: int,
+        max_distance: float | None,
+        max_episode_steps: int,
+        num_agents: int,
+        num_lanes: int,
+        device,
+    ):
+        from simsci.systems.driving import _traffic as T
+
+        self.T = T
+        for name, value, lo in (
+            ("num_roads", num_roads, 1),
+            ("max_episode_steps", max_episode_steps, 1),
+            ("num_agents", num_agents, 1),
+            ("num_lanes", num_lanes, 1),
+        ):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
+                raise ValueError(f"{name} must be an int >= {lo}, got {value!r}")
+        if not (isinstance(route_length, (int, float)) and math.isfinite(route_length)):
+            raise ValueError(
+                f"route_length must be a finite number of metres, got {route_length!r}"
+            )
+        if route_length < 500:
+            raise ValueError(f"route_length must be >= 500 m, got {route_length}")
+        if max_distance is None:
+            max_distance = route_length - 200.0
+        if not (0 < max_distance <= route_length - 100.0):
+            raise ValueError(
+                f"max_distance {max_distance} m does not fit on a route of {route_length} m: "
+                "it must be > 0 and at most the route length less 100 m; ask for a longer "
+                "route (route_length=...) or a shorter drive"
+            )
+        options_json = json.dumps(road_options or {}, sort_keys=True)
+        roads = _roads(int(road_seed), int(num_roads), float(route_length), options_json)
+        self.pool = T.RoadPool(roads, device=device)
+        self.device = self.pool.device
+        self.n = int(n)
+        self.fixed = dict(traffic or {})
+        self.random_params = bool(random_params)
+        params = T.default_params(self.n, **self.fixed)  # checks the names
+        self.traffic = T.Traffic(
+            self.pool, self.n, params=params, max_vehicles=max_vehicles, ego="external"
+        )
+        self.max_distance = float(max_distance)
+        self.max_steps = int(max_episode_steps)
+        self.num_agents, self.num_lanes = int(num_agents), int(num_lanes)
+        self.steps = torch.zeros(self.n, dtype=torch.long, device=self.device)
+        self.start_s = torch.zeros(self.n, device=self.device)
+        self.last_s = torch.zeros(self.n, device=self.device)
+        self.last_accel = torch.zeros(self.n, device=self.device)
+        self.steer = torch.zeros(self.n, device=self.device)
+        self.config = {
+            "road_seed": int(road_seed),
+            "num_roads": int(num_roads),
+            "route_length": float(route_length),
+            "road_options": dict(road_options or {}),
+            "traffic": self.fixed,
+            "random_params": self.random_params,
+            "max_vehicles": int(max_vehicles),
+            "max_distance": self.max_distance,
+            "max_episode_steps": self.max_steps,
+            "num_agents": self.num_agents,
+            "num_lanes": self.num_lanes,
+        }
+        # a few points per lane to rank lanes by distance to the ego
+        k = torch.linspace(0, 1, 5, device=self.device)
+        s = self.pool.length.unsqueeze(-1) * k
+        nets = torch.arange(self.pool.N, device=self.device)[:, None, None].expand_as(s)
+        lanes = torch.arange(self.pool.L, device=self.device)[None, :, None].expand_as(s)
+        self.lane_samples, _ = self.pool.point_at(nets, lanes, s)  # N,L,5,2
+        real = torch.zeros(self.pool.N, self.pool.L, dtype=torch.bool, device=self.device)
+        for i, r in enumerate(self.pool.roads):
+            real[i, : len(r.length)] = True
+        self.lane_real = real
+
+    def reset(self, generator: torch.Generator, index: torch.Tensor | None = None):
+        T = self.T
+        k = self.n if index is None else int(index.numel())
+        if k == 0:
+            return
+        if self.random_params:
+            params = T.sample_params(k, generator, **self.fixed)
+        else:
+            params = T.default_params(k, **self.fixed)
+        nets = torch.randint(self.pool.N, (k,), generator=generator)
+        self.traffic.generator.manual_seed(int(torch.randint(2**62, (1,), generator=generator)))
+        self.traffic.reset(index, nets=nets, params=params)
+        idx = slice(None) if index is None else index
+        self.steps[idx] = 0
+        self.start_s[idx] = self.traffic.ego_route_s[idx]
+        self.last_s[idx] = self.traffic.ego_route_s[idx]
+        self.last_accel[idx] = 0.0
+        self.steer[idx] = 0.0
+
+    def step(self, action: torch.Tensor):
+        tr = self.traffic
+        tr.step(action)
+        self.steps += 1
+        s = tr.ego_route_s
+        progress = s - self.last_s
+        self.last_s = s.clone()
+        accel = tr.state.accel[:, 0]
+        jerk = (accel - self.last_accel) / self.T.DT
+        self.last_accel = accel.clone()
+        self.steer = action[:, 1].clone()
+        collided = self.collisions()
+        offroad = tr.ego_offroad()
+        terminated = collided | offroad
+        driven = s - self.start_s
+        limit = torch.minimum(
+            torch.full_like(driven, self.max_distance), tr.route_length - self.start_s - 100.0
+        )
+        truncated = ((driven >= limit) | (self.steps >= self.max_steps)) & ~terminated
+        reward = PROGRESS_REWARD * progress - JERK_PENALTY * (jerk / 10.0).pow(2)
+        reward = torch.where(terminated, torch.full_like(reward, FAILURE_REWARD), reward)
+        return reward, terminated, truncated, collided, offroad
+
+    def collisions(self) -> torch.Tensor:
+        """``(n,)`` the ego's box overlaps another vehicle's (ego-relative coordinates)."""
+        from simsci.systems.driving.metrics import _sat
+
+        agents, valid = self.traffic.agents()
+        rel = agents.clone()
+        rel[..., :2] = rel[..., :2] - agents[:, :1, :2]
+        hit = _sat(rel[:, :1], rel[:, 1:]) & valid[:, 1:]
+        return hit.any(1)
+
+    def observe(self) -> dict[str, torch.Tensor]:
+        tr, pool = self.traffic, self.pool
+        st = tr.state
+        net = tr.net
+        lane = st.lane[:, 0]
+        ex, ey, eth = st.x[:, 0], st.y[:, 0], st.theta[:, 0]
+        c, s_ = torch.cos(eth), torch.sin(eth)
+
+        def to_ego(x, y):
+            dx, dy = (
+                x - ex.reshape((-1,) + (1,) * (x.dim() - 1)),
+                y - ey.reshape((-1,) + (1,) * (y.dim() - 1)),
+            )
+            cc = c.reshape((-1,) + (1,) * (x.dim() - 1))
+            ss = s_.reshape((-1,) + (1,) * (x.dim() - 1))
+            return cc * dx + ss * dy, -ss * dx + cc * dy
+
+        # ego features
+        _, tangent = pool.point_at(net, lane, st.s[:, 0])
+        lane_heading = torch.atan2(tangent[:, 1], tangent[:, 0])
+        err = torch.atan2(torch.sin(eth - lane_heading), torch.cos(eth - lane_heading))
+        frac = (tr.ego_route_s / tr.route_length).clamp(0, 1)
+        ego = torch.stack(
+            [
+                st.v[:, 0],
+                st.accel[:, 0],
+                self.steer,
+                st.offset[:, 0],
+                err,
+                pool.width[net, lane],
+                pool.speed_limit[net, lane],
+                frac,
+            ],
+            -1,
+        )
+        # nearest other vehicles
+        d2 = (st.x - ex[:, None]) ** 2 + (st.y - ey[:, None]) ** 2
+        d2 = torch.where(st.valid, d2, torch.full_like(d2, math.inf))
+        d2[:, 0] = math.inf
+        k = min(self.num_agents, tr.V - 1)
+        dist2, who = d2.topk(k, dim=1, largest=False)
+        seen = dist2 < VIEW**2
+        ax, ay = to_ego(torch.gather(st.x, 1, who), torch.gather(st.y, 1, who))
+        rel_th = torch.gather(st.theta, 1, who) - eth[:, None]
+        feats = torch.stack(
+            [
+                ax,
+                ay,
+                torch.gather(st.v, 1, who),
+                torch.cos(rel_th),
+                torch.sin(rel_th),
+                torch.gather(st.length, 1, who),
+                torch.gather(st.width, 1, who),
+            ],
+            -1,
+        )
+        agents = torch.zeros(self.n, self.num_agents, 7, device=self.device)
+        agents[:, :k] = torch.where(seen.unsqueeze(-1), feats, torch.zeros_like(feats))
+        agents_mask = torch.zeros(self.n, self.num_agents, device=self.device)
+        agents_mask[:, :k] = seen.float()
+        # nearest lanes: a window of route positions, then distance to a few points
+        key = tr.ego_route_s[:, None]
+        near = (pool.lane_key_hi[net] >= key - 60.0) & (pool.lane_key_lo[net] <= key + 100.0)
+        near &= self.lane_real[net]
+        samples = self.lane_samples[net]  # B,L,5,2
+        dl = (samples[..., 0] - ex[:, None, None]) ** 2 + (samples[..., 1] - ey[:, None, None]) ** 2
+        dl = dl.amin(-1)
+        dl = torch.where(near, dl, torch.full_like(dl, math.inf))
+        kl = min(self.num_lanes, pool.L)
+        dlk, lanes_idx = dl.topk(kl, dim=1, largest=False)
+        have = torch.isfinite(dlk)
+        u = torch.linspace(0, 1, LANE_POINTS, device=self.device)
+        ln = pool.length[net[:, None], lanes_idx]
+        s_pts = ln.unsqueeze(-1) * u
+        pts, _ = pool.point_at(
+            net[:, None, None].expand_as(s_pts), lanes_idx.unsqueeze(-1).expand_as(s_pts), s_pts
+        )
+        lx, ly = to_ego(pts[..., 0], pts[..., 1])
+        lanes = torch.zeros(self.n, self.num_lanes, LANE_POINTS, 2, device=self.device)
+        lanes[:, :kl] = torch.where(have[..., None, None], torch.stack([lx, ly], -1), 0.0)
+        lanes_mask = torch.zeros(self.n, self.num_lanes, device=self.device)
+        lanes_mask[:, :kl] = have.float()
+        return {
+            "ego": ego.float(),
+            "agents": agents.float(),
+            "agents_mask": agents_mask,
+            "lanes": lanes.float(),
+            "lanes_mask": lanes_mask,
+        }
+
+    def info(self, collided=None, offroad=None) -> dict[str, torch.Tensor]:
+        tr = self.traffic
+        out = {
+            "route_s": tr.ego_route_s.to(torch.float64),
+            "distance": (tr.ego_route_s - self.start_s).to(torch.float64),
+            "speed": tr.state.v[:, 0].to(torch.float64),
+            "t": self.steps.to(torch.float64) * self.T.DT,
+        }
+        if collided is not None:
+            out["collision"] = collided
+            out["offroad"] = offroad
+        return out
+
+    def frame(self, i: int) -> np.ndarray:
+        from simsci.envs._driving_render import top_down
+
+        tr = self.traffic
+        agents, valid = tr.agents()
+        net = int(tr.net[i])
+        road = self.pool.roads[net]
+        return top_down(road, agents[i].cpu().numpy(), valid[i].cpu().numpy())
+
+
+def _batch_obs(obs: dict, fn) -> dict:
+    return {k: fn(v) for k, v in obs.items()}
+
+
+class DrivingVectorEnv(gymnasium.vector.VectorEnv):
+    """``num_envs`` egos in ``simsci/Driving-v0``, stepped as one batch (see the module
+    docstring). ``array_backend``: "numpy" or "torch" (tensors on ``device``);
+    ``autoreset_mode``: gymnasium's "NextStep" (default) or "SameStep".
+    """
+
+    metadata: dict[str, Any] = {
+        "render_modes": ["rgb_array"],
+        "render_fps": 10,
+        "autoreset_mode": AutoresetMode.NEXT_STEP,
+    }
+
+    def __init__(
+        self,
+        num_envs: int = 1,
+        *,
+        road_seed: int = 0,
+        num_roads: int = 4,
+        route_length: float = 5000.0,
+        road_options: dict | None = None,
+        traffic: dict | None = None,
+        random_params: bool = False,
+        max_vehicles: int = 32,
+        max_distance: float | None = None,
+        max_episode_steps: int = 1200,
+        num_agents: int = 16,
+        num_lanes: int = 8,
+        device=None,
+        action_bounds: str = "clip",
+        array_backend: str = "numpy",
+        autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+        render_mode=None,
+    ):
+        if (
+            isinstance(num_envs, bool)
+            or not isinstance(num_envs, (int, np.integer))
+            or num_envs < 1
+        ):
+            raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+        if array_backend not in ARRAY_BACKENDS:
+            raise ValueError(
+                f"array_backend must be one of {ARRAY_BACKENDS}, got {array_backend!r}"
+            )
+        if action_bounds not in ("clip", "error"):
+            raise ValueError(f"action_bounds must be 'clip' or 'error', got {action_bounds!r}")
+        try:
+            mode = AutoresetMode(autoreset_mode)
+        except ValueError:
+            raise ValueError(
+                f"autoreset_mode must be 'NextStep' or 'SameStep', got {autoreset_mode!r}"
+            ) from None
+        if mode not in (AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP):
+            raise ValueError(
+                f"autoreset_mode {mode.value!r} is not supported; use NextStep or SameStep"
+            )
+        self.render_mode = _check_render_mode(render_mode)
+        self.world = _World(
+            int(num_envs),
+            road_seed=road_seed,
+            num_roads=num_roads,
+            route_length=route_length,
+            road_options=road_options,
+            traffic=traffic,
+            random_params=random_params,
+            max_vehicles=max_vehicles,
+            max_distance=max_distance,
+            max_episode_steps=max_episode_steps,
+            num_agents=num_agents,
+            num_lanes=num_lanes,
+            device=device,
+        )
+        self.num_envs = int(num_envs)
+        self.action_bounds = action_bounds
+        self.array_backend = array_backend
+        self.autoreset_mode = mode
+        self.metadata = {**type(self).metadata, "autoreset_mode": mode}
+        self.single_observation_space = _dict_space(num_agents, num_lanes)
+        self.single_action_space = gymnasium.spaces.Box(ACTION_LOW, ACTION_HIGH, dtype=np.float32)
+        self.observation_space = gymnasium.vector.utils.batch_space(
+            self.single_observation_space, self.num_envs
+        )
+        self.action_space = gymnasium.vector.utils.batch_space(
+            self.single_action_space, self.num_envs
+        )
+        self._generator = torch.Generator(device="cpu")
+        self._autoreset = torch.zeros(self.num_envs, dtype=torch.bool, device=self.world.device)
+        self._was_reset = False
+        own_spec(
+            self,
+            ENV_ID,
+            {
+                **self.world.config,
+                "action_bounds": action_bounds,
+                "array_backend": array_backend,
+                "autoreset_mode": mode.value,
+            },
+        )
+
+    def _out(self, x):
+        if isinstance(x, dict):
+            return {k: self._out(v) for k, v in x.items()}
+        return x if self.array_backend == "torch" else x.cpu().numpy()
+
+    def _infos(self, extra=None) -> dict:
+        info = self.world.info(*(extra or ()))
+        ones = np.ones(self.num_envs, dtype=bool)
+        out = {}
+        for k, v in info.items():
+            out[k] = self._out(v)
+            out["_" + k] = ones
+        return out
+
+    def reset(self, *, seed=None, options=None):
+        if seed is not None:
+            self._generator.manual_seed(_seed_from(seed))
+        elif not self._was_reset:
+            self._generator.manual_seed(int(np.random.SeedSequence().generate_state(1)[0]))
+        if options:
+            raise ValueError(f"reset options are not supported, got {sorted(options)}")
+        self.world.reset(self._generator)
+        self._autoreset.zero_()
+        self._was_reset = True
+        return self._out(self.world.observe()), self._infos()
+
+    def step(self, actions):
+        if not self._was_reset:
+            raise gymnasium.error.ResetNeeded("call reset() before step() on a vector environment")
+        w = self.world
+        a = check_actions(
+            actions,
+            batch=self.num_envs,
+            low=ACTION_LOW,
+            high=ACTION_HIGH,
+            mode=self.action_bounds,
+            device=w.device,
+            dtype=torch.float32,
+        )
+        if self.autoreset_mode == AutoresetMode.NEXT_STEP:
+            resetting = self._autoreset
+            reward, term, trunc, coll, off = w.step(a)
+            index = torch.nonzero(resetting).flatten()
+            if index.numel():
+                w.reset(self._generator, index)
+                reward = torch.where(resetting, torch.zeros_like(reward), reward)
+                term, trunc = term & ~resetting, trunc & ~resetting
+                coll, off = coll & ~resetting, off & ~resetting
+            self._autoreset = term | trunc
+            infos = self._infos((coll, off))
+            obs = w.observe()
+        else:
+            reward, term, trunc, coll, off = w.step(a)
+            done = term | trunc
+            index = torch.nonzero(done).flatten()
+            extra = {}
+            if index.numel():
+                done_np = done.cpu().numpy()
+                final_obs = self._out(w.observe())
+                final_info = self._infos((coll, off))
+                w.reset(self._generator, index)
+                extra = {
+                    "final_obs": final_obs,
+                    "_final_obs": done_np,
+                    "final_info": final_info,
+                    "_final_info": done_np,
+                }
+            infos = {**self._infos((coll, off)), **extra}
+            obs = w.observe()
+        dtype = torch.float32 if self.array_backend == "torch" else torch.float64
+        return self._out(obs), self._out(reward.to(dtype)), self._out(term), self._out(trunc), infos
+
+    def render(self):
+        """A tuple of ``(H, W, 3)`` uint8 top-down frames, one per ego."""
+        if self.render_mode is None:
+            return None
+        if not self._was_reset:
+            raise gymnasium.error.ResetNeeded("call reset() before render()")
+        return tuple(self.world.frame(i) for i in range(self.num_envs))
+
+
+class DrivingEnv(gymnasium.Env):
+    """One ego in ``simsci/Driving-v0`` (numpy in/out): a vector environment of one, so
+    the two cannot disagree. ``info``: route_s, distance, speed, t, collision, offroad."""
+
+    metadata: dict[str, Any] = {"render_modes": ["rgb_array"], "render_fps": 10}
+
+    def __init__(self, *, render_mode=None, **kwargs):
+        for bad in ("num_envs", "array_backend", "autoreset_mode"):
+            if bad in kwargs:
+                raise TypeError(f"DrivingEnv takes no {bad!r} (use gymnasium.make_vec)")
+        self.render_mode = _check_render_mode(render_mode)
+        self._vec = DrivingVectorEnv(1, render_mode=render_mode, **kwargs)
+        self.observation_space = self._vec.single_observation_space
+        self.action_space = self._vec.single_action_space
+        self._needs_reset = True
+        own_spec(self, ENV_ID, {**self._vec.world.config, "action_bounds": self._vec.action_bounds})
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        if seed is None and self._needs_reset and not self._vec._was_reset:
+            seed = int(self.np_random.integers(2**62))
+        if seed is not None:
+            self._vec._generator.manual_seed(_seed_from(seed))
+        if options:
+            raise ValueError(f"reset options are not supported, got {sorted(options)}")
+        w = self._vec.world
+        w.reset(self._vec._generator)
+        self._vec._was_reset = True
+        self._needs_reset = False
+        return self._single(w.observe()), self._single_info(w.info())
+
+    def _single(self, obs):
+        return {k: v[0].cpu().numpy() for k, v in obs.items()}
+
+    @staticmethod
+    def _single_info(info):
+        return {k: (bool(v[0]) if v.dtype == torch.bool else float(v[0])) for k, v in info.items()}
+
+    def step(self, action):
+        if self._needs_reset:
+            raise gymnasium.error.ResetNeeded(
+                "the episode has ended (terminated or truncated) or the environment was "
+                "never reset: call env.reset() before env.step()"
+            )
+        a = check_actions(
+            action,
+            batch=None,
+            low=ACTION_LOW,
+            high=ACTION_HIGH,
+            mode=self._vec.action_bounds,
+            device=self._vec.world.device,
+            dtype=torch.float32,
+        )
+        w = self._vec.world
+        reward, term, trunc, coll, off = w.step(a)
+        t, tr = bool(term[0]), bool(trunc[0])
+        self._needs_reset = t or tr
+        info = self._single_info(w.info(coll, off))
+        return self._single(w.observe()), float(reward[0]), t, tr, info
+
+    def render(self):
+        """An ``(H, W, 3)`` uint8 top-down frame around the ego."""
+        if self.render_mode is None:
+            gymnasium.logger.warn(
+                "render() called with render_mode=None; pass render_mode='rgb_array'"
+            )
+            return None
+        if self._needs_reset and not self._vec._was_reset:
+            raise gymnasium.error.ResetNeeded("call reset() before render()")
+        return self._vec.world.frame(0)

@@ -1,0 +1,144 @@
+"""simsci/Driving-v0: gymnasium conformance, batched vector env, rewards, failures, bad input."""
+
+import warnings
+
+import gymnasium
+import numpy as np
+import pytest
+import torch
+from gymnasium.utils.env_checker import check_env
+
+import simsci.envs  # noqa: F401
+from simsci.envs import DrivingEnv, DrivingVectorEnv
+
+KW = {"num_roads": 2, "route_length": 1500.0}
+ID = "simsci/Driving-v0"
+
+
+def _flat(obs):
+    return np.concatenate([np.ravel(obs[k]) for k in sorted(obs)])
+
+
+def test_check_env_and_render():
+    env = gymnasium.make(ID, render_mode="rgb_array", **KW)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # unbounded boxes, physical units
+        check_env(env.unwrapped, skip_render_check=True)
+    env.reset(seed=0)
+    frame = env.render()
+    assert frame.shape == (256, 256, 3) and frame.dtype == np.uint8
+    # the ego is drawn green at the centre
+    assert tuple(frame[128, 128]) == (40, 200, 80)
+
+
+def test_same_seed_same_rollout_and_spaces():
+    def rollout(seed):
+        env = gymnasium.make(ID, **KW)
+        rng = np.random.default_rng(0)
+        obs, _ = env.reset(seed=seed)
+        out = [_flat(obs)]
+        for _ in range(15):
+            assert env.observation_space.contains(obs)
+            obs, r, *_ = env.step(rng.uniform([-1, -0.05], [1, 0.05]).astype(np.float32))
+            out += [_flat(obs), [r]]
+        return np.concatenate(out)
+
+    a, b, c = rollout(3), rollout(3), rollout(4)
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+
+
+def test_vector_env_of_one_equals_the_single_env():
+    single = gymnasium.make(ID, **KW)
+    vec = gymnasium.make_vec(ID, num_envs=1, vectorization_mode="vector_entry_point", **KW)
+    o1, _ = single.reset(seed=5)
+    o2, _ = vec.reset(seed=5)
+    np.testing.assert_array_equal(_flat(o1), _flat({k: v[0] for k, v in o2.items()}))
+    for _ in range(5):
+        a = np.array([0.3, 0.01], np.float32)
+        s, v = single.step(a), vec.step(a[None])
+        np.testing.assert_array_equal(_flat(s[0]), _flat({k: x[0] for k, x in v[0].items()}))
+        assert s[1] == v[1][0]
+
+
+def test_batched_vector_env_autoresets_and_torch_backend():
+    env = DrivingVectorEnv(8, array_backend="torch", max_episode_steps=5, **KW)
+    obs, info = env.reset(seed=0)
+    assert obs["agents"].shape == (8, 16, 7) and obs["lanes"].shape == (8, 8, 20, 2)
+    assert isinstance(obs["ego"], torch.Tensor)
+    a = torch.zeros(8, 2)
+    for _ in range(5):
+        _, reward, term, trunc, info = env.step(a)
+    assert bool(trunc.all()) and not bool(term.any())
+    _, reward, term, trunc, info = env.step(a)  # NextStep: this step resets
+    assert bool((reward == 0).all()) and not bool(trunc.any())
+    assert bool((info["t"] == 0).all())
+
+
+def test_progress_reward_and_distance():
+    env = DrivingEnv(**KW)
+    env.reset(seed=1)
+    total, dist = 0.0, 0.0
+    for _ in range(20):
+        _, r, term, trunc, info = env.step(np.array([0.0, 0.0], np.float32))
+        assert not term
+        total += r
+    dist = info["distance"]
+    assert dist > 20.0  # the ego moves at ~20 m/s
+    assert total == pytest.approx(0.1 * dist, rel=0.05)  # progress reward, little jerk
+
+
+def test_leaving_the_road_terminates_with_the_failure_reward():
+    env = DrivingEnv(**KW)
+    env.reset(seed=2)
+    for _ in range(100):
+        _, r, term, trunc, info = env.step(np.array([0.0, 0.5], np.float32))
+        if term:
+            break
+    assert term and info["offroad"] and r == -20.0
+    with pytest.raises(gymnasium.error.ResetNeeded, match="reset"):
+        env.step(np.zeros(2, np.float32))
+
+
+def test_collision_terminates():
+    env = DrivingEnv(traffic={"density": 0.0}, **KW)
+    env.reset(seed=0)
+    tr = env._vec.world.traffic
+    lane = int(tr.state.lane[0, 0])
+    s = float(tr.state.s[0, 0])
+    road = tr.pool.roads[int(tr.net[0])]
+    # a stopped car 30 m ahead on the ego's lane (or its successor)
+    if s + 30 < road.length[lane]:
+        slot = tr.place(0, [lane], [s + 30], [0.0])
+    else:
+        nxt = int(tr.state.nxt[0, 0, 0])
+        slot = tr.place(0, [nxt], [s + 30 - road.length[lane]], [0.0])
+    tr.state.v_factor[0, slot] = 0.0
+    for _ in range(60):
+        _, r, term, trunc, info = env.step(np.array([2.0, 0.0], np.float32))
+        if term:
+            break
+    assert term and info["collision"] and not info["offroad"] and r == -20.0
+
+
+def test_bad_input():
+    env = DrivingEnv(**KW)
+    with pytest.raises(gymnasium.error.ResetNeeded):
+        env.step(np.zeros(2, np.float32))
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match="NaN"):
+        env.step(np.array([np.nan, 0.0], np.float32))
+    with pytest.raises(ValueError, match="shape"):
+        env.step(np.zeros(3, np.float32))
+    strict = DrivingEnv(action_bounds="error", **KW)
+    strict.reset(seed=0)
+    with pytest.raises(ValueError, match="outside the action space"):
+        strict.step(np.array([9.0, 0.0], np.float32))
+    with pytest.raises(ValueError, match="does not fit on a route"):
+        DrivingEnv(max_distance=5000.0, **KW)
+    with pytest.raises(ValueError, match="cannot fit on the road"):
+        DrivingEnv(traffic={"density": 900.0}, **KW)
+    with pytest.raises(Exception, match="unknown traffic parameter"):
+        DrivingEnv(traffic={"dens": 1.0}, **KW)
+    with pytest.raises(ValueError, match="num_envs"):
+        DrivingVectorEnv(0, **KW)
