@@ -40,9 +40,14 @@ def _import_vec_env():
 def to_sb3(env: SimsciVectorEnv):
     """Wrap a simsci vector environment (numpy backend) as an SB3 ``VecEnv``.
 
-    The environment is switched to ``SameStep`` autoreset (SB3's semantics).
+    The environment is switched to ``SameStep`` autoreset (SB3's semantics). Dict
+    observations (``simsci/Driving-v0``: use ``PPO("MultiInputPolicy", ...)``) pass
+    through; a finished driving episode's ``collision``/``offroad``/``distance`` are in
+    its info.
     """
-    if not isinstance(env, SimsciVectorEnv):
+    from simsci.envs._driving import DrivingVectorEnv
+
+    if not isinstance(env, (SimsciVectorEnv, DrivingVectorEnv)):
         raise TypeError(
             f"to_sb3 takes a simsci vector environment (e.g. ODEControlVectorEnv or "
             f"gymnasium.make_vec(..., vectorization_mode='vector_entry_point').unwrapped), "
@@ -78,9 +83,16 @@ def to_sb3(env: SimsciVectorEnv):
             obs, reward, term, trunc, infos = self.venv.step(self._actions)
             done = term | trunc
             out = [{} for _ in range(self.num_envs)]
+            final = infos.get("final_obs")
             for i in np.flatnonzero(done):
-                out[i]["terminal_observation"] = infos["final_obs"][i]
+                if isinstance(final, dict):  # Dict observations (simsci/Driving-v0)
+                    out[i]["terminal_observation"] = {k: v[i] for k, v in final.items()}
+                else:
+                    out[i]["terminal_observation"] = final[i]
                 out[i]["TimeLimit.truncated"] = bool(trunc[i] and not term[i])
+                for key in ("collision", "offroad", "distance"):  # episode outcome
+                    if key in infos.get("final_info", {}):
+                        out[i][key] = infos["final_info"][key][i]
             return obs, reward.astype(np.float32), done, out
 
         def close(self) -> None:

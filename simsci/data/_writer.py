@@ -8,8 +8,9 @@ Design choices the format leaves open (and why):
   fields with the same per-step shapes; a different dtype is cast to the first one when
   numpy's ``same_kind`` casting allows it (float32 into float64, int32 into int64), else
   it is an error. The only per-step shape allowed to vary is the agent axis of
-  ``agents`` / ``agents_valid`` (kind=scene): it is padded to the file-wide maximum
-  with NaN / False, as the contract says.
+  ``agents`` / ``agents_valid`` / ``agents_history_valid`` (kind=scene): it is padded
+  to the file-wide maximum with NaN / False, as the contract says. ``agents`` is
+  ``(L, A, F)`` or, with a motion history, ``(L, A, H, F)``.
 - **Validation at the boundary.** Every episode is checked before anything of it is
   buffered, so a rejected episode leaves the writer as it was (append more or close).
   ``t`` must be 1-D, finite and strictly increasing. ``mask`` must be bool with the
@@ -535,9 +536,10 @@ class TrajectoryWriter:
                     )
         if "agents" in steps:
             agents = steps["agents"]
-            if agents.ndim != 3:
+            if agents.ndim < 3:
                 raise ValueError(
-                    f"{where}, field agents: agents must be (L, A, F), got {agents.shape}"
+                    f"{where}, field agents: agents must be (L, A, F) or with a history "
+                    f"axis (L, A, H, F), got {agents.shape}"
                 )
             valid = steps.get("agents_valid")
             if valid is not None and valid.shape != agents.shape[:2]:

@@ -63,9 +63,8 @@ system="driving"); this module cuts a simulated drive into it, writes it through
   ``history``, ``edge_types``, ``agent_features``, ``lane_kinds``, ``min_piece``);
   :func:`read_scene` refuses a file of another layout rather than misreading it, and
   checks the rules the generic checker does not know (one lane node per tile at least,
-  edge types, node tiles, feature shapes). The shared writer checks ``agents`` as
-  (L, A, F); the history axis makes it (L, A, H, F) here, so a small subclass hands the
-  writer's check the last frame and keeps the full array (see :class:`_SceneWriter`).
+  edge types, node tiles, feature shapes). ``agents`` carries the history axis, (L, A,
+  H, F), which the format allows for kind="scene".
 """
 
 from __future__ import annotations
@@ -851,26 +850,6 @@ def _scene_problem(ep: Mapping, history: int = HISTORY):
     return None
 
 
-class _SceneWriter(TrajectoryWriter):
-    """The shared writer, accepting ``agents`` (L, A, H, F).
-
-    TrajectoryWriter checks ``agents`` as (L, A, F); everything else it does (padding
-    the agent axis, statistics masked by agents_valid, the schema checks) works for any
-    trailing shape, so its step check is handed the last history frame."""
-
-    def _check_steps(self, steps: dict, where: str) -> dict:
-        agents = steps.get("agents")
-        if agents is None or agents.ndim != 4:
-            return super()._check_steps(steps, where)
-        steps["agents"] = agents[:, :, -1]
-        try:
-            out = super()._check_steps(steps, where)
-        finally:
-            steps["agents"] = agents
-        out["agents"] = agents
-        return out
-
-
 def write_scenes(
     path: str | os.PathLike,
     episodes: Iterable[Mapping],
@@ -911,7 +890,7 @@ def write_scenes(
     for key in ("kind", "system"):
         if key in writer_kwargs:
             raise TypeError(f"write_scenes: {key} is fixed (scene / driving)")
-    with _SceneWriter(
+    with TrajectoryWriter(
         path, kind="scene", system="driving", meta=meta, names=names, units=units, **writer_kwargs
     ) as w:
         for i, ep in enumerate(episodes):
