@@ -28,7 +28,8 @@ from __future__ import annotations
 import gymnasium
 
 from simsci.envs._core import Dynamics, SimsciEnv, SimsciVectorEnv
-from simsci.envs._driving import DrivingEnv, DrivingVectorEnv
+from simsci.envs._driving import DrivingEnv, DrivingVectorEnv, lane_keeping_policy
+from simsci.envs._driving import evaluate as evaluate_driving
 from simsci.envs._minari import from_minari, to_minari
 from simsci.envs._ode import TASKS, ODEControlEnv, ODEControlVectorEnv, Task
 from simsci.envs._pde import PDE_TASKS, PDEControlEnv, PDEControlVectorEnv, PDETask
@@ -53,6 +54,8 @@ __all__ = [
     "load_surrogate",
     "DrivingEnv",
     "DrivingVectorEnv",
+    "lane_keeping_policy",
+    "evaluate_driving",
     "to_sb3",
     "RecordEpisodes",
     "RecordVectorEpisodes",

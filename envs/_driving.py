@@ -63,7 +63,7 @@ from simsci.envs._core import (
     own_spec,
 )
 
-__all__ = ["DrivingEnv", "DrivingVectorEnv", "ENV_ID"]
+__all__ = ["DrivingEnv", "DrivingVectorEnv", "ENV_ID", "lane_keeping_policy", "evaluate"]
 
 ENV_ID = "simsci/Driving-v0"
 ACTION_LOW = np.array([-8.0, -0.5], dtype=np.float32)
@@ -616,3 +616,79 @@ class DrivingEnv(gymnasium.Env):
         if self._needs_reset and not self._vec._was_reset:
             raise gymnasium.error.ResetNeeded("call reset() before render()")
         return self._vec.world.frame(0)
+
+
+def lane_keeping_policy(obs: dict, *, target_speed: float | None = None) -> np.ndarray:
+    """A rule-based driver for ``simsci/Driving-v0`` observations (single ``(8,)`` or
+    batched ``(n, 8)`` ego features): Stanley steering on the lane (``δ = -(ψ +
+    atan(k e / (v + 1)))`` from the heading error ψ and lateral offset e) and IDM
+    acceleration towards the speed limit behind the nearest observed car in its lane.
+
+    The reference policy of the benchmarks and the baseline an RL agent should beat; it
+    does not change lanes, so on a road with a lane that ends it may stop.
+    """
+    ego = np.asarray(obs["ego"], dtype=np.float64)
+    single = ego.ndim == 1
+    ego = ego.reshape(-1, len(EGO_FEATURES))
+    agents = np.asarray(obs["agents"], dtype=np.float64).reshape(ego.shape[0], -1, 7)
+    mask = np.asarray(obs["agents_mask"], dtype=np.float64).reshape(ego.shape[0], -1) > 0.5
+    v, offset, heading = ego[:, 0], ego[:, 3], ego[:, 4]
+    limit = ego[:, 6] if target_speed is None else np.full_like(v, target_speed)
+    steer = -(heading + np.arctan2(1.5 * offset, v + 1.0))
+    # the nearest car ahead in the ego's lane (ego frame: x forward, y left)
+    ahead = mask & (agents[..., 0] > 0) & (np.abs(agents[..., 1]) < 2.0)
+    gap = np.where(ahead, agents[..., 0] - 0.5 * (agents[..., 5] + 4.6), np.inf).min(1)
+    j = np.where(ahead, agents[..., 0], np.inf).argmin(1)
+    v_lead = agents[np.arange(len(j)), j, 2]
+    s0, T, a, b = 2.0, 1.2, 1.5, 2.0
+    s_star = s0 + np.maximum(0.0, v * T + v * (v - v_lead) / (2 * np.sqrt(a * b)))
+    interaction = np.where(np.isfinite(gap), (s_star / np.maximum(gap, 0.1)) ** 2, 0.0)
+    accel = a * (1 - (v / np.maximum(limit, 1.0)) ** 4 - interaction)
+    action = np.stack([accel, steer], -1).clip(ACTION_LOW, ACTION_HIGH).astype(np.float32)
+    return action[0] if single else action
+
+
+def evaluate(
+    policy, *, episodes: int = 32, num_envs: int = 16, seed: int = 0, **env_kwargs
+) -> dict:
+    """Run ``policy(obs) -> actions`` (batched observations in, ``(num_envs, 2)`` out)
+    for ``episodes`` episodes of ``simsci/Driving-v0``; returns the fraction that drove
+    their full distance (``success``), collided, left the road, or ran out of time
+    (``timeout``), the fraction without a collision or leaving the road (``safe``), and
+    the mean distance driven [m] and return."""
+    if episodes < 1 or num_envs < 1:
+        raise ValueError("episodes and num_envs must be >= 1")
+    env = DrivingVectorEnv(min(num_envs, episodes), autoreset_mode="SameStep", **env_kwargs)
+    obs, _ = env.reset(seed=seed)
+    ret = np.zeros(env.num_envs)
+    out = {"success": 0, "collision": 0, "offroad": 0, "timeout": 0, "distance": [], "return": []}
+    limit = env.world.max_distance
+    done_count = 0
+    while done_count < episodes:
+        obs, reward, term, trunc, infos = env.step(np.asarray(policy(obs), dtype=np.float32))
+        ret += reward
+        for i in np.flatnonzero(term | trunc):
+            if done_count >= episodes:
+                break
+            info = infos["final_info"]
+            dist = float(info["distance"][i])
+            if info["collision"][i]:
+                out["collision"] += 1
+            elif info["offroad"][i]:
+                out["offroad"] += 1
+            elif dist >= min(limit, float(env.world.traffic.route_length[i]) - 300.0) - 1.0:
+                out["success"] += 1
+            else:
+                out["timeout"] += 1
+            out["distance"].append(dist)
+            out["return"].append(float(ret[i]))
+            ret[i] = 0.0
+            done_count += 1
+    n = float(done_count)
+    return {
+        "episodes": done_count,
+        **{k: out[k] / n for k in ("success", "collision", "offroad", "timeout")},
+        "safe": 1.0 - (out["collision"] + out["offroad"]) / n,
+        "mean_distance": float(np.mean(out["distance"])),
+        "mean_return": float(np.mean(out["return"])),
+    }

@@ -15,9 +15,19 @@ import argparse
 import sys
 
 from simsci._version import __version__
-from simsci.cli import _bench, _data, _dynadiff, _env, _events, _generate, _tour, _train
+from simsci.cli import (
+    _bench,
+    _data,
+    _driving,
+    _dynadiff,
+    _env,
+    _events,
+    _generate,
+    _tour,
+    _train,
+)
 
-_COMMANDS = (_generate, _data, _train, _events, _dynadiff, _env, _bench, _tour)
+_COMMANDS = (_generate, _data, _train, _events, _dynadiff, _driving, _env, _bench, _tour)
 
 
 def build_parser() -> argparse.ArgumentParser:
