@@ -8,7 +8,8 @@ from simsci.cli._common import HelpFormatter, parse_value
 
 DESCRIPTION = """\
 The gymnasium environments of simsci (import simsci.envs registers them):
-simsci/ODEControl-v0, simsci/PDEControl-v0, simsci/Surrogate-v0.
+simsci/ODEControl-v0, simsci/PDEControl-v0, simsci/Surrogate-v0, simsci/Driving-v0
+(its Dict observations are not recorded here: see `simsci driving` for RL in it).
 
   list      the environments and their tasks
   rollout   run a policy (zero or uniformly random actions) in the batched vector
@@ -30,6 +31,7 @@ SHORT = {
     "ODEControl": "simsci/ODEControl-v0",
     "PDEControl": "simsci/PDEControl-v0",
     "Surrogate": "simsci/Surrogate-v0",
+    "Driving": "simsci/Driving-v0",
 }
 
 
@@ -76,7 +78,12 @@ def describe() -> str:
     lines.append(
         f"{'simsci/Surrogate-v0':24s}checkpoint=PATH of a model with the surrogate interface"
     )
-    missing = set(ENV_IDS) - {"simsci/ODEControl-v0", "simsci/PDEControl-v0", "simsci/Surrogate-v0"}
+    lines.append(
+        f"{'simsci/Driving-v0':24s}an ego on a procedural route through IDM/MOBIL traffic "
+        "(Dict observations; simsci driving ppo|eval)"
+    )
+    known = {"simsci/ODEControl-v0", "simsci/PDEControl-v0", "simsci/Surrogate-v0"}
+    missing = set(ENV_IDS) - known - {"simsci/Driving-v0"}
     lines += [f"{env_id:24s}" for env_id in sorted(missing)]
     return "\n".join(lines)
 

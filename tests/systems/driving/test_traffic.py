@@ -214,3 +214,25 @@ def test_bad_input():
         tr.step()
     with pytest.raises(ValueError, match="outside the route"):
         tr.reset(start=[5000.0])
+
+
+def test_traffic_env_and_metrics_follow_the_device(device):
+    from simsci.envs import DrivingVectorEnv
+
+    roads = [make_road(seed=4, length=1500.0)]
+    tr = Traffic(roads, 4, device=device)
+    tr.reset()
+    for _ in range(20):
+        tr.step()
+    agents, valid = tr.agents()
+    assert agents.device.type == device.type and agents.dtype == torch.float32
+    rel = agents.clone()
+    rel[..., :2] -= agents[:, :1, :2]
+    rate = metrics.collision_rate(rel[:, None], valid[:, None])
+    assert rate.device.type == device.type and float(rate) == 0.0
+    env = DrivingVectorEnv(
+        3, num_roads=1, route_length=1500.0, device=device, array_backend="torch"
+    )
+    obs, _ = env.reset(seed=0)
+    obs, reward, term, trunc, info = env.step(torch.zeros(3, 2, device=device))
+    assert obs["lanes"].device.type == device.type and reward.device.type == device.type
