@@ -80,12 +80,11 @@ import numpy as np
 from simsci.data._schema import problem, to_numpy
 from simsci.data._writer import TrajectoryWriter
 from simsci.systems.driving._roads import LANE_KINDS
+from simsci.systems.driving.metrics import AGENT_FEATURES, EDGE_TYPES
 
 TILE_SIZE = 64.0
 LANE_POINTS = 20
 HISTORY = 11
-EDGE_TYPES = ("pred", "succ", "left", "right")
-AGENT_FEATURES = ("x", "y", "speed", "cos", "sin", "length", "width")
 #: pieces shorter than this (m) are dropped; also the largest arc-length gap bridged by succ.
 MIN_PIECE = 0.5
 
