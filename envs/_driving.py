@@ -83,6 +83,7 @@ PROGRESS_REWARD = 0.1
 JERK_PENALTY = 0.02
 FAILURE_REWARD = -20.0
 VIEW = 100.0  # m: agents farther than this are not observed
+LANE_REFRESH = 5  # steps between choices of the nearest lanes
 
 
 @functools.lru_cache(maxsize=8)
@@ -174,6 +175,8 @@ class _World:
         self.last_s = torch.zeros(self.n, device=self.device)
         self.last_accel = torch.zeros(self.n, device=self.device)
         self.steer = torch.zeros(self.n, device=self.device)
+        self._lane_pts = self._lane_have = None
+        self._lane_age = torch.full((self.n,), LANE_REFRESH, dtype=torch.long, device=self.device)
         self.config = {
             "road_seed": int(road_seed),
             "num_roads": int(num_roads),
@@ -216,11 +219,13 @@ class _World:
         self.last_s[idx] = self.traffic.ego_route_s[idx]
         self.last_accel[idx] = 0.0
         self.steer[idx] = 0.0
+        self._lane_age[idx] = LANE_REFRESH
 
     def step(self, action: torch.Tensor):
         tr = self.traffic
         tr.step(action)
         self.steps += 1
+        self._lane_age += 1
         s = tr.ego_route_s
         progress = s - self.last_s
         self.last_s = s.clone()
@@ -310,23 +315,13 @@ class _World:
         agents[:, :k] = torch.where(seen.unsqueeze(-1), feats, torch.zeros_like(feats))
         agents_mask = torch.zeros(self.n, self.num_agents, device=self.device)
         agents_mask[:, :k] = seen.float()
-        # nearest lanes: a window of route positions, then distance to a few points
-        key = tr.ego_route_s[:, None]
-        near = (pool.lane_key_hi[net] >= key - 60.0) & (pool.lane_key_lo[net] <= key + 100.0)
-        near &= self.lane_real[net]
-        samples = self.lane_samples[net]  # B,L,5,2
-        dl = (samples[..., 0] - ex[:, None, None]) ** 2 + (samples[..., 1] - ey[:, None, None]) ** 2
-        dl = dl.amin(-1)
-        dl = torch.where(near, dl, torch.full_like(dl, math.inf))
-        kl = min(self.num_lanes, pool.L)
-        dlk, lanes_idx = dl.topk(kl, dim=1, largest=False)
-        have = torch.isfinite(dlk)
-        u = torch.linspace(0, 1, LANE_POINTS, device=self.device)
-        ln = pool.length[net[:, None], lanes_idx]
-        s_pts = ln.unsqueeze(-1) * u
-        pts, _ = pool.point_at(
-            net[:, None, None].expand_as(s_pts), lanes_idx.unsqueeze(-1).expand_as(s_pts), s_pts
-        )
+        # nearest lanes, chosen again every LANE_REFRESH steps (the ego moves ~12 m in
+        # that time; the choice costs more than the rest of the observation)
+        stale = torch.nonzero(self._lane_age >= LANE_REFRESH).flatten()
+        if stale.numel():
+            self._select_lanes(stale)
+        kl = self._lane_pts.shape[1]
+        pts, have = self._lane_pts, self._lane_have
         lx, ly = to_ego(pts[..., 0], pts[..., 1])
         lanes = torch.zeros(self.n, self.num_lanes, LANE_POINTS, 2, device=self.device)
         lanes[:, :kl] = torch.where(have[..., None, None], torch.stack([lx, ly], -1), 0.0)
@@ -339,6 +334,32 @@ class _World:
             "lanes": lanes.float(),
             "lanes_mask": lanes_mask,
         }
+
+    def _select_lanes(self, rows: torch.Tensor) -> None:
+        """The ``num_lanes`` lanes nearest the ego of scenes ``rows`` (a window of route
+        positions, then the distance to 5 points of each lane) and their 20 points."""
+        tr, pool = self.traffic, self.pool
+        net = tr.net[rows]
+        ex, ey = tr.state.x[rows, 0], tr.state.y[rows, 0]
+        key = tr.ego_route_s[rows, None]
+        near = (pool.lane_key_hi[net] >= key - 60.0) & (pool.lane_key_lo[net] <= key + 100.0)
+        near &= self.lane_real[net]
+        samples = self.lane_samples[net]  # k,L,5,2
+        dl = (samples[..., 0] - ex[:, None, None]) ** 2 + (samples[..., 1] - ey[:, None, None]) ** 2
+        dl = torch.where(near, dl.amin(-1), torch.full_like(near, math.inf, dtype=dl.dtype))
+        kl = min(self.num_lanes, pool.L)
+        dlk, lanes_idx = dl.topk(kl, dim=1, largest=False)
+        u = torch.linspace(0, 1, LANE_POINTS, device=self.device)
+        s_pts = pool.length[net[:, None], lanes_idx].unsqueeze(-1) * u
+        pts, _ = pool.point_at(
+            net[:, None, None].expand_as(s_pts), lanes_idx.unsqueeze(-1).expand_as(s_pts), s_pts
+        )
+        if self._lane_pts is None:
+            self._lane_pts = torch.zeros(self.n, kl, LANE_POINTS, 2, device=self.device)
+            self._lane_have = torch.zeros(self.n, kl, dtype=torch.bool, device=self.device)
+        self._lane_pts[rows] = pts.to(self._lane_pts.dtype)
+        self._lane_have[rows] = torch.isfinite(dlk)
+        self._lane_age[rows] = 0
 
     def info(self, collided=None, offroad=None) -> dict[str, torch.Tensor]:
         tr = self.traffic
