@@ -663,6 +663,7 @@ class Traffic:
         path_index = _LaneIndex(
             pool.L, path_lanes, path_s, slots.unsqueeze(-1).expand_as(path_lanes)
         )
+        self._occ = (occ, occ_s)  # reused by step (the state does not change in between)
         return lanes, off, occ_index, path_index
 
     def _gaps(self, q_lanes, q_off, q_s, q_len, occ_index):
@@ -732,7 +733,7 @@ class Traffic:
             # again); lane changes wait a step in those scenes (see _mobil)
             gap, who = self._with_new_leaders(gap, who, lanes, off, new_slot)
         # a vehicle changing lanes still keeps its distance in the lane it is leaving
-        occ, occ_s = self._occupancy()
+        occ, occ_s = self._occ
         d_from, who_from = occ_index.ahead(occ[..., 1], occ_s[..., 1])
         len_from = torch.gather(st.length, 1, who_from.clamp(min=0))
         gap_from = torch.where(who_from >= 0, d_from - 0.5 * (st.length + len_from), INF)
