@@ -130,6 +130,7 @@ HARD_BRAKE = 6.0  # beyond this a vehicle cannot stop for a conflict: it is comm
 PULL_OUT_GAP = 6.0  # m to the leader needed to start a lane change
 ZONE_WIDTH = 3.0  # m: centrelines closer than this are one conflict zone
 SPAWN_MIN_DISTANCE = 90.0
+RESET_ROUNDS = 24  # spawn rounds filling a fresh scene
 CAR_LENGTH = (4.2, 5.2)
 CAR_WIDTH = (1.75, 2.0)
 EGO_SIZE = (4.6, 1.9)
@@ -495,9 +496,13 @@ class Traffic:
         st.valid[idx] = False
         self._place_ego(idx, start)
         self._update_route_progress(idx, search=True)
-        # fill the window around the ego
-        for _ in range(3 * self.V):
-            self._spawn(idx, min_distance=8.0)
+        # fill the window around the ego: rounds of 4 far-apart candidate spots per scene
+        idle = 0
+        for _ in range(RESET_ROUNDS):
+            added = self._spawn(idx, min_distance=8.0, candidates=4) >= 0
+            idle = 0 if bool(added.any()) else idle + 1
+            if idle == 3:  # full (or no free spot found three times running)
+                break
 
     def place(self, scene: int, lanes, s, speeds, *, lengths=None, widths=None) -> torch.Tensor:
         """Add vehicles to ``scene`` at arc length ``s`` of ``lanes`` (all ``(k,)``),
@@ -612,12 +617,19 @@ class Traffic:
         nxt = torch.gather(pool.succ[net, lane_c], -1, pick.unsqueeze(-1)).squeeze(-1)
         return torch.where((lane >= 0) & (count > 0), nxt, torch.full_like(nxt, -1))
 
-    def _path(self):
+    def _rows(self, rows, *names):
+        """State fields (and the scenes' networks) of all scenes or of ``rows``."""
+        st = self.state
+        fields = [getattr(st, n) if rows is None else getattr(st, n)[rows] for n in names]
+        return (self.net if rows is None else self.net[rows]), fields
+
+    def _path(self, rows=None):
         """Path lanes ``(B, V, 3)`` and the path offset of each ``(B, V, 3)`` (INF where
-        the path has no such lane)."""
-        st, pool = self.state, self.pool
-        lanes = torch.cat([st.lane.unsqueeze(-1), st.nxt], dim=-1)
-        net = self.net[:, None, None].expand_as(lanes)
+        the path has no such lane), of all scenes or of ``rows``."""
+        pool = self.pool
+        net, (lane, nxt) = self._rows(rows, "lane", "nxt")
+        lanes = torch.cat([lane.unsqueeze(-1), nxt], dim=-1)
+        net = net[:, None, None].expand_as(lanes)
         ln = pool.length[net, lanes.clamp(min=0)]
         ln = torch.where(lanes >= 0, ln, torch.full_like(ln, INF))
         off = torch.zeros_like(ln)
@@ -626,23 +638,24 @@ class Traffic:
         off = torch.where(lanes >= 0, off, torch.full_like(off, INF))
         return lanes, off
 
-    def _occupancy(self):
+    def _occupancy(self, rows=None):
         """The lanes each vehicle occupies ``(B, V, 5)`` and its arc length on each: its
         lane, the lane it is leaving during a lane change, and near the start of a lane
         that forks from the same predecessor as others, those siblings while they are
         still closer than ``ZONE_WIDTH`` (a car on one would touch a car on the other)."""
-        st, pool = self.state, self.pool
-        net = self.net[:, None].expand_as(st.lane)
-        lane_c = st.lane.clamp(min=0)
-        ratio = pool.length[net, st.from_lane.clamp(min=0)] / pool.length[net, lane_c]
-        sh = pool.shadow[net, lane_c]  # B,V,3
-        near = st.s.unsqueeze(-1) < pool.shadow_len[net, lane_c] + 0.5 * st.length.unsqueeze(-1)
-        sh = torch.where(near, sh, torch.full_like(sh, -1))
-        occ = torch.cat([torch.stack([st.lane, st.from_lane], dim=-1), sh], -1)
-        occ = torch.where(st.valid.unsqueeze(-1), occ, torch.full_like(occ, -1))
-        occ_s = torch.cat(
-            [torch.stack([st.s, st.s * ratio], dim=-1), st.s.unsqueeze(-1).expand_as(sh)], -1
+        pool = self.pool
+        net, (lane, from_lane, s, length, valid) = self._rows(
+            rows, "lane", "from_lane", "s", "length", "valid"
         )
+        net = net[:, None].expand_as(lane)
+        lane_c = lane.clamp(min=0)
+        ratio = pool.length[net, from_lane.clamp(min=0)] / pool.length[net, lane_c]
+        sh = pool.shadow[net, lane_c]  # B,V,3
+        near = s.unsqueeze(-1) < pool.shadow_len[net, lane_c] + 0.5 * length.unsqueeze(-1)
+        sh = torch.where(near, sh, torch.full_like(sh, -1))
+        occ = torch.cat([torch.stack([lane, from_lane], dim=-1), sh], -1)
+        occ = torch.where(valid.unsqueeze(-1), occ, torch.full_like(occ, -1))
+        occ_s = torch.cat([torch.stack([s, s * ratio], dim=-1), s.unsqueeze(-1).expand_as(sh)], -1)
         return occ, occ_s
 
     def _indices(self):
@@ -1102,97 +1115,122 @@ class Traffic:
         dens = self._param("density")[idx].to(torch.float64)
         return (dens * lane_km).round().long(), lo, hi
 
-    def _spawn(self, idx, *, min_distance: float, indices=None):
-        """One spawn attempt in each scene of ``idx`` (None: all) that lacks vehicles;
-        returns the slot of the new vehicle of each scene ``(n,)`` (-1: none)."""
+    def _local_indices(self, rows):
+        """Lane indices of the scenes ``rows`` only (scene ids 0..k-1 in their order)."""
+        st, pool = self.state, self.pool
+        lanes, off = self._path(rows)
+        occ, occ_s = self._occupancy(rows)
+        valid = st.valid[rows].unsqueeze(-1)
+        slots = torch.arange(self.V, device=self.device).expand(rows.numel(), self.V)
+        occ_index = _LaneIndex(pool.L, occ, occ_s, slots.unsqueeze(-1).expand_as(occ))
+        path_s = torch.cat([st.s[rows].unsqueeze(-1) - off, occ_s[..., 1:2]], -1)
+        path_lanes = torch.cat([lanes, occ[..., 1:2]], -1)
+        path_lanes = torch.where(valid, path_lanes, torch.full_like(path_lanes, -1))
+        owners = slots.unsqueeze(-1).expand_as(path_lanes)
+        return occ_index, _LaneIndex(pool.L, path_lanes, path_s, owners)
+
+    def _spawn(self, idx, *, min_distance: float, indices=None, candidates: int = 1):
+        """Spawn attempts (``candidates`` spots each) in the scenes of ``idx`` (None: all)
+        that lack vehicles; returns the slot of a new vehicle of each scene ``(n,)`` (-1:
+        none; with several candidates, the last one placed).
+
+        ``indices``: the full-batch lane indices of the current state (the step's); else
+        indices of just these scenes are built (resets: cheap for a few scenes).
+        """
         st, pool = self.state, self.pool
         new_slot = torch.full((self.n,), -1, dtype=torch.long, device=self.device)
         if idx is None:
             idx = torch.arange(self.n, device=self.device)
         target, lo, hi = self._target_count(idx)
-        count = st.valid[idx].sum(1)
-        free_slot = (~st.valid[idx]).float().argmax(1)
-        want = (count < torch.clamp(target + 1, max=self.V)) & (~st.valid[idx]).any(1) & (hi > lo)
+        free = (~st.valid[idx]).sum(1)
+        want = (st.valid[idx].sum(1) < torch.clamp(target + 1, max=self.V)) & (free > 0)
+        want &= hi > lo
         if not bool(want.any()):
             return new_slot
-        idx, lo, hi, slot = idx[want], lo[want], hi[want], free_slot[want]
-        k = int(idx.numel())
-        u = torch.rand(k, generator=self.generator, dtype=torch.float64).to(self.device)
-        j = (lo + (u * (hi - lo).to(torch.float64)).long()).clamp(max=pool.spawn_lane.numel() - 1)
-        lane, s = pool.spawn_lane[j], pool.spawn_s[j]
-        net = self.net[idx]
+        idx, lo, hi, free = idx[want], lo[want], hi[want], free[want]
+        k, m = int(idx.numel()), int(candidates)
+        if indices is None:
+            occ_index, path_index = self._local_indices(idx)
+            scenes = torch.arange(k, device=self.device)
+        else:
+            occ_index, path_index = indices
+            scenes = idx
+        g = self.generator
+        u = torch.rand(k, m, generator=g, dtype=torch.float64).to(self.device)
+        j = lo[:, None] + (u * (hi - lo).to(torch.float64)[:, None]).long()
+        j = j.clamp(max=pool.spawn_lane.numel() - 1)
+        lane, s = pool.spawn_lane[j], pool.spawn_s[j]  # k,m
+        net = self.net[idx][:, None].expand(k, m)
         xy, tan = pool.point_at(net, lane, s)
-        ex, ey = st.x[idx, 0], st.y[idx, 0]
-        d_ego = torch.sqrt((xy[:, 0] - ex) ** 2 + (xy[:, 1] - ey) ** 2)
+        ex, ey = st.x[idx, :1], st.y[idx, :1]
+        d_ego = torch.sqrt((xy[..., 0] - ex) ** 2 + (xy[..., 1] - ey) ** 2)
         ok = (d_ego >= min_distance) & (d_ego <= self.window)
         # clear of everyone (also across lanes meeting at junctions)
-        dx = xy[:, 0:1] - st.x[idx]
-        dy = xy[:, 1:2] - st.y[idx]
-        near = (dx * dx + dy * dy < 7.0**2) & st.valid[idx]
-        ok &= ~near.any(1)
-        if not bool(ok.any()):
-            return new_slot
-        idx, lane, s, xy, tan, slot, net = (t[ok] for t in (idx, lane, s, xy, tan, slot, net))
-        k = int(idx.numel())
-        g = self.generator
-        length = CAR_LENGTH[0] + (CAR_LENGTH[1] - CAR_LENGTH[0]) * torch.rand(k, generator=g)
-        width = CAR_WIDTH[0] + (CAR_WIDTH[1] - CAR_WIDTH[0]) * torch.rand(k, generator=g)
-        factor = (1.0 + 0.1 * torch.randn(k, generator=g)).clamp(0.8, 1.2)
+        dx = xy[..., 0:1] - st.x[idx].unsqueeze(1)
+        dy = xy[..., 1:2] - st.y[idx].unsqueeze(1)
+        ok &= ~((dx * dx + dy * dy < 7.0**2) & st.valid[idx].unsqueeze(1)).any(-1)
+        # candidates of one scene do not see each other: keep them far apart
+        for c in range(1, m):
+            dd = (xy[:, :c] - xy[:, c : c + 1]).pow(2).sum(-1)
+            ok[:, c] &= ~((dd < 40.0**2) & ok[:, :c]).any(1)
+        length = CAR_LENGTH[0] + (CAR_LENGTH[1] - CAR_LENGTH[0]) * torch.rand(k, m, generator=g)
+        width = CAR_WIDTH[0] + (CAR_WIDTH[1] - CAR_WIDTH[0]) * torch.rand(k, m, generator=g)
+        factor = (1.0 + 0.1 * torch.randn(k, m, generator=g)).clamp(0.8, 1.2)
         length, width, factor = (t.to(self.device, self.dtype) for t in (length, width, factor))
         n1 = self._choose_next(net, lane)
         n2 = self._choose_next(net, n1)
-        # gaps to the leader and from the follower at the spot (full-batch helpers)
-        q_lanes = torch.full((self.n, 1, 3), -1, dtype=torch.long, device=self.device)
-        q_lanes[idx, 0] = torch.stack([lane, n1, n2], -1)
-        q_s = torch.zeros(self.n, 1, dtype=self.dtype, device=self.device)
-        q_s[idx, 0] = s
-        q_len = torch.zeros_like(q_s)
-        q_len[idx, 0] = length
-        net_q = self.net[:, None, None].expand(-1, 1, 3)
-        ln = pool.length[net_q, q_lanes.clamp(min=0)]
+        q_lanes = torch.stack([lane, n1, n2], -1)  # k,m,3
+        ln = pool.length[net.unsqueeze(-1).expand_as(q_lanes), q_lanes.clamp(min=0)]
         q_off = torch.zeros_like(ln)
         q_off[..., 1] = ln[..., 0]
         q_off[..., 2] = ln[..., 0] + ln[..., 1]
         q_off = torch.where(q_lanes >= 0, q_off, torch.full_like(q_off, INF))
-        occ_index, path_index = indices if indices is not None else self._indices()[2:]
-        g_lead, who = self._gaps(q_lanes, q_off, q_s, q_len, occ_index)
-        g_fol, fol = self._followers(q_lanes[..., 0], q_s, q_len, path_index)
-        g_lead, who, g_fol, fol = g_lead[idx, 0], who[idx, 0], g_fol[idx, 0], fol[idx, 0]
-        limit = pool.speed_limit[net, lane]
-        v_des = limit * factor * self._param("speed_factor")[idx]
-        v_lead = torch.where(who >= 0, st.v[idx, who.clamp(min=0)], v_des)
-        T = self._param("time_headway")[idx]
-        s0 = self._param("min_gap")[idx]
-        # the speed whose IDM equilibrium gap fits the gap ahead
-        v = torch.minimum(v_des, torch.where(who >= 0, v_lead, v_des))
+        # the leader ahead on the spot's path and the follower behind it
+        rows = idx[:, None]
+        d, who = occ_index.ahead(q_lanes, s.unsqueeze(-1) - q_off, scenes)
+        d, p = d.min(-1)
+        who = torch.gather(who, -1, p.unsqueeze(-1)).squeeze(-1)
+        g_lead = torch.where(who >= 0, d - 0.5 * (length + st.length[rows, who.clamp(min=0)]), INF)
+        d, fol = path_index.behind(lane.unsqueeze(-1), s.unsqueeze(-1), scenes)
+        d, fol = d.squeeze(-1), fol.squeeze(-1)
+        g_fol = torch.where(fol >= 0, d - 0.5 * (length + st.length[rows, fol.clamp(min=0)]), INF)
+        par = lambda name: self._param(name)[idx].unsqueeze(-1)  # noqa: E731
+        T, s0 = par("time_headway"), par("min_gap")
+        v_des = pool.speed_limit[net, lane] * factor * par("speed_factor")
+        v_lead = torch.where(who >= 0, st.v[rows, who.clamp(min=0)], v_des)
+        # no faster than the leader, and a speed whose IDM equilibrium gap fits the gap
+        v = torch.minimum(v_des, v_lead)
         v = torch.minimum(v, ((g_lead - s0) / T).clamp(min=0))
-        v_fol = torch.where(fol >= 0, st.v[idx, fol.clamp(min=0)], torch.zeros_like(v))
-        a_max = self._param("max_accel")[idx]
-        b_cmf = self._param("comfort_decel")[idx]
+        v_fol = torch.where(fol >= 0, st.v[rows, fol.clamp(min=0)], torch.zeros_like(v))
+        a_max, b_cmf = par("max_accel"), par("comfort_decel")
         # the follower must not need to brake harder than comfortable (IDM's desired gap)
         need = s0 + v_fol * T + v_fol * (v_fol - v) / (2 * torch.sqrt(a_max * b_cmf))
         need = torch.maximum(need, s0 + (v_fol.pow(2) - v.pow(2)).clamp(min=0) / (2 * b_cmf))
-        fits = (g_lead > s0 + 1.0) & ((fol < 0) | (g_fol > need + 1.0))
-        if not bool(fits.any()):
+        accept = ok & (g_lead > s0 + 1.0) & ((fol < 0) | (g_fol > need + 1.0))
+        # the r-th accepted candidate of a scene takes its r-th free slot
+        rank = accept.long().cumsum(1) - 1
+        accept &= rank < free.unsqueeze(-1)
+        if not bool(accept.any()):
             return new_slot
-        sel = fits
-        idx, slot = idx[sel], slot[sel]
+        free_order = torch.sort(st.valid[idx].to(torch.int8), dim=1, stable=True).indices
+        r, c = torch.nonzero(accept, as_tuple=True)
+        scene, slot = idx[r], free_order[r, rank[r, c]]
         vals = dict(
-            x=xy[sel, 0], y=xy[sel, 1], theta=torch.atan2(tan[sel, 1], tan[sel, 0]), v=v[sel],
-            accel=torch.zeros_like(v[sel]), kappa=torch.zeros_like(v[sel]),
-            length=length[sel], width=width[sel], v_factor=factor[sel], s=s[sel],
-            offset=torch.zeros_like(v[sel]),
+            x=xy[r, c, 0], y=xy[r, c, 1], theta=torch.atan2(tan[r, c, 1], tan[r, c, 0]),
+            v=v[r, c], accel=torch.zeros_like(v[r, c]), kappa=torch.zeros_like(v[r, c]),
+            length=length[r, c], width=width[r, c], v_factor=factor[r, c], s=s[r, c],
+            offset=torch.zeros_like(v[r, c]),
         )  # fmt: skip
         for name, val in vals.items():
-            getattr(st, name)[idx, slot] = val.to(self.dtype)
-        st.lane[idx, slot] = lane[sel]
-        st.nxt[idx, slot] = torch.stack([n1[sel], n2[sel]], -1)
-        st.from_lane[idx, slot] = -1
-        st.cooldown[idx, slot] = LANE_CHANGE_COOLDOWN
-        st.valid[idx, slot] = True
-        st.uid[idx, slot] = self._next_uid + torch.arange(idx.numel(), device=self.device)
-        self._next_uid += int(idx.numel())
-        new_slot[idx] = slot
+            getattr(st, name)[scene, slot] = val.to(self.dtype)
+        st.lane[scene, slot] = lane[r, c]
+        st.nxt[scene, slot] = torch.stack([n1[r, c], n2[r, c]], -1)
+        st.from_lane[scene, slot] = -1
+        st.cooldown[scene, slot] = LANE_CHANGE_COOLDOWN
+        st.valid[scene, slot] = True
+        st.uid[scene, slot] = self._next_uid + torch.arange(scene.numel(), device=self.device)
+        self._next_uid += int(scene.numel())
+        new_slot[scene] = slot
         return new_slot
 
     def _update_route_progress(self, idx, *, search: bool = False):
@@ -1268,8 +1306,10 @@ class _LaneIndex:
         self.owner = owner.flatten()[order]
         self.size = int(self.keys.numel())
 
-    def _query(self, lanes, s, ahead: bool):
-        scene = self.scene.reshape((-1,) + (1,) * (lanes.dim() - 1))
+    def _query(self, lanes, s, ahead: bool, scenes=None):
+        if scenes is None:
+            scenes = self.scene.flatten()
+        scene = scenes.reshape((-1,) + (1,) * (lanes.dim() - 1))
         code = scene * self.L + lanes
         key = code.to(torch.float64) * self.SPAN + (s.to(torch.float64) + self.OFFSET)
         pos = torch.searchsorted(self.keys, key.flatten(), right=ahead).reshape(key.shape)
@@ -1283,13 +1323,14 @@ class _LaneIndex:
         who = torch.where(ok, self.owner[pos], torch.full_like(pos, -1))
         return dist, who
 
-    def ahead(self, lanes, s):
-        """Distance to and owner of the nearest entry with a larger ``s`` on each query's lane."""
-        return self._query(lanes, s, True)
+    def ahead(self, lanes, s, scenes=None):
+        """Distance to and owner of the nearest entry with a larger ``s`` on each query's
+        lane; query row ``r`` belongs to scene ``scenes[r]`` (default ``r``)."""
+        return self._query(lanes, s, True, scenes)
 
-    def behind(self, lanes, s):
+    def behind(self, lanes, s, scenes=None):
         """Distance to and owner of the nearest entry with a smaller ``s`` on the lane."""
-        return self._query(lanes, s, False)
+        return self._query(lanes, s, False, scenes)
 
 
 def _polyline_distance(p: np.ndarray, q: np.ndarray) -> np.ndarray:
