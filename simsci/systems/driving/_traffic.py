@@ -130,7 +130,8 @@ HARD_BRAKE = 6.0  # beyond this a vehicle cannot stop for a conflict: it is comm
 PULL_OUT_GAP = 6.0  # m to the leader needed to start a lane change
 ZONE_WIDTH = 3.0  # m: centrelines closer than this are one conflict zone
 SPAWN_MIN_DISTANCE = 90.0
-RESET_ROUNDS = 24  # spawn rounds filling a fresh scene
+RESET_ROUNDS = 40  # spawn rounds filling a fresh scene
+SPAWN_CANDIDATES = 2  # spots tried per scene and step
 CAR_LENGTH = (4.2, 5.2)
 CAR_WIDTH = (1.75, 2.0)
 EGO_SIZE = (4.6, 1.9)
@@ -731,20 +732,24 @@ class Traffic:
         net2 = self.net[:, None].expand(B, V)
         lanes, off, occ_index, path_index = self._indices()
         # new vehicles first, at free spots of the current state
-        new_slot = self._spawn(
-            None, min_distance=SPAWN_MIN_DISTANCE, indices=(occ_index, path_index)
+        new_slots = self._spawn(
+            None,
+            min_distance=SPAWN_MIN_DISTANCE,
+            indices=(occ_index, path_index),
+            candidates=SPAWN_CANDIDATES,
         )
-        spawned = new_slot >= 0
+        spawned = (new_slots >= 0).any(1)
         if bool(spawned.any()):
             lanes, off = self._path()
 
         # --- leaders and the desired speed
         gap, who = self._gaps(lanes, off, st.s, st.length, occ_index)
         if bool(spawned.any()):
-            # the indices predate this step's new vehicles (at most one per scene): add
+            # the indices predate this step's new vehicles (a few per scene): add
             # each as a possible leader of the others in its scene (cheaper than sorting
             # again); lane changes wait a step in those scenes (see _mobil)
-            gap, who = self._with_new_leaders(gap, who, lanes, off, new_slot)
+            for c in range(new_slots.shape[1]):
+                gap, who = self._with_new_leaders(gap, who, lanes, off, new_slots[:, c])
         # a vehicle changing lanes still keeps its distance in the lane it is leaving
         occ, occ_s = self._occ
         d_from, who_from = occ_index.ahead(occ[..., 1], occ_s[..., 1])
@@ -1131,14 +1136,14 @@ class Traffic:
 
     def _spawn(self, idx, *, min_distance: float, indices=None, candidates: int = 1):
         """Spawn attempts (``candidates`` spots each) in the scenes of ``idx`` (None: all)
-        that lack vehicles; returns the slot of a new vehicle of each scene ``(n,)`` (-1:
-        none; with several candidates, the last one placed).
+        that lack vehicles; returns the slots of the new vehicles ``(n, candidates)`` (-1:
+        none).
 
         ``indices``: the full-batch lane indices of the current state (the step's); else
         indices of just these scenes are built (resets: cheap for a few scenes).
         """
         st, pool = self.state, self.pool
-        new_slot = torch.full((self.n,), -1, dtype=torch.long, device=self.device)
+        new_slot = torch.full((self.n, candidates), -1, dtype=torch.long, device=self.device)
         if idx is None:
             idx = torch.arange(self.n, device=self.device)
         target, lo, hi = self._target_count(idx)
@@ -1198,15 +1203,34 @@ class Traffic:
         T, s0 = par("time_headway"), par("min_gap")
         v_des = pool.speed_limit[net, lane] * factor * par("speed_factor")
         v_lead = torch.where(who >= 0, st.v[rows, who.clamp(min=0)], v_des)
-        # no faster than the leader, and a speed whose IDM equilibrium gap fits the gap
+        a_max, b_cmf = par("max_accel"), par("comfort_decel")
+        # no faster than the leader, than the speed whose IDM equilibrium gap fits the gap
+        # ahead, than the equilibrium speed of the scene's density (dense traffic starts
+        # congested, so its cars fit), and slow enough to stop comfortably before the next
+        # conflict zone or lane end on the path
         v = torch.minimum(v_des, v_lead)
         v = torch.minimum(v, ((g_lead - s0) / T).clamp(min=0))
+        spacing = 1000.0 / par("density").clamp(min=1e-3) - sum(CAR_LENGTH) / 2
+        v = torch.minimum(v, _idm_equilibrium_speed(spacing, v_des, s0, T))
+        d_stop = self._stop_distance(net, q_lanes, q_off, s) - 0.5 * length - 2.0
+        v = torch.minimum(v, torch.sqrt(2 * b_cmf * d_stop.clamp(min=0)))
         v_fol = torch.where(fol >= 0, st.v[rows, fol.clamp(min=0)], torch.zeros_like(v))
-        a_max, b_cmf = par("max_accel"), par("comfort_decel")
-        # the follower must not need to brake harder than comfortable (IDM's desired gap)
-        need = s0 + v_fol * T + v_fol * (v_fol - v) / (2 * torch.sqrt(a_max * b_cmf))
-        need = torch.maximum(need, s0 + (v_fol.pow(2) - v.pow(2)).clamp(min=0) / (2 * b_cmf))
-        accept = ok & (g_lead > s0 + 1.0) & ((fol < 0) | (g_fol > need + 1.0))
+        # the follower must not need to brake harder than comfortably: its IDM
+        # deceleration with the new car ahead >= -b, and room to stop behind it at b
+        fol_c = fol.clamp(min=0)
+        v0_fol = (
+            pool.speed_limit[net, st.lane[rows, fol_c].clamp(min=0)]
+            * st.v_factor[rows, fol_c]
+            * par("speed_factor")
+        )
+        gap_f = (g_fol - 1.0).clamp(min=0.1)
+        s_star = s0 + (v_fol * T + v_fol * (v_fol - v) / (2 * torch.sqrt(a_max * b_cmf))).clamp(
+            min=0
+        )
+        a_fol = a_max * (1 - (v_fol / v0_fol.clamp(min=0.1)).pow(4) - (s_star / gap_f).pow(2))
+        stop = s0 + (v_fol.pow(2) - v.pow(2)).clamp(min=0) / (2 * b_cmf)
+        fol_ok = (fol < 0) | ((a_fol >= -b_cmf) & (g_fol > stop + 1.0))
+        accept = ok & (g_lead > s0 + 1.0) & fol_ok
         # the r-th accepted candidate of a scene takes its r-th free slot
         rank = accept.long().cumsum(1) - 1
         accept &= rank < free.unsqueeze(-1)
@@ -1230,8 +1254,26 @@ class Traffic:
         st.valid[scene, slot] = True
         st.uid[scene, slot] = self._next_uid + torch.arange(scene.numel(), device=self.device)
         self._next_uid += int(scene.numel())
-        new_slot[scene] = slot
+        new_slot[scene, c] = slot
         return new_slot
+
+    def _stop_distance(self, net, q_lanes, q_off, s):
+        """Distance from arc length ``s`` along paths ``q_lanes`` ``(..., 3)`` to the first
+        conflict zone or ending lane on them ``(...)`` (INF: none)."""
+        pool = self.pool
+        netq = net.unsqueeze(-1).expand_as(q_lanes)
+        lanes_c = q_lanes.clamp(min=0)
+        d = torch.full_like(s, INF)
+        if pool.C:
+            conf = pool.lane_conflicts[netq, lanes_c]  # ...,3,C
+            side = pool.lane_conflict_side[netq, lanes_c]
+            z = pool.zone_in[netq.unsqueeze(-1), conf.clamp(min=0), side]
+            dz = q_off.unsqueeze(-1) + z - s[..., None, None]
+            ok = (conf >= 0) & (q_lanes >= 0).unsqueeze(-1) & (dz > -1.0)
+            d = torch.minimum(d, torch.where(ok, dz, INF).amin((-1, -2)))
+        ends = (q_lanes >= 0) & (pool.end[netq, lanes_c] == END_LANE_END)
+        d_end = q_off + pool.length[netq, lanes_c] - s.unsqueeze(-1)
+        return torch.minimum(d, torch.where(ends, d_end, INF).amin(-1))
 
     def _update_route_progress(self, idx, *, search: bool = False):
         """The ego's arc length along the route polyline (windowed projection)."""
@@ -1391,3 +1433,17 @@ def _shadows(road) -> tuple[np.ndarray, np.ndarray]:
             shadow[lane, j] = sib
             length[lane, j] = s[far[0]] if far.size else road.length[lane]
     return shadow, length
+
+
+def _idm_equilibrium_speed(gap, v0, s0, T, iters: int = 30):
+    """The speed at which IDM keeps the bumper ``gap``: the root of ``(s0 + v T) /
+    sqrt(1 - (v / v0)^4) = gap`` in ``[0, v0]`` (bisection; 0 where ``gap <= s0``)."""
+    gap = torch.as_tensor(gap).expand_as(v0) if not torch.is_tensor(gap) else gap.expand_as(v0)
+    lo, hi = torch.zeros_like(v0), v0.clone()
+    for _ in range(iters):
+        mid = 0.5 * (lo + hi)
+        s_e = (s0 + mid * T) / torch.sqrt((1 - (mid / v0.clamp(min=1e-6)).pow(4)).clamp(min=1e-9))
+        too_fast = s_e > gap
+        hi = torch.where(too_fast, mid, hi)
+        lo = torch.where(too_fast, lo, mid)
+    return lo
