@@ -128,6 +128,29 @@ def gfg_steps_per_second(variant: str, device: str, steps: int = 30) -> float:
         return rate
 
 
+def driving_env_steps_per_second(device: str, num_envs: int = 4096, steps: int = 20) -> float:
+    """simsci/Driving-v0 egos stepped per second on ``device`` (torch in/out, lane keeping)."""
+    from simsci.envs import DrivingVectorEnv, lane_keeping_policy
+
+    env = DrivingVectorEnv(num_envs, device=device, array_backend="torch")
+    obs, _ = env.reset(seed=0)
+
+    def act(o):
+        host = {k: v.cpu().numpy() for k, v in o.items()}
+        return torch.as_tensor(lane_keeping_policy(host), device=device)
+
+    for _ in range(3):
+        obs = env.step(act(obs))[0]
+    if device == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(steps):
+        obs = env.step(act(obs))[0]
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return num_envs * steps / (time.perf_counter() - start)
+
+
 def main() -> int:
     if not torch.cuda.is_available():
         print("gpu-check: torch sees no CUDA device", file=sys.stderr)
@@ -196,6 +219,13 @@ def main() -> int:
             except Exception as exc:
                 rows.append((label, f"FAILED: {exc}", ""))
                 failed.append(label)
+        label = f"Driving-v0 x4096 on {device}"
+        try:
+            rate = driving_env_steps_per_second(device)
+            rows.append((label, "ok", f"{rate:.0f} env-steps/s"))
+        except Exception as exc:
+            rows.append((label, f"FAILED: {exc}", ""))
+            failed.append(label)
     print("\n".join(f"{a:36s} {b:12s} {c}" for a, b, c in rows))
     return 1 if failed else 0
 
