@@ -50,7 +50,7 @@ import numpy as np
 import torch
 
 import simsci.envs  # noqa: F401  (registers the ids)
-from simsci.bench import time_call, write_result
+from simsci.bench import code_version, out_path, time_call, write_result
 from simsci.systems.driving import _traffic
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -59,33 +59,6 @@ PEER_ID = "highway-fast-v0"
 OUR_DT = _traffic.DT  # seconds of simulated time per step (10 Hz)
 TARGET = 100.0
 ACTION_POOL = 64  # pre-drawn action batches, cycled (keeps the RNG out of the timing)
-
-
-def out_path(arg: str | None, name: str) -> Path:
-    """``--out``: a JSON file, or a folder to write ``name`` in (default results/)."""
-    if arg is None:
-        return RESULTS / name
-    p = Path(arg)
-    return p if p.suffix == ".json" else p / name
-
-
-def code_version() -> dict:
-    """The commit the figures were measured at, and whether the driving code differed
-    from it (other work lands in the same tree)."""
-    import subprocess
-
-    root = Path(__file__).resolve().parent.parent
-
-    def git(*a):
-        try:
-            return subprocess.run(
-                ["git", *a], cwd=root, capture_output=True, text=True, timeout=10
-            ).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return None
-
-    dirty = git("status", "--porcelain", "--", "simsci/systems/driving", "envs")
-    return {"commit": git("rev-parse", "HEAD"), "driving_code_modified": bool(dirty)}
 
 
 def _row(kind, n, action, phase, warm, timing, block, dt, episodes, steps, extra=None):
@@ -296,7 +269,7 @@ def main() -> int:
         "claim": f">= {TARGET:g}x highway-fast-v0's env steps/s at 1024 egos (CPU, 1 thread)",
         "quick": quick,
         "load_average_before": os.getloadavg(),
-        "code": code_version(),
+        "code": code_version("simsci/systems/driving", "envs"),
         "ours": {
             "id": OUR_ID,
             "dt_s": OUR_DT,
@@ -398,7 +371,7 @@ def main() -> int:
             },
         }
     result["ratios"] = ratios
-    out = out_path(args.out, "driving_env_cpu.json")
+    out = out_path(args.out, "driving_env_cpu.json", RESULTS)
     print(f"wrote {write_result(out, result)}")
     return 0
 

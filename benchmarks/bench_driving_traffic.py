@@ -56,7 +56,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from simsci.bench import write_result
+from simsci.bench import code_version, out_path, write_result
 from simsci.systems import driving
 from simsci.systems.driving import metrics
 
@@ -79,33 +79,6 @@ DT = 0.1
 SAMPLE_EVERY = 10
 CHUNK = 100
 START = 200.0  # m along the route: the window around the ego lies on the road
-
-
-def out_path(arg: str | None, name: str) -> Path:
-    """``--out``: a JSON file, or a folder to write ``name`` in (default results/)."""
-    if arg is None:
-        return RESULTS / name
-    p = Path(arg)
-    return p if p.suffix == ".json" else p / name
-
-
-def code_version() -> dict:
-    """The commit the figures were measured at, and whether the driving code differed
-    from it (other work lands in the same tree)."""
-    import subprocess
-
-    root = Path(__file__).resolve().parent.parent
-
-    def git(*a):
-        try:
-            return subprocess.run(
-                ["git", *a], cwd=root, capture_output=True, text=True, timeout=10
-            ).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return None
-
-    dirty = git("status", "--porcelain", "--", "simsci/systems/driving", "envs")
-    return {"commit": git("rev-parse", "HEAD"), "driving_code_modified": bool(dirty)}
 
 
 # ----------------------------------------------------------------------------- the peer
@@ -446,7 +419,7 @@ def main() -> int:
         "claim": "collision rate ~ 0, no infeasible steps, mean speed vs the IDM equilibrium",
         "quick": quick,
         "load_average_before": os.getloadavg(),
-        "code": code_version(),
+        "code": code_version("simsci/systems/driving", "envs"),
         "setup": {
             "scenes": B,
             "steps": steps,
@@ -495,7 +468,7 @@ def main() -> int:
         result.setdefault("equilibrium_curves", {})[case] = {
             "v0": v0, "length": length, "density": grid, "speed": v_e,
         }  # fmt: skip
-    out = out_path(args.out, "driving_traffic_cpu.json")
+    out = out_path(args.out, "driving_traffic_cpu.json", RESULTS)
     out.parent.mkdir(parents=True, exist_ok=True)
     png = plot(out.with_name("driving_fundamental_diagram.png"), result["rows"], curves)
     result["plot"] = png.name if png else "skipped (matplotlib not installed)"

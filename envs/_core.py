@@ -56,7 +56,14 @@ from gymnasium.vector import AutoresetMode
 
 from simsci.envs import _render
 
-__all__ = ["Dynamics", "SimsciEnv", "SimsciVectorEnv", "check_actions", "own_spec"]
+__all__ = [
+    "Dynamics",
+    "SimsciEnv",
+    "SimsciVectorEnv",
+    "check_actions",
+    "check_vector_options",
+    "own_spec",
+]
 
 ACTION_BOUNDS = ("clip", "error")
 ARRAY_BACKENDS = ("numpy", "torch")
@@ -194,6 +201,28 @@ def own_spec(env, env_id: str, kwargs: dict) -> None:
     registered = gymnasium.registry.get(env_id)
     entry = registered.entry_point if registered is not None else None
     env.spec = EnvSpec(id=env_id, entry_point=entry, kwargs=dict(kwargs))
+
+
+def check_vector_options(num_envs, array_backend, autoreset_mode) -> AutoresetMode:
+    """Validate a vector environment's ``num_envs``, ``array_backend`` and
+    ``autoreset_mode``; returns the autoreset mode."""
+    if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)):
+        raise TypeError(f"num_envs must be a positive int, got {num_envs!r}")
+    if num_envs < 1:
+        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    if array_backend not in ARRAY_BACKENDS:
+        raise ValueError(f"array_backend must be one of {ARRAY_BACKENDS}, got {array_backend!r}")
+    try:
+        mode = AutoresetMode(autoreset_mode)
+    except ValueError:
+        raise ValueError(
+            f"autoreset_mode must be 'NextStep' or 'SameStep', got {autoreset_mode!r}"
+        ) from None
+    if mode not in (AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP):
+        raise ValueError(
+            f"autoreset_mode {mode.value!r} is not supported; use NextStep or SameStep"
+        )
+    return mode
 
 
 def _check_render_mode(render_mode):
@@ -403,24 +432,7 @@ class SimsciVectorEnv(_Common, gymnasium.vector.VectorEnv):
         render_mode=None,
         spec: tuple[str, dict] | None = None,
     ):
-        if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)):
-            raise TypeError(f"num_envs must be a positive int, got {num_envs!r}")
-        if num_envs < 1:
-            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-        if array_backend not in ARRAY_BACKENDS:
-            raise ValueError(
-                f"array_backend must be one of {ARRAY_BACKENDS}, got {array_backend!r}"
-            )
-        try:
-            mode = AutoresetMode(autoreset_mode)
-        except ValueError:
-            raise ValueError(
-                f"autoreset_mode must be 'NextStep' or 'SameStep', got {autoreset_mode!r}"
-            ) from None
-        if mode not in (AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP):
-            raise ValueError(
-                f"autoreset_mode {mode.value!r} is not supported; use NextStep or SameStep"
-            )
+        mode = check_vector_options(num_envs, array_backend, autoreset_mode)
         self.render_mode = _check_render_mode(render_mode)
         self._setup(dynamics, action_bounds)
         self.num_envs = int(num_envs)

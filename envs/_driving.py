@@ -56,10 +56,10 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 from simsci.envs._core import (
-    ARRAY_BACKENDS,
     _check_render_mode,
     _seed_from,
     check_actions,
+    check_vector_options,
     own_spec,
 )
 
@@ -421,28 +421,9 @@ class DrivingVectorEnv(gymnasium.vector.VectorEnv):
         autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
         render_mode=None,
     ):
-        if (
-            isinstance(num_envs, bool)
-            or not isinstance(num_envs, (int, np.integer))
-            or num_envs < 1
-        ):
-            raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
-        if array_backend not in ARRAY_BACKENDS:
-            raise ValueError(
-                f"array_backend must be one of {ARRAY_BACKENDS}, got {array_backend!r}"
-            )
+        mode = check_vector_options(num_envs, array_backend, autoreset_mode)
         if action_bounds not in ("clip", "error"):
             raise ValueError(f"action_bounds must be 'clip' or 'error', got {action_bounds!r}")
-        try:
-            mode = AutoresetMode(autoreset_mode)
-        except ValueError:
-            raise ValueError(
-                f"autoreset_mode must be 'NextStep' or 'SameStep', got {autoreset_mode!r}"
-            ) from None
-        if mode not in (AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP):
-            raise ValueError(
-                f"autoreset_mode {mode.value!r} is not supported; use NextStep or SameStep"
-            )
         self.render_mode = _check_render_mode(render_mode)
         self.world = _World(
             int(num_envs),

@@ -22,9 +22,18 @@ from simsci.bench._pde import (
     plot_pareto,
     restrict_periodic,
 )
-from simsci.bench._timing import Timing, environment, time_call, write_result
+from simsci.bench._timing import (
+    Timing,
+    code_version,
+    environment,
+    out_path,
+    time_call,
+    write_result,
+)
 
 __all__ = [
+    "code_version",
+    "out_path",
     "Timing",
     "time_call",
     "environment",

@@ -82,3 +82,31 @@ def write_result(path: str | Path, result: dict, *, device: torch.device | str =
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json(path, {**result, "environment": environment(device)})
     return path
+
+
+def out_path(arg: str | None, name: str, default_dir: str | Path) -> Path:
+    """A benchmark's ``--out``: a JSON file, or a folder to write ``name`` in (None:
+    ``default_dir``)."""
+    if arg is None:
+        return Path(default_dir) / name
+    p = Path(arg)
+    return p if p.suffix == ".json" else p / name
+
+
+def code_version(*paths: str) -> dict:
+    """The commit figures were measured at and whether ``paths`` (relative to the
+    repository) differed from it -- other work may land in the same tree meanwhile."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+
+    def git(*args):
+        try:
+            return subprocess.run(
+                ["git", *args], cwd=root, capture_output=True, text=True, timeout=10
+            ).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return None
+
+    dirty = git("status", "--porcelain", "--", *paths)
+    return {"commit": git("rev-parse", "HEAD"), "code_modified": bool(dirty), "paths": list(paths)}
