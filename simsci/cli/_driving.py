@@ -126,20 +126,31 @@ def _ppo(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     kwargs = _env_kwargs(args)
     torch.manual_seed(args.seed)
-    venv = to_sb3(DrivingVectorEnv(args.num_envs, **kwargs))
-    # rollouts of 256 steps per ego (fewer for a tiny budget), minibatches of 1024
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    # observations in metres and m/s: running normalisation (saved beside the model)
+    venv = VecNormalize(to_sb3(DrivingVectorEnv(args.num_envs, **kwargs)), gamma=0.99)
+    # rollouts of 256 steps per ego (fewer for a tiny budget), minibatches of 1024; a
+    # small initial action noise, or the first policies steer off the road at once
     n_steps = max(8, min(256, args.timesteps // args.num_envs))
     batch = min(1024, n_steps * args.num_envs)
     model = PPO(
-        "MultiInputPolicy", venv, n_steps=n_steps, batch_size=batch, gamma=0.99, seed=args.seed
+        "MultiInputPolicy",
+        venv,
+        n_steps=n_steps,
+        batch_size=batch,
+        gamma=0.99,
+        seed=args.seed,
+        policy_kwargs={"log_std_init": -1.5},
     )
     t0 = time.perf_counter()
     model.learn(args.timesteps)
     seconds = time.perf_counter() - t0
     model.save(out / "ppo.zip")
+    venv.save(str(out / "vecnormalize.pkl"))
 
     def ppo_policy(obs):
-        return model.predict(obs, deterministic=True)[0]
+        return model.predict(venv.normalize_obs(obs), deterministic=True)[0]
 
     eval_kw = {"episodes": args.episodes, "num_envs": args.num_envs, "seed": 10_000 + args.seed}
     result = {
@@ -173,11 +184,16 @@ def _eval(args) -> int:
             raise FileNotFoundError(
                 f"policy {target!r} is neither lane-keeping, zero nor a PPO checkpoint file"
             )
+        import pickle
+
         from stable_baselines3 import PPO
 
         model = PPO.load(path)
+        stats = path.parent / "vecnormalize.pkl"  # written by `simsci driving ppo`
+        norm = pickle.loads(stats.read_bytes()) if stats.is_file() else None
 
         def policy(obs):
+            obs = norm.normalize_obs(obs) if norm is not None else obs
             return model.predict(obs, deterministic=True)[0]
 
     kwargs = _env_kwargs(args)
