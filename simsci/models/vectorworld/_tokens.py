@@ -1,0 +1,758 @@
+r"""Scene tiles as token sets for the relational DiT, and outpainting training pairs.
+
+A tile of :mod:`simsci.systems.driving` (64 m x 64 m, lane pieces of 20 points and agents
+of ``AGENT_FEATURES``) becomes ``N = n_lanes + n_agents`` tokens of :data:`TOKEN_DIM`
+features (lanes first, then agents), an integer relation matrix ``rel`` ``(N, N)`` with
+values in ``[0, len(RELATIONS))`` and a mask; :func:`tokens_to_tile` decodes tokens back.
+:func:`outpaint_pair` puts tile k (context, in tile k+1's frame) and tile k+1 (target)
+into one set with the pinned entries and known values that
+:func:`~simsci.models.vectorworld._dit.meanflow_loss` and the samplers take;
+:class:`TilePairs` / :func:`collate_pairs` serve every such pair of a scene file.
+
+Token features (one flat vector, both parts in every token)
+-----------------------------------------------------------
+``[lane part | agent part | is_lane, is_agent]``, see the slices below:
+
+- lane part (:data:`LANE_SLICE`, 46): the 20 centreline points ``(x0, y0, ..., x19, y19)
+  / scale`` (:data:`POINTS_SLICE`), ``width / width_scale``, ``speed_limit /
+  speed_scale`` and the one-hot of ``kind`` over ``LANE_KINDS`` (4);
+- agent part (:data:`AGENT_SLICE`, 7): ``x / scale, y / scale, speed / speed_scale, cos,
+  sin, length / length_scale, width / agent_width_scale``;
+- flags (:data:`FLAG_SLICE`): ``is_lane``, ``is_agent``.
+
+The part a token does not use is 0. Defaults ``scale = 32`` (half a tile: a tile's own
+coordinates lie in [-1, 1], a context tile's in [-3, 1]), ``speed_scale = 30`` m/s,
+``width_scale = 4``, ``length_scale = 5``, ``agent_width_scale = 2``: every feature is
+O(1), as the unit-variance noise of the flow expects. Scales by powers of two keep
+positions exact in float32 (``p / 32 * 32 == p``); the others round trip to float32
+precision. One flat vector (not separate lane/agent embeddings) because the DiT is
+data-agnostic and embeds tokens with one linear layer; the flags let a *generated* token
+declare what it is (:func:`tokens_to_tile` takes the larger flag, drops tokens where both
+are below 0.5, and renormalises ``(cos, sin)``).
+
+Relations (:data:`RELATIONS`; ``rel[i, j]`` = how token i sees token j)
+-----------------------------------------------------------------------
+``pred``/``succ``/``left``/``right``: a lane-graph edge ``src -> dst`` of that type (the
+file's ``EDGE_TYPES``) sets ``rel[src, dst]``; the graph stores every ``succ`` with its
+reversed ``pred``, so ``rel == succ`` and ``rel.T == pred`` coincide. ``agent_on_lane``
+(agent -> lane) / ``lane_under_agent`` (lane -> agent): the lane piece nearest the agent's
+centre among those whose polyline is within that lane's width of it (one lane per agent,
+none when no lane is that close). ``agent_near``: two distinct agents whose centres are
+within ``near_radius`` (20 m). ``context``: every pair between a context-tile token and a
+new-tile token (both directions). ``seam``: a new-tile lane that continues a context-tile
+lane across the shared edge (both directions; definition in :func:`outpaint_pair`).
+``self`` on the diagonal, ``none`` otherwise (padding too).
+
+**Precedence** (every pair gets exactly one id): ``self > seam > succ > pred > left >
+right > agent_on_lane > lane_under_agent > agent_near > context > none``. Most families
+cannot collide (lane-lane, agent-lane, lane-agent, agent-agent and cross-tile pairs are
+disjoint); real collisions are a lane pair that is both ``succ`` and ``pred`` (two pieces
+of a ring closing on each other inside one tile: ``succ`` wins) or a graph edge also
+typed left/right, and ``seam`` over ``context``.
+
+Design choices, and why
+-----------------------
+- **Truncation keeps the nearest.** A tile with more lanes (agents) than ``max_lanes``
+  (``max_agents``) keeps the ones nearest the tile centre (a lane by the distance from
+  the centre to its polyline, an agent by its centre), in their original order, and
+  ``truncated`` counts the dropped ones: a fixed token budget (padding to a fixed N makes
+  batches cheap) that loses the periphery first.
+- **Context in the new tile's frame.** All tiles of an episode share one orientation, so
+  tile k's coordinates map to tile k+1's by ``p - 64 (di, dj)`` with ``(di, dj)`` the cell
+  step; the shift is applied in float64 before encoding (exact seams stay exact in
+  float32) and relations are computed on the untranslated tile (they are translation
+  invariant; truncation ranks by distance to the context tile's *own* centre).
+- **Pinned entries.** All features of every context token, and the two coordinates of
+  each seam endpoint of a target lane, with ``known`` = the context lane's endpoint. The
+  pair's ``x`` carries the known value there too, so training noises exactly what
+  sampling will fix (a no-op for the file's exact seams).
+- **Zero-lane tiles are skipped.** The file format promises a lane in every tile, but a
+  hand-built episode or a future format may not; a pair whose context or target tile has
+  no lane is left out of :func:`pair_steps` / :class:`TilePairs` and counted in
+  ``skipped["empty_tile"]`` (VectorWorld resamples such tiles rather than learning to
+  generate an empty square). Consecutive tiles that are not 4-neighbours are counted in
+  ``skipped["not_adjacent"]`` (the format makes them 4-connected, so normally 0).
+- **Fixed-size blocks in a batch.** :func:`collate_pairs` pads to ``N = 2 M`` with ``M =
+  max_lanes + max_agents``, the context at ``[0, M)`` and the target at ``[M, 2M)``, so
+  ``x[:, M:]`` is always the new tile (``target_slice``) whatever the counts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+
+from simsci.systems.driving._roads import LANE_KINDS
+from simsci.systems.driving._tiles import LANE_POINTS, TILE_SIZE
+from simsci.systems.driving.metrics import AGENT_FEATURES, EDGE_TYPES
+
+__all__ = [
+    "AGENT_SLICE",
+    "DIRECTIONS",
+    "FLAG_SLICE",
+    "IS_AGENT",
+    "IS_LANE",
+    "KIND_SLICE",
+    "LANE_SLICE",
+    "POINTS_SLICE",
+    "RELATIONS",
+    "SPEED_LIMIT",
+    "TOKEN_DIM",
+    "WIDTH",
+    "TilePairs",
+    "TokenLayout",
+    "check_scene_layout",
+    "collate_pairs",
+    "outpaint_pair",
+    "pair_steps",
+    "tile_tokens",
+    "tokens_to_tile",
+]
+
+_NK = len(LANE_KINDS)
+_NF = len(AGENT_FEATURES)
+#: lane points as (x0, y0, x1, y1, ...) / scale
+POINTS_SLICE = slice(0, 2 * LANE_POINTS)
+WIDTH = 2 * LANE_POINTS
+SPEED_LIMIT = WIDTH + 1
+KIND_SLICE = slice(SPEED_LIMIT + 1, SPEED_LIMIT + 1 + _NK)
+LANE_SLICE = slice(0, KIND_SLICE.stop)
+#: x, y, speed, cos, sin, length, width (AGENT_FEATURES order), scaled
+AGENT_SLICE = slice(LANE_SLICE.stop, LANE_SLICE.stop + _NF)
+IS_LANE = AGENT_SLICE.stop
+IS_AGENT = IS_LANE + 1
+FLAG_SLICE = slice(IS_LANE, IS_AGENT + 1)
+TOKEN_DIM = IS_AGENT + 1
+
+RELATIONS = (
+    "none",
+    "self",
+    "pred",
+    "succ",
+    "left",
+    "right",
+    "agent_on_lane",
+    "lane_under_agent",
+    "agent_near",
+    "context",
+    "seam",
+)
+_R = {name: i for i, name in enumerate(RELATIONS)}
+#: grid step (di, dj) from the context tile to the new one; ``cond`` is its one-hot
+DIRECTIONS = ((1, 0), (0, 1), (-1, 0), (0, -1))
+_HALF = TILE_SIZE / 2.0
+_FIRST = slice(0, 2)  # a lane token's first point
+_LAST = slice(2 * LANE_POINTS - 2, 2 * LANE_POINTS)  # and its last
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenLayout:
+    """How tiles become tokens (module docstring). Lengths in m, speeds in m/s.
+
+    max_lanes, max_agents: tokens kept per tile (the nearest to the centre);
+    scale: position divisor; speed_scale: speed and speed-limit divisor; width_scale:
+    lane-width divisor; length_scale, agent_width_scale: vehicle size divisors;
+    near_radius: ``agent_near`` distance; seam_tol: endpoint coincidence for ``seam``;
+    edge_tol: how far a context endpoint may lie off the shared edge to count as a seam.
+    """
+
+    max_lanes: int = 48
+    max_agents: int = 24
+    scale: float = 32.0
+    speed_scale: float = 30.0
+    width_scale: float = 4.0
+    length_scale: float = 5.0
+    agent_width_scale: float = 2.0
+    near_radius: float = 20.0
+    seam_tol: float = 0.5
+    edge_tol: float = 1e-2
+
+    def __post_init__(self):
+        for name in ("max_lanes", "max_agents"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError(f"TokenLayout.{name} must be an int >= 1, got {v!r}")
+        for f in dataclasses.fields(self)[2:]:
+            v = getattr(self, f.name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                raise ValueError(f"TokenLayout.{f.name} must be a number > 0, got {v!r}")
+            if not math.isfinite(v):
+                raise ValueError(f"TokenLayout.{f.name} must be finite, got {v!r}")
+
+    @property
+    def tile_capacity(self) -> int:
+        """Tokens per tile at most, ``max_lanes + max_agents``."""
+        return self.max_lanes + self.max_agents
+
+    @property
+    def pair_capacity(self) -> int:
+        """Tokens per padded pair, ``2 (max_lanes + max_agents)``."""
+        return 2 * self.tile_capacity
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> TokenLayout:
+        if not isinstance(d, Mapping):
+            raise TypeError(f"TokenLayout.from_dict takes a dict, got {type(d).__name__}")
+        names = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(d) - set(names))
+        if unknown:
+            raise ValueError(f"unknown TokenLayout keys {unknown}; valid keys are {names}")
+        return cls(**d)
+
+
+def _check_layout_arg(layout) -> TokenLayout:
+    if not isinstance(layout, TokenLayout):
+        raise TypeError(
+            f"layout must be a TokenLayout, got {type(layout).__name__}; use "
+            "TokenLayout(...) or TokenLayout.from_dict(d)"
+        )
+    return layout
+
+
+# ------------------------------------------------------------------ geometry
+def _polyline_dist(q: np.ndarray, points: np.ndarray) -> np.ndarray:
+    """Distance from points ``q`` (m, 2) to polylines ``points`` (n, P, 2): (m, n)."""
+    a, b = points[:, :-1], points[:, 1:]  # (n, S, 2)
+    ab = b - a
+    den = np.maximum((ab**2).sum(-1), 1e-18)
+    d = q[:, None, None, :] - a[None]  # (m, n, S, 2)
+    u = np.clip((d * ab[None]).sum(-1) / den[None], 0.0, 1.0)
+    foot = a[None] + u[..., None] * ab[None]
+    return np.sqrt(((q[:, None, None, :] - foot) ** 2).sum(-1)).min(-1)
+
+
+def _nearest(dist: np.ndarray, keep: int) -> np.ndarray:
+    """Indices (ascending) of the ``keep`` smallest entries of ``dist`` (stable)."""
+    if len(dist) <= keep:
+        return np.arange(len(dist))
+    return np.sort(np.argsort(dist, kind="stable")[:keep])
+
+
+def _check_tile(tile_lanes, agents_now, agents_valid):
+    if not isinstance(tile_lanes, Mapping):
+        raise TypeError(
+            "tile_lanes must be a dict like read_scene(...)['lanes'][k] (points, width, "
+            f"speed_limit, kind, edge_index, edge_type), got {type(tile_lanes).__name__}"
+        )
+    missing = [
+        k
+        for k in ("points", "width", "speed_limit", "kind", "edge_index", "edge_type")
+        if k not in tile_lanes
+    ]
+    if missing:
+        raise ValueError(
+            f"tile_lanes lacks {missing}; pass read_scene(...)['lanes'][k] (a tile's lanes)"
+        )
+    pts = np.asarray(tile_lanes["points"], dtype=np.float64)
+    if pts.ndim != 3 or pts.shape[1:] != (LANE_POINTS, 2):
+        raise ValueError(
+            f"lane points must be (n, {LANE_POINTS}, 2) (the tile layout's lane_points), got "
+            f"shape {pts.shape}; the file was written with another tile layout: regenerate it"
+        )
+    n = len(pts)
+    fields = {}
+    for k in ("width", "speed_limit", "kind"):
+        v = np.asarray(tile_lanes[k])
+        if v.shape != (n,):
+            raise ValueError(f"tile_lanes[{k!r}] must be ({n},) like points, got {v.shape}")
+        fields[k] = v
+    kind = fields["kind"].astype(np.int64)
+    if n and (kind.min() < 0 or kind.max() >= _NK):
+        raise ValueError(f"lane kind must be in [0, {_NK}) (LANE_KINDS), got {np.unique(kind)}")
+    if not np.isfinite(pts).all():
+        raise ValueError("lane points have NaN or inf; a tile's lane pieces must be finite")
+    ei = np.asarray(tile_lanes["edge_index"], dtype=np.int64).reshape(-1, 2)
+    et = np.asarray(tile_lanes["edge_type"], dtype=np.int64).reshape(-1)
+    if len(ei) != len(et):
+        raise ValueError(f"edge_index ({len(ei)}, 2) and edge_type ({len(et)},) differ in length")
+    if len(ei) and (ei.min() < 0 or ei.max() >= n):
+        raise ValueError(f"edge_index must hold local lane ids in [0, {n}), got {ei.max()}")
+    if len(et) and (et.min() < 0 or et.max() >= len(EDGE_TYPES)):
+        raise ValueError(f"edge_type must be in [0, {len(EDGE_TYPES)}) ({EDGE_TYPES})")
+    ag = np.asarray(agents_now, dtype=np.float64)
+    if ag.ndim != 2 or ag.shape[1] != _NF:
+        raise ValueError(
+            f"agents_now must be (A, {_NF}) {AGENT_FEATURES} (the last history frame, "
+            f"agents[k, :, -1]), got shape {ag.shape}"
+        )
+    val = np.asarray(agents_valid)
+    if val.shape != (len(ag),) or val.dtype != np.bool_:
+        raise ValueError(
+            f"agents_valid must be bool ({len(ag)},) like agents_now, got {val.dtype} {val.shape}"
+        )
+    if not np.isfinite(ag[val]).all():
+        raise ValueError("a valid agent has NaN or inf features; agents_valid must mark them")
+    return pts, fields, kind, ei, et, ag[val]
+
+
+# ------------------------------------------------------------------ one tile
+def tile_tokens(tile_lanes, agents_now, agents_valid, layout=None, offset=None) -> dict:
+    """One tile as tokens: lanes then agents.
+
+    ``tile_lanes``: ``read_scene(...)["lanes"][k]`` (points (n, 20, 2), width,
+    speed_limit, kind (n,), edge_index (E, 2) local, edge_type (E,)); ``agents_now``
+    (A, 7) = ``agents[k, :, -1]``; ``agents_valid`` (A,) bool; ``offset`` (2,) metres
+    added to every position before encoding (context tiles; relations and truncation use
+    the untranslated tile).
+
+    Returns ``x`` float32 (N, TOKEN_DIM), ``rel`` int64 (N, N), ``mask`` bool (N,) (all
+    True), ``counts`` {"lanes", "agents"} kept, ``truncated`` {"lanes", "agents"} dropped,
+    ``lane_index`` / ``agent_index`` (indices of the kept lanes into ``tile_lanes`` and of
+    the kept agents into ``agents_now``).
+    """
+    layout = TokenLayout() if layout is None else _check_layout_arg(layout)
+    pts, fields, kind, ei, et, _ = _check_tile(tile_lanes, agents_now, agents_valid)
+    ag_all = np.asarray(agents_now, dtype=np.float64)
+    a_ids = np.flatnonzero(np.asarray(agents_valid))
+    centre = np.zeros((1, 2))
+    lane_keep = (
+        _nearest(_polyline_dist(centre, pts)[0], layout.max_lanes) if len(pts) else np.arange(0)
+    )
+    a_dist = np.sqrt((ag_all[a_ids, :2] ** 2).sum(-1))
+    agent_keep = a_ids[_nearest(a_dist, layout.max_agents)]
+    pts_k, kind_k = pts[lane_keep], kind[lane_keep]
+    ag = ag_all[agent_keep]
+    nl, na = len(lane_keep), len(agent_keep)
+    N = nl + na
+    off = np.zeros(2) if offset is None else np.asarray(offset, dtype=np.float64).reshape(2)
+
+    x = np.zeros((N, TOKEN_DIM), np.float64)
+    x[:nl, POINTS_SLICE] = ((pts_k + off) / layout.scale).reshape(nl, -1)
+    x[:nl, WIDTH] = fields["width"][lane_keep] / layout.width_scale
+    x[:nl, SPEED_LIMIT] = fields["speed_limit"][lane_keep] / layout.speed_scale
+    x[np.arange(nl), KIND_SLICE.start + kind_k] = 1.0
+    x[:nl, IS_LANE] = 1.0
+    a0 = AGENT_SLICE.start
+    x[nl:, a0 : a0 + 2] = (ag[:, :2] + off) / layout.scale
+    x[nl:, a0 + 2] = ag[:, 2] / layout.speed_scale
+    x[nl:, a0 + 3 : a0 + 5] = ag[:, 3:5]
+    x[nl:, a0 + 5] = ag[:, 5] / layout.length_scale
+    x[nl:, a0 + 6] = ag[:, 6] / layout.agent_width_scale
+    x[nl:, IS_AGENT] = 1.0
+
+    # relations, written from the lowest precedence up (module docstring)
+    rel = np.zeros((N, N), np.int64)
+    if na > 1:
+        d = np.sqrt(((ag[:, None, :2] - ag[None, :, :2]) ** 2).sum(-1))
+        rel[nl:, nl:][d <= layout.near_radius] = _R["agent_near"]
+    if na and nl:
+        dist = _polyline_dist(ag[:, :2], pts_k)  # (na, nl)
+        width = np.asarray(fields["width"], np.float64)[lane_keep]
+        dist = np.where(dist <= width[None], dist, np.inf)
+        best = dist.argmin(1)
+        on = np.isfinite(dist[np.arange(na), best])
+        ai, li = np.flatnonzero(on), best[on]
+        rel[li, nl + ai] = _R["lane_under_agent"]
+        rel[nl + ai, li] = _R["agent_on_lane"]
+    if len(ei) and nl:
+        local = np.full(len(pts), -1, np.int64)
+        local[lane_keep] = np.arange(nl)
+        src, dst = local[ei[:, 0]], local[ei[:, 1]]
+        ok = (src >= 0) & (dst >= 0)
+        for name in ("right", "left", "pred", "succ"):
+            m = ok & (et == EDGE_TYPES.index(name))
+            rel[src[m], dst[m]] = _R[name]
+    rel[np.arange(N), np.arange(N)] = _R["self"]
+    return {
+        "x": x.astype(np.float32),
+        "rel": rel,
+        "mask": np.ones(N, bool),
+        "counts": {"lanes": nl, "agents": na},
+        "truncated": {"lanes": len(pts) - nl, "agents": len(a_ids) - na},
+        "lane_index": lane_keep,
+        "agent_index": agent_keep,
+    }
+
+
+def tokens_to_tile(x, mask=None, layout=None) -> dict:
+    """Decode tokens (N, TOKEN_DIM) (real or generated) into a tile.
+
+    A token with ``mask`` True is a lane when ``is_lane >= is_agent`` and ``is_lane >=
+    0.5``, an agent when ``is_agent > is_lane`` and ``is_agent >= 0.5``, dropped when both
+    flags are below 0.5. Returns ``points`` (n, 20, 2), ``width`` (n,), ``speed_limit``
+    (n,), ``kind`` (n,) int64 (argmax of the one-hot), ``agents`` (a, 7) with ``(cos,
+    sin)`` renormalised ((1, 0) if both are 0), ``lane_token`` / ``agent_token`` (the
+    token indices). Numpy in, numpy out; a torch tensor in, tensors on its device/dtype.
+    """
+    import torch
+
+    layout = TokenLayout() if layout is None else _check_layout_arg(layout)
+    is_np = not isinstance(x, torch.Tensor)
+    xt = torch.as_tensor(np.asarray(x)) if is_np else x
+    if xt.ndim != 2 or xt.shape[1] != TOKEN_DIM or not xt.is_floating_point():
+        raise ValueError(
+            f"x must be float tokens (N, TOKEN_DIM={TOKEN_DIM}) of one tile, got "
+            f"{xt.dtype} of shape {tuple(xt.shape)}"
+        )
+    if mask is None:
+        m = torch.ones(xt.shape[0], dtype=torch.bool, device=xt.device)
+    else:
+        m = torch.as_tensor(np.asarray(mask)) if not isinstance(mask, torch.Tensor) else mask
+        m = m.to(xt.device)
+        if m.dtype != torch.bool or m.shape != (xt.shape[0],):
+            raise ValueError(
+                f"mask must be bool ({xt.shape[0]},) like x's tokens, got {m.dtype} "
+                f"{tuple(m.shape)}"
+            )
+    fl, fa = xt[:, IS_LANE], xt[:, IS_AGENT]
+    lane = m & (fl >= fa) & (fl >= 0.5)
+    agent = m & (fa > fl) & (fa >= 0.5)
+    lt, at = torch.nonzero(lane).flatten(), torch.nonzero(agent).flatten()
+    xl, xa = xt[lt], xt[at]
+    points = xl[:, POINTS_SLICE].reshape(-1, LANE_POINTS, 2) * layout.scale
+    width = xl[:, WIDTH] * layout.width_scale
+    speed = xl[:, SPEED_LIMIT] * layout.speed_scale
+    kind = xl[:, KIND_SLICE].argmax(-1) if len(xl) else torch.zeros(0, dtype=torch.long)
+    a = xa[:, AGENT_SLICE]
+    cs = a[:, 3:5]
+    norm = torch.linalg.vector_norm(cs, dim=-1, keepdim=True)
+    unit = torch.zeros_like(cs)
+    unit[:, 0] = 1.0
+    cs = torch.where(norm > 0, cs / norm.clamp(min=torch.finfo(cs.dtype).tiny), unit)
+    agents = torch.cat(
+        [
+            a[:, :2] * layout.scale,
+            a[:, 2:3] * layout.speed_scale,
+            cs,
+            a[:, 5:6] * layout.length_scale,
+            a[:, 6:7] * layout.agent_width_scale,
+        ],
+        dim=-1,
+    )
+    out = {
+        "points": points,
+        "width": width,
+        "speed_limit": speed,
+        "kind": kind.to(torch.long),
+        "agents": agents,
+        "lane_token": lt,
+        "agent_token": at,
+    }
+    if is_np:
+        out = {k: v.cpu().numpy() for k, v in out.items()}
+    return out
+
+
+# ------------------------------------------------------------------ pairs
+def _direction(episode, k) -> int | None:
+    cell = np.asarray(episode["tile_cell"], dtype=np.int64)
+    step = tuple(int(v) for v in cell[k + 1] - cell[k])
+    return DIRECTIONS.index(step) if step in DIRECTIONS else None
+
+
+def _check_episode(episode):
+    if not isinstance(episode, Mapping):
+        raise TypeError(f"episode must be a dict from read_scene, got {type(episode).__name__}")
+    missing = [k for k in ("tile_cell", "agents", "agents_valid", "lanes") if k not in episode]
+    if missing:
+        raise ValueError(f"episode lacks {missing}; pass read_scene(path_or_dataset, i)")
+    ag = np.asarray(episode["agents"])
+    if ag.ndim != 4 or ag.shape[-1] != _NF:
+        raise ValueError(
+            f"episode agents must be (T, A, H, {_NF}) {AGENT_FEATURES}, got shape {ag.shape}; "
+            "the file was written with another agent layout: regenerate it"
+        )
+    T = len(episode["tile_cell"])
+    if len(episode["lanes"]) != T or ag.shape[0] != T:
+        raise ValueError(
+            f"episode has {T} tiles but {len(episode['lanes'])} lane lists and {ag.shape[0]} "
+            "agent frames; pass read_scene's output unchanged"
+        )
+    for k, lanes in enumerate(episode["lanes"]):
+        shape = np.shape(lanes["points"])
+        if len(shape) != 3 or tuple(shape[1:]) != (LANE_POINTS, 2):
+            raise ValueError(
+                f"tile {k}'s lane points are {shape}, the tokens need (n, {LANE_POINTS}, 2); "
+                "the file was written with another lane layout: regenerate it"
+            )
+    return T
+
+
+def pair_steps(episode) -> tuple[list[int], dict]:
+    """Steps k whose pair k -> k+1 is usable, and ``skipped`` counts: ``not_adjacent``
+    (cells not 4-neighbours) and ``empty_tile`` (tile k or k+1 has no lane)."""
+    T = _check_episode(episode)
+    ks, skipped = [], {"not_adjacent": 0, "empty_tile": 0}
+    for k in range(T - 1):
+        if _direction(episode, k) is None:
+            skipped["not_adjacent"] += 1
+        elif min(len(episode["lanes"][k]["points"]), len(episode["lanes"][k + 1]["points"])) == 0:
+            skipped["empty_tile"] += 1
+        else:
+            ks.append(k)
+    return ks, skipped
+
+
+def outpaint_pair(episode, k: int, layout=None) -> dict:
+    """The outpainting pair tile k (context) -> tile k+1 (target) of an episode.
+
+    Tokens ``[context (nc) | target (nt)]``: ``x`` float32 (N, D), ``rel`` int64 (N, N)
+    (blocks from each tile, ``context`` across, ``seam`` both ways for continuing lanes),
+    ``mask`` (N,), ``pinned`` bool (N, D) (all of the context; seam endpoints), ``known``
+    float32 (N, D) (= ``x``), ``cond`` float32 (4,) one-hot of the grid step in
+    :data:`DIRECTIONS`, ``direction``, ``context_slice`` / ``target_slice``, ``seams``
+    int64 (S, 3) rows ``(context token, target token, end)`` with end 0 = the target
+    lane enters (its first point = the context lane's last), 1 = it leaves (its last point
+    = the context lane's first), ``counts`` / ``truncated`` per tile, ``capacity``.
+
+    A seam: a target lane's endpoint within ``seam_tol`` of the context lane's opposite
+    endpoint, which lies on the shared edge (within ``edge_tol``); several matches all get
+    ``seam``, the pinned value is the nearest one.
+    """
+    layout = TokenLayout() if layout is None else _check_layout_arg(layout)
+    T = _check_episode(episode)
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k < T - 1:
+        raise ValueError(f"k must be an int in [0, {T - 1}) (pairs k -> k+1), got {k!r}")
+    k = int(k)
+    direction = _direction(episode, k)
+    if direction is None:
+        cell = np.asarray(episode["tile_cell"])
+        raise ValueError(
+            f"tiles {k} {cell[k].tolist()} and {k + 1} {cell[k + 1].tolist()} are not grid "
+            "neighbours; use pair_steps(episode) for the usable k"
+        )
+    for j in (k, k + 1):
+        if len(episode["lanes"][j]["points"]) == 0:
+            raise ValueError(
+                f"tile {j} has no lane; such pairs are skipped (pair_steps counts them)"
+            )
+    step = np.asarray(DIRECTIONS[direction], np.float64)
+    agents = np.asarray(episode["agents"])
+    valid = np.asarray(episode["agents_valid"])
+    ctx = tile_tokens(
+        episode["lanes"][k], agents[k, :, -1], valid[k], layout, offset=-TILE_SIZE * step
+    )
+    tgt = tile_tokens(episode["lanes"][k + 1], agents[k + 1, :, -1], valid[k + 1], layout)
+    nc, nt = len(ctx["x"]), len(tgt["x"])
+    N = nc + nt
+    x = np.concatenate([ctx["x"], tgt["x"]])
+    rel = np.full((N, N), _R["context"], np.int64)
+    rel[:nc, :nc] = ctx["rel"]
+    rel[nc:, nc:] = tgt["rel"]
+    pinned = np.zeros((N, TOKEN_DIM), bool)
+    pinned[:nc] = True
+
+    # seams, in the target frame (metres, float64)
+    ncl, ntl = ctx["counts"]["lanes"], tgt["counts"]["lanes"]
+    cp = ctx["x"][:ncl, POINTS_SLICE].astype(np.float64).reshape(ncl, LANE_POINTS, 2)
+    tp = tgt["x"][:ntl, POINTS_SLICE].astype(np.float64).reshape(ntl, LANE_POINTS, 2)
+    cp, tp = cp * layout.scale, tp * layout.scale
+    axis = 0 if step[0] != 0 else 1
+    edge = -_HALF * step[axis]  # the shared edge in the target frame
+    seams = []
+    for end, (t_pt, c_pt) in enumerate(((tp[:, 0], cp[:, -1]), (tp[:, -1], cp[:, 0]))):
+        on_edge = np.abs(c_pt[:, axis] - edge) <= layout.edge_tol  # (ncl,)
+        d = np.sqrt(((t_pt[:, None] - c_pt[None]) ** 2).sum(-1))  # (ntl, ncl)
+        d = np.where(on_edge[None] & (d <= layout.seam_tol), d, np.inf)
+        for j in np.flatnonzero(np.isfinite(d).any(1)):
+            for i in np.flatnonzero(np.isfinite(d[j])):
+                rel[i, nc + j] = rel[nc + j, i] = _R["seam"]
+                seams.append((i, nc + j, end))
+            i = int(d[j].argmin())
+            t_cols, c_cols = (_FIRST, _LAST) if end == 0 else (_LAST, _FIRST)
+            pinned[nc + j, t_cols] = True
+            x[nc + j, t_cols] = x[i, c_cols]
+    cond = np.zeros(len(DIRECTIONS), np.float32)
+    cond[direction] = 1.0
+    return {
+        "x": x,
+        "rel": rel,
+        "mask": np.ones(N, bool),
+        "pinned": pinned,
+        "known": x.copy(),
+        "cond": cond,
+        "direction": direction,
+        "context_slice": slice(0, nc),
+        "target_slice": slice(nc, N),
+        "seams": np.asarray(seams, np.int64).reshape(-1, 3),
+        "counts": {"context": ctx["counts"], "target": tgt["counts"]},
+        "truncated": {"context": ctx["truncated"], "target": tgt["truncated"]},
+        "capacity": layout.pair_capacity,
+    }
+
+
+# ------------------------------------------------------------------ files
+def check_scene_layout(ds) -> None:
+    """Refuse a scene file whose layout the tokens cannot represent (a ValueError naming
+    the key, what the file has and what is needed): ``tile_size`` 64, ``lane_points``
+    20, ``agent_features`` (7, AGENT_FEATURES) present, ``lane_kinds`` and
+    ``edge_types`` as this version's when stored. (The arrays' shapes, agents
+    (T, A, H, 7) and lane points (n, 20, 2), are checked per episode by
+    :func:`pair_steps` / :func:`outpaint_pair`.)"""
+    meta = ds.meta
+    need = {
+        "tile_size": TILE_SIZE,
+        "lane_points": LANE_POINTS,
+        "agent_features": list(AGENT_FEATURES),
+    }
+    optional = {"lane_kinds": list(LANE_KINDS), "edge_types": list(EDGE_TYPES)}
+    for key, want in {**need, **optional}.items():
+        if key not in meta:
+            if key in need:
+                raise ValueError(
+                    f"{ds.path}: the scene file's meta lacks {key!r} (need {want!r}); the "
+                    "tokens need a file written by simsci.systems.driving.make_scenes"
+                )
+            continue
+        if meta[key] != want:
+            raise ValueError(
+                f"{ds.path}: the scene file's layout {key}={meta[key]!r} differs from the "
+                f"token layout's {want!r}; regenerate the file with this simsci version"
+            )
+
+
+def _dataset_class():
+    import torch.utils.data
+
+    return torch.utils.data.Dataset
+
+
+class TilePairs(_dataset_class()):
+    """Every outpainting pair (tile k -> k+1) of a scene file, as a torch Dataset.
+
+    ``path``: a scene file or shard directory (``make_scenes``); ``episodes``: episode
+    ids to use (default all); ``layout``: a :class:`TokenLayout`. The index
+    ``pairs`` (list of ``(episode, k)``) is built once (one pass over the episodes);
+    ``skipped`` sums :func:`pair_steps`' counts. Items are :func:`outpaint_pair` dicts
+    (numpy) plus ``episode`` and ``step``, read lazily (the file is reopened in each
+    process, e.g. DataLoader workers; the last episode read is cached). Batch them with
+    :func:`collate_pairs`.
+    """
+
+    def __init__(self, path, episodes: Iterable[int] | None = None, layout=None):
+        from simsci import data as sdata
+        from simsci.systems.driving import read_scene
+
+        self.layout = TokenLayout() if layout is None else _check_layout_arg(layout)
+        self.path = os.fspath(path)
+        ds = sdata.open(self.path)
+        try:
+            check_scene_layout(ds)
+            n = len(ds)
+            if episodes is None:
+                ids = list(range(n))
+            else:
+                ids = [int(i) for i in episodes]
+                bad = [i for i in ids if not 0 <= i < n]
+                if bad:
+                    raise ValueError(f"episodes {bad} out of range: the file has {n} (0..{n - 1})")
+            self.episodes = ids
+            self.pairs: list[tuple[int, int]] = []
+            self.skipped = {"not_adjacent": 0, "empty_tile": 0}
+            for i in ids:
+                ks, skipped = pair_steps(read_scene(ds, i))
+                self.pairs += [(i, k) for k in ks]
+                for key, v in skipped.items():
+                    self.skipped[key] += v
+        finally:
+            ds.close()
+        self._ds = None
+        self._pid = None
+        self._cache = (None, None)
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.update(_ds=None, _pid=None, _cache=(None, None))
+        return state
+
+    def _episode(self, i):
+        from simsci import data as sdata
+        from simsci.systems.driving import read_scene
+
+        if self._cache[0] == i:
+            return self._cache[1]
+        if self._ds is None or self._pid != os.getpid():
+            self._ds = sdata.open(self.path, check=False)
+            self._pid = os.getpid()
+        ep = read_scene(self._ds, i)
+        self._cache = (i, ep)
+        return ep
+
+    def __getitem__(self, idx: int) -> dict:
+        if not -len(self) <= idx < len(self):
+            raise IndexError(f"pair {idx} out of range for {len(self)} pairs")
+        i, k = self.pairs[idx]
+        pair = outpaint_pair(self._episode(i), k, self.layout)
+        pair["episode"], pair["step"] = i, k
+        return pair
+
+    def close(self) -> None:
+        if self._ds is not None:
+            self._ds.close()
+        self._ds, self._pid, self._cache = None, None, (None, None)
+
+
+def collate_pairs(batch, capacity: int | None = None) -> dict:
+    """Pad :func:`outpaint_pair` dicts to ``N = capacity`` (default the pairs'
+    ``2 (max_lanes + max_agents)``): context tokens at ``[0, N/2)``, target tokens at
+    ``[N/2, N)``, padding with ``mask`` False, ``rel`` 0, ``pinned`` False, 0 values.
+
+    Returns torch tensors ``x`` float32 (B, N, D), ``rel`` int64 (B, N, N), ``mask`` bool
+    (B, N), ``pinned`` bool (B, N, D), ``known`` float32 (B, N, D), ``cond`` float32 (B, 4),
+    ``target`` bool (B, N) (the new tile's real tokens), ``direction`` int64 (B,),
+    ``episode``/``step`` int64 (B,) (-1 when absent) and ``target_slice`` = slice(N/2, N).
+    """
+    import torch
+
+    if not isinstance(batch, (list, tuple)) or not batch:
+        raise ValueError("collate_pairs takes a non-empty list of outpaint_pair dicts")
+    if capacity is None:
+        capacity = int(batch[0]["capacity"])
+    if capacity % 2:
+        raise ValueError(f"capacity must be even (two tile blocks), got {capacity}")
+    M = capacity // 2
+    B, D = len(batch), TOKEN_DIM
+    x = np.zeros((B, capacity, D), np.float32)
+    known = np.zeros((B, capacity, D), np.float32)
+    pinned = np.zeros((B, capacity, D), bool)
+    mask = np.zeros((B, capacity), bool)
+    target = np.zeros((B, capacity), bool)
+    rel = np.zeros((B, capacity, capacity), np.int64)
+    cond = np.zeros((B, len(DIRECTIONS)), np.float32)
+    direction = np.zeros(B, np.int64)
+    episode = np.full(B, -1, np.int64)
+    step = np.full(B, -1, np.int64)
+    for b, p in enumerate(batch):
+        cs, ts = p["context_slice"], p["target_slice"]
+        nc, nt = cs.stop - cs.start, ts.stop - ts.start
+        if nc > M or nt > M:
+            raise ValueError(
+                f"pair {b} has {nc} context and {nt} target tokens, more than capacity/2 = {M}; "
+                "pass the capacity of the TokenLayout that made the pairs"
+            )
+        idx = np.concatenate([np.arange(nc), M + np.arange(nt)])
+        x[b, idx] = p["x"]
+        known[b, idx] = p["known"]
+        pinned[b, idx] = p["pinned"]
+        mask[b, idx] = p["mask"]
+        target[b, M : M + nt] = True
+        rel[b, idx[:, None], idx[None, :]] = p["rel"]
+        cond[b] = p["cond"]
+        direction[b] = p["direction"]
+        episode[b] = p.get("episode", -1)
+        step[b] = p.get("step", -1)
+    out = {
+        "x": x,
+        "rel": rel,
+        "mask": mask,
+        "pinned": pinned,
+        "known": known,
+        "cond": cond,
+        "target": target,
+        "direction": direction,
+        "episode": episode,
+        "step": step,
+    }
+    out = {k: torch.from_numpy(v) for k, v in out.items()}
+    out["target_slice"] = slice(M, capacity)
+    return out

@@ -1,0 +1,276 @@
+"""Tile tokens and outpainting pairs (simsci.models.vectorworld._tokens)."""
+
+import json
+import shutil
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from simsci import data as sdata
+from simsci.models.vectorworld._dit import (
+    EdgeGatedRelationalDiT,
+    meanflow_loss,
+    sample_one_step,
+)
+from simsci.models.vectorworld._tokens import (
+    DIRECTIONS,
+    IS_AGENT,
+    IS_LANE,
+    RELATIONS,
+    TOKEN_DIM,
+    TilePairs,
+    TokenLayout,
+    collate_pairs,
+    outpaint_pair,
+    pair_steps,
+    tile_tokens,
+    tokens_to_tile,
+)
+from simsci.systems.driving import make_scenes, read_scene
+from simsci.systems.driving.metrics import EDGE_TYPES
+
+R = {name: i for i, name in enumerate(RELATIONS)}
+
+
+@pytest.fixture(scope="module")
+def scene(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tokens") / "scenes.h5"
+    make_scenes(3, out=path, drive_length=250.0, route_length=1200.0, episodes_per_road=3)
+    ds = sdata.open(path)
+    episodes = [read_scene(ds, i) for i in range(len(ds))]
+    ds.close()
+    return path, episodes
+
+
+def _tiles(episodes):
+    for ep in episodes:
+        for k in range(len(ep["t"])):
+            yield ep, k
+
+
+def test_round_trip_exact(scene):
+    _, episodes = scene
+    n = 0
+    for ep, k in _tiles(episodes):
+        lanes = ep["lanes"][k]
+        tok = tile_tokens(lanes, ep["agents"][k, :, -1], ep["agents_valid"][k])
+        assert tok["x"].shape == (len(lanes["points"]) + ep["agents_valid"][k].sum(), TOKEN_DIM)
+        assert tok["truncated"] == {"lanes": 0, "agents": 0}
+        back = tokens_to_tile(tok["x"], tok["mask"])
+        np.testing.assert_array_equal(back["points"], lanes["points"])  # / 32 is exact
+        np.testing.assert_allclose(back["width"], lanes["width"], rtol=1e-6)
+        np.testing.assert_allclose(back["speed_limit"], lanes["speed_limit"], rtol=1e-6)
+        np.testing.assert_array_equal(back["kind"], lanes["kind"])
+        want = ep["agents"][k, ep["agents_valid"][k], -1]
+        np.testing.assert_allclose(back["agents"], want, rtol=1e-6, atol=1e-6)
+        n += 1
+    assert n >= 10
+    # torch in -> torch out on its dtype; generated tokens are classified by their flags
+    x = torch.as_tensor(tok["x"]).double()
+    x[0, IS_LANE], x[0, IS_AGENT] = 0.3, 0.2  # dropped
+    x[-1, 46 + 3 : 46 + 5] *= 3.0  # (cos, sin) renormalised
+    back = tokens_to_tile(x)
+    assert isinstance(back["agents"], torch.Tensor) and back["agents"].dtype == torch.float64
+    assert len(back["points"]) == tok["counts"]["lanes"] - 1
+    assert torch.allclose(back["agents"][-1, 3:5].norm(), torch.tensor(1.0, dtype=torch.float64))
+
+
+def test_relation_matrix(scene):
+    _, episodes = scene
+    seen = set()
+    for ep, k in _tiles(episodes):
+        lanes = ep["lanes"][k]
+        tok = tile_tokens(lanes, ep["agents"][k, :, -1], ep["agents_valid"][k])
+        rel, nl = tok["rel"], tok["counts"]["lanes"]
+        N = len(rel)
+        assert rel.dtype == np.int64 and rel.min() >= 0 and rel.max() < len(RELATIONS)
+        assert (np.diag(rel) == R["self"]).all()
+        off = ~np.eye(N, dtype=bool)
+        assert not (rel[off] == R["self"]).any()
+        np.testing.assert_array_equal(rel == R["succ"], (rel == R["pred"]).T)
+        for name in ("left", "right"):
+            got = set(zip(*np.nonzero(rel == R[name])))
+            e = lanes["edge_index"][lanes["edge_type"] == EDGE_TYPES.index(name)]
+            assert got == set(map(tuple, e.tolist()))
+        np.testing.assert_array_equal(rel == R["agent_on_lane"], (rel == R["lane_under_agent"]).T)
+        assert ((rel[nl:, :nl] == R["agent_on_lane"]).sum(1) <= 1).all()
+        assert (rel[nl:, nl:] == rel[nl:, nl:].T).all()  # agent_near symmetric
+        assert not np.isin(rel[:nl, :nl], [6, 7, 8, 9, 10]).any()
+        seen |= set(np.unique(rel).tolist())
+    assert {R["succ"], R["left"], R["agent_on_lane"], R["agent_near"]} <= seen
+
+
+def test_outpaint_pairs_and_seams(scene):
+    _, episodes = scene
+    ends, dirs = set(), set()
+    for ep in episodes:
+        ks, skipped = pair_steps(ep)
+        assert skipped == {"not_adjacent": 0, "empty_tile": 0} and ks == list(
+            range(len(ep["t"]) - 1)
+        )
+        for k in ks:
+            p = outpaint_pair(ep, k)
+            nc, N = p["context_slice"].stop, len(p["x"])
+            step = np.asarray(DIRECTIONS[p["direction"]])
+            assert (ep["tile_cell"][k + 1] - ep["tile_cell"][k] == step).all()
+            assert p["cond"].sum() == 1 and p["cond"][p["direction"]] == 1
+            dirs.add(p["direction"])
+            assert p["pinned"][:nc].all() and p["pinned"][nc:].sum() == 2 * len(p["seams"])
+            np.testing.assert_array_equal(p["known"][p["pinned"]], p["x"][p["pinned"]])
+            rel = p["rel"]
+            assert (rel == rel.T)[:nc, nc:].all()
+            assert np.isin(rel[:nc, nc:], [R["context"], R["seam"]]).all()
+            assert (rel[:nc, nc:] == R["seam"]).sum() == len(p["seams"])
+            # context tokens = tile k in tile k+1's frame
+            ctx_pts = ep["lanes"][k]["points"].astype(np.float64) - 64.0 * step
+            np.testing.assert_allclose(
+                p["x"][: len(ctx_pts), :40].reshape(-1, 20, 2) * 32, ctx_pts, atol=1e-4
+            )
+            axis = 0 if step[0] else 1
+            tl = ep["lanes"][k + 1]["points"]
+            for i, j, end in p["seams"]:
+                c_end = ctx_pts[i, -1 if end == 0 else 0]
+                cols = slice(0, 2) if end == 0 else slice(38, 40)
+                assert p["pinned"][j, cols].all()
+                np.testing.assert_allclose(p["known"][j, cols] * 32, c_end, atol=1e-4)
+                assert abs(abs(p["known"][j, cols][axis] * 32) - 32) < 1e-3
+                assert abs(p["known"][j, cols][axis] * 32 + 32 * step[axis]) < 1e-3  # shared
+                t_end = tl[j - nc, 0 if end == 0 else -1]
+                assert np.abs(t_end - c_end).max() < 1e-3  # exact seams in the file
+                ends.add(int(end))
+            # seams are exactly the graph's succ edges across this seam
+            g = ep["graph"]
+            lc = {n: a for a, n in enumerate(ep["lanes"][k]["node"])}
+            lt = {n: nc + a for a, n in enumerate(ep["lanes"][k + 1]["node"])}
+            want = set()
+            for (s, d), t in zip(g["edges"]["index"].tolist(), g["edges"]["type"].tolist()):
+                if t == EDGE_TYPES.index("succ"):
+                    if s in lc and d in lt:
+                        want.add((lc[s], lt[d], 0))
+                    if s in lt and d in lc:
+                        want.add((lc[d], lt[s], 1))
+            assert set(map(tuple, p["seams"].tolist())) == want
+            assert N == nc + p["target_slice"].stop - p["target_slice"].start
+    assert ends == {0, 1} and len(dirs) >= 1  # entering and oncoming lanes
+
+
+def test_dataset_collate_padding(scene):
+    path, episodes = scene
+    pairs = TilePairs(path)
+    assert len(pairs) == sum(len(ep["t"]) - 1 for ep in episodes)
+    assert pairs.skipped == {"not_adjacent": 0, "empty_tile": 0}
+    sub = TilePairs(path, episodes=[1])
+    assert len(sub) == len(episodes[1]["t"]) - 1 and sub[0]["episode"] == 1
+    items = [pairs[0], pairs[len(pairs) - 1]]
+    b = collate_pairs(items)
+    N, M = 2 * (48 + 24), 48 + 24
+    assert b["x"].shape == (2, N, TOKEN_DIM) and b["x"].dtype == torch.float32
+    assert b["rel"].shape == (2, N, N) and b["rel"].dtype == torch.int64
+    assert b["pinned"].shape == b["known"].shape == (2, N, TOKEN_DIM)
+    assert b["mask"].shape == (2, N) and b["cond"].shape == (2, 4)
+    assert b["target_slice"] == slice(M, N)
+    for bi, p in enumerate(items):
+        nc = p["context_slice"].stop
+        nt = len(p["x"]) - nc
+        assert b["mask"][bi].sum() == nc + nt
+        assert b["mask"][bi, :nc].all() and b["mask"][bi, M : M + nt].all()
+        assert b["target"][bi].sum() == nt and b["target"][bi, M : M + nt].all()
+        pad = ~b["mask"][bi]
+        assert (b["rel"][bi][pad] == 0).all() and (b["rel"][bi][:, pad] == 0).all()
+        assert not b["pinned"][bi][pad].any() and (b["x"][bi][pad] == 0).all()
+        np.testing.assert_array_equal(b["x"][bi, M : M + nt].numpy(), p["x"][nc:])
+        np.testing.assert_array_equal(b["rel"][bi, :nc, M : M + nt].numpy(), p["rel"][:nc, nc:])
+
+
+def test_truncation_counts(scene):
+    _, episodes = scene
+    layout = TokenLayout(max_lanes=4, max_agents=2)
+    dropped = 0
+    for ep, k in _tiles(episodes):
+        lanes = ep["lanes"][k]
+        tok = tile_tokens(lanes, ep["agents"][k, :, -1], ep["agents_valid"][k], layout)
+        n, a = len(lanes["points"]), int(ep["agents_valid"][k].sum())
+        assert tok["counts"] == {"lanes": min(n, 4), "agents": min(a, 2)}
+        assert tok["truncated"] == {"lanes": n - min(n, 4), "agents": a - min(a, 2)}
+        dropped += tok["truncated"]["lanes"]
+        # the kept lanes are the nearest to the centre (densely sampled polylines)
+        p = lanes["points"].astype(np.float64)
+        u = np.linspace(0, 1, 64)[:, None]
+        dense = p[:, :-1, None] + u * (p[:, 1:, None] - p[:, :-1, None])
+        dist = np.linalg.norm(dense.reshape(n, -1, 2), axis=-1).min(1)
+        kept = np.zeros(n, bool)
+        kept[tok["lane_index"]] = True
+        if (~kept).any():
+            assert dist[kept].max() <= dist[~kept].min() + 1e-2
+        back = tokens_to_tile(tok["x"])
+        np.testing.assert_array_equal(back["points"], lanes["points"][tok["lane_index"]])
+    assert dropped > 0
+    p = outpaint_pair(episodes[0], 0, layout)
+    assert len(p["x"]) <= layout.pair_capacity == 12
+    assert collate_pairs([p])["x"].shape == (1, 12, TOKEN_DIM)
+    assert TokenLayout.from_dict(layout.to_dict()) == layout
+    with pytest.raises(ValueError, match="unknown TokenLayout keys"):
+        TokenLayout.from_dict({"max_lane": 3})
+    with pytest.raises(ValueError, match="max_lanes must be an int >= 1"):
+        TokenLayout(max_lanes=0)
+
+
+def test_pairs_feed_dit_and_meanflow(scene):
+    _, episodes = scene
+    torch.manual_seed(0)
+    layout = TokenLayout(max_lanes=16, max_agents=8)
+    b = collate_pairs(
+        [outpaint_pair(episodes[0], 0, layout), outpaint_pair(episodes[1], 1, layout)]
+    )
+    net = EdgeGatedRelationalDiT(
+        token_dim=TOKEN_DIM, cond_dim=4, num_relations=len(RELATIONS), width=32, depth=1
+    )
+    loss, stats = meanflow_loss(
+        net, b["x"], b["rel"], b["mask"], b["cond"], pinned=b["pinned"],
+        generator=torch.Generator().manual_seed(0),
+    )  # fmt: skip
+    assert torch.isfinite(loss)
+    loss.backward()
+    grads = [p.grad for p in net.parameters() if p.grad is not None]
+    assert grads and all(torch.isfinite(g).all() for g in grads)
+    assert any(g.abs().sum() > 0 for g in grads)
+    out = sample_one_step(
+        net, torch.randn_like(b["x"]), b["rel"], b["mask"], b["cond"], b["pinned"], b["known"]
+    )
+    assert torch.equal(out[b["pinned"]], b["known"][b["pinned"]])
+
+
+def test_bad_input_rejected(scene, tmp_path):
+    path, episodes = scene
+    bad = tmp_path / "bad.h5"
+    shutil.copy(path, bad)
+    with h5py.File(bad, "r+") as f:
+        meta = json.loads(f.attrs["meta"])
+        meta.pop("agent_features")
+        f.attrs["meta"] = json.dumps(meta)
+    with pytest.raises(ValueError, match="meta lacks 'agent_features'"):
+        TilePairs(bad)
+    with h5py.File(bad, "r+") as f:
+        meta["agent_features"] = ["x", "y", "speed", "cos", "sin", "length", "width", "z"]
+        f.attrs["meta"] = json.dumps(meta)
+    with pytest.raises(ValueError, match="layout"):
+        TilePairs(bad)
+    ep = episodes[0]
+    lanes = dict(ep["lanes"][0], points=ep["lanes"][0]["points"][:, :16])
+    with pytest.raises(ValueError, match=r"lane points must be \(n, 20, 2\)"):
+        tile_tokens(lanes, ep["agents"][0, :, -1], ep["agents_valid"][0])
+    with pytest.raises(ValueError, match=r"agents_now must be \(A, 7\)"):
+        tile_tokens(ep["lanes"][0], ep["agents"][0, :, -1, :6], ep["agents_valid"][0])
+    with pytest.raises(ValueError, match=r"episode agents must be \(T, A, H, 7\)"):
+        outpaint_pair(dict(ep, agents=ep["agents"][..., :6]), 0)
+    # a tile with no lane: its pairs are skipped and counted
+    empty = {key: v[:0] for key, v in ep["lanes"][2].items()}
+    ep2 = dict(ep, lanes=[*ep["lanes"][:2], empty, *ep["lanes"][3:]])
+    ks, skipped = pair_steps(ep2)
+    assert skipped["empty_tile"] == 2 and 1 not in ks and 2 not in ks
+    with pytest.raises(ValueError, match="tile 2 has no lane"):
+        outpaint_pair(ep2, 1)
+    with pytest.raises(ValueError, match="k must be an int"):
+        outpaint_pair(ep, len(ep["t"]) - 1)
