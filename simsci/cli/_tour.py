@@ -714,7 +714,7 @@ def driving_world(out: Path, quick: bool, device: torch.device) -> dict:
     road = driving.make_road(seed=3, length=5000.0)
     kinds = dict(zip(driving.LANE_KINDS, np.bincount(road.kind, minlength=4).tolist()))
     print(f"{len(road.length)} lane segments {kinds}, {len(road.conflict_lanes)} conflicts")
-    steps = 150 if quick else 700
+    steps = 60 if quick else 700
     _banner(f"23. drive {steps / 10:.0f} s in simsci/Driving-v0 (lane keeping, IDM/MOBIL traffic)")
     env = DrivingEnv(num_roads=1, road_seed=0, route_length=5000.0, max_episode_steps=2000)
     obs, info = env.reset(seed=0)
@@ -761,11 +761,11 @@ def driving_world(out: Path, quick: bool, device: torch.device) -> dict:
         tr.pool.roads[int(tr.net[0])], np.array(ego_path), a[-1].numpy(), v[-1].numpy(),
         out / "driving_rollout.png",
     )  # fmt: skip
-    n = 4 if quick else 16
+    n = 2 if quick else 16
     _banner(f"24. {n} drives cut into 64 m vector tiles (kind scene) and their metrics")
     path = driving.make_scenes(
-        n, out=out / "driving_scenes.h5", drive_length=300.0 if quick else 600.0,
-        episodes_per_road=4,
+        n, out=out / "driving_scenes.h5", drive_length=200.0 if quick else 600.0,
+        route_length=1500.0 if quick else 5000.0, episodes_per_road=4,
     )  # fmt: skip
     from simsci.systems.driving._summary import scene_metrics
 

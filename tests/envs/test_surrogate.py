@@ -125,6 +125,8 @@ def test_bad_surrogate_sources(tmp_path):
         SurrogateEnv(model=model)
 
 
+# ~18 s: the suite's 10-minute budget on 2 cores; the tour trains and loads a surrogate too
+@pytest.mark.slow
 def test_trained_surrogate_tracks_the_true_environment(tmp_path):
     """Record random-action rollouts, train ControlledODE, roll both envs out."""
     from simsci.envs import RecordVectorEpisodes

@@ -30,6 +30,8 @@ def _fit(model, traj, steps, tmp_path, fields=("t", "x")):
     return model.eval().collate([val[i] for i in range(len(val))])
 
 
+# ~15 s: the suite's 10-minute budget; the complex variant's extrapolation test runs by default
+@pytest.mark.slow
 def test_nonlinear_sdevi_extrapolates_a_pendulum(pendulum, tmp_path):
     """Observe the first half of each episode, predict the second: the linearised
     neural-drift posterior beats both trivial baselines by far."""

@@ -60,10 +60,11 @@ def test_follower_approaches_idm_equilibrium_gap():
     tr = Traffic([road], 1, params=_params(density=0.0), dtype=torch.float64)
     tr.reset()
     ego_lane = int(tr.state.lane[0, 0])
-    # a slow leader 60 m ahead (its desired speed is half the limit)
-    slot = tr.place(0, [ego_lane], [70.0], [15.0])
+    # a slow leader 30 m ahead (its desired speed is half the limit)
+    slot = tr.place(0, [ego_lane], [40.0], [15.0])
     tr.state.v_factor[0, slot] = 0.5
-    for _ in range(900):
+    tr.state.v[0, 0] = 15.0
+    for _ in range(500):
         tr.step()
     st = tr.state
     gap = (st.x[0, slot] - st.x[0, 0]).item() - 0.5 * (st.length[0, 0] + st.length[0, slot]).item()
