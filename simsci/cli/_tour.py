@@ -189,8 +189,8 @@ def lorenz_latent_ode(out: Path, quick: bool, device: torch.device) -> dict:
     }
 
 
-def _plot_lorenz(model, dataset, path: Path) -> str | None:
-    """Three test windows: observed points, hidden points, and the model's curve."""
+def _pyplot():
+    """matplotlib.pyplot on the Agg backend, or None (with a hint) when not installed."""
     try:
         import matplotlib
 
@@ -198,6 +198,14 @@ def _plot_lorenz(model, dataset, path: Path) -> str | None:
         import matplotlib.pyplot as plt
     except ImportError:
         print("(matplotlib is not installed: pip install 'simsci[plot]' for the plot)")
+        return None
+    return plt
+
+
+def _plot_lorenz(model, dataset, path: Path) -> str | None:
+    """Three test windows: observed points, hidden points, and the model's curve."""
+    plt = _pyplot()
+    if plt is None:
         return None
     from simsci.integrate import odeint
     from simsci.models.latent_ode import hide_time_points, observed_mask
@@ -459,13 +467,8 @@ def sdevi_pendulum(out: Path, quick: bool, device: torch.device) -> dict:
 
 def _plot_sdevi(model, dataset, path: Path) -> str | None:
     """Two test episodes: visible and hidden points, the posterior mean and its band."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("(matplotlib is not installed: pip install 'simsci[plot]' for the plot)")
+    plt = _pyplot()
+    if plt is None:
         return None
     model.eval()
     batch = model.collate([dataset[i] for i in range(min(2, len(dataset)))])
@@ -633,13 +636,8 @@ def gfg_lifted_circle(out: Path, quick: bool, device: torch.device) -> dict:
 
 def _plot_gfg(t, curves: dict, train_span: float, path: Path) -> str | None:
     """The mean distance to the true manifold over time of each model, log scale."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("(matplotlib is not installed: pip install 'simsci[plot]' for the plot)")
+    plt = _pyplot()
+    if plt is None:
         return None
     fig, ax = plt.subplots(figsize=(7, 4))
     for label, dist in curves.items():
@@ -782,13 +780,8 @@ def driving_world(out: Path, quick: bool, device: torch.device) -> dict:
 
 def _plot_driving(road, ego_path, agents, valid, path: Path) -> str | None:
     """The route's lanes near the drive, the ego's path and the last frame's vehicles."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("(matplotlib is not installed: pip install 'simsci[plot]' for the plot)")
+    plt = _pyplot()
+    if plt is None:
         return None
     import numpy as np
 

@@ -627,17 +627,18 @@ class Traffic:
     def _path(self, rows=None):
         """Path lanes ``(B, V, 3)`` and the path offset of each ``(B, V, 3)`` (INF where
         the path has no such lane), of all scenes or of ``rows``."""
-        pool = self.pool
         net, (lane, nxt) = self._rows(rows, "lane", "nxt")
         lanes = torch.cat([lane.unsqueeze(-1), nxt], dim=-1)
-        net = net[:, None, None].expand_as(lanes)
-        ln = pool.length[net, lanes.clamp(min=0)]
-        ln = torch.where(lanes >= 0, ln, torch.full_like(ln, INF))
+        return lanes, self._path_offsets(net[:, None], lanes)
+
+    def _path_offsets(self, net, lanes):
+        """Arc length from the start of a path ``lanes`` ``(..., 3)`` to the start of each
+        of its lanes (INF where the path has no such lane); ``net`` ``(...)``."""
+        ln = self.pool.length[net.unsqueeze(-1).expand_as(lanes), lanes.clamp(min=0)]
         off = torch.zeros_like(ln)
         off[..., 1] = ln[..., 0]
         off[..., 2] = ln[..., 0] + ln[..., 1]
-        off = torch.where(lanes >= 0, off, torch.full_like(off, INF))
-        return lanes, off
+        return torch.where(lanes >= 0, off, torch.full_like(off, INF))
 
     def _occupancy(self, rows=None):
         """The lanes each vehicle occupies ``(B, V, 5)`` and its arc length on each: its
@@ -935,11 +936,7 @@ class Traffic:
         n1 = self._choose_next(net2, tgt)
         n2 = self._choose_next(net2, n1)
         t_lanes = torch.stack([tgt, n1, n2], dim=-1)
-        ln = pool.length[net2.unsqueeze(-1).expand_as(t_lanes), t_lanes.clamp(min=0)]
-        t_off = torch.zeros_like(ln)
-        t_off[..., 1] = ln[..., 0]
-        t_off[..., 2] = ln[..., 0] + ln[..., 1]
-        t_off = torch.where(t_lanes >= 0, t_off, torch.full_like(t_off, INF))
+        t_off = self._path_offsets(net2, t_lanes)
         # the new leader and the new follower in the target lane
         g_new, lead_new = self._gaps(t_lanes, t_off, s_t, st.length, occ_index)
         g_f, fol_new = self._followers(tgt, s_t, st.length, path_index)
@@ -1185,11 +1182,7 @@ class Traffic:
         n1 = self._choose_next(net, lane)
         n2 = self._choose_next(net, n1)
         q_lanes = torch.stack([lane, n1, n2], -1)  # k,m,3
-        ln = pool.length[net.unsqueeze(-1).expand_as(q_lanes), q_lanes.clamp(min=0)]
-        q_off = torch.zeros_like(ln)
-        q_off[..., 1] = ln[..., 0]
-        q_off[..., 2] = ln[..., 0] + ln[..., 1]
-        q_off = torch.where(q_lanes >= 0, q_off, torch.full_like(q_off, INF))
+        q_off = self._path_offsets(net, q_lanes)
         # the leader ahead on the spot's path and the follower behind it
         rows = idx[:, None]
         d, who = occ_index.ahead(q_lanes, s.unsqueeze(-1) - q_off, scenes)
