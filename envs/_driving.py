@@ -111,6 +111,55 @@ def _dict_space(num_agents: int, num_lanes: int) -> gymnasium.spaces.Dict:
     )
 
 
+def _to_ego_frame(x, y, ex, ey, eth):
+    """World points ``x, y`` ``(n, ...)`` in the frame of egos at ``(ex, ey)`` heading ``eth``
+    ``(n,)`` (x forward, y left)."""
+    shape = (-1,) + (1,) * (x.dim() - 1)
+    dx, dy = x - ex.reshape(shape), y - ey.reshape(shape)
+    c, s = torch.cos(eth).reshape(shape), torch.sin(eth).reshape(shape)
+    return c * dx + s * dy, -s * dx + c * dy
+
+
+def observe_agents(state: torch.Tensor, valid: torch.Tensor, num_agents: int):
+    """The ``agents`` / ``agents_mask`` observation: ``state`` ``(n, V, 6)`` [x, y, theta,
+    speed, length, width] with slot 0 the ego, ``valid`` ``(n, V)``. Returns the
+    ``num_agents`` nearest other vehicles within ``VIEW`` m as ``(n, num_agents, 7)`` [x, y,
+    speed, cos, sin, length, width] in the ego frame (relative heading) and the mask."""
+    n, V = valid.shape
+    x, y, th, v, length, width = state.unbind(-1)
+    ex, ey, eth = x[:, 0], y[:, 0], th[:, 0]
+    d2 = (x - ex[:, None]) ** 2 + (y - ey[:, None]) ** 2
+    d2 = torch.where(valid, d2, torch.full_like(d2, math.inf))
+    d2[:, 0] = math.inf
+    k = min(num_agents, V - 1)
+    dist2, who = d2.topk(k, dim=1, largest=False)
+    seen = dist2 < VIEW**2
+    g = lambda t: torch.gather(t, 1, who)  # noqa: E731
+    ax, ay = _to_ego_frame(g(x), g(y), ex, ey, eth)
+    rel_th = g(th) - eth[:, None]
+    feats = torch.stack(
+        [ax, ay, g(v), torch.cos(rel_th), torch.sin(rel_th), g(length), g(width)], -1
+    )
+    agents = torch.zeros(n, num_agents, 7, device=x.device)
+    agents[:, :k] = torch.where(seen.unsqueeze(-1), feats, torch.zeros_like(feats)).float()
+    mask = torch.zeros(n, num_agents, device=x.device)
+    mask[:, :k] = seen.float()
+    return agents, mask
+
+
+def observe_lanes(pts, have, ex, ey, eth, num_lanes: int):
+    """The ``lanes`` / ``lanes_mask`` observation from the chosen lanes ``pts`` ``(n, k,
+    20, 2)`` (world frame) and ``have`` ``(n, k)``: their points in the ego frame, padded
+    to ``num_lanes``."""
+    n, kl = have.shape
+    lx, ly = _to_ego_frame(pts[..., 0], pts[..., 1], ex, ey, eth)
+    lanes = torch.zeros(n, num_lanes, LANE_POINTS, 2, device=pts.device)
+    lanes[:, :kl] = torch.where(have[..., None, None], torch.stack([lx, ly], -1), 0.0).float()
+    mask = torch.zeros(n, num_lanes, device=pts.device)
+    mask[:, :kl] = have.float()
+    return lanes, mask
+
+
 class _World:
     """The batched simulation behind both front ends: traffic, rewards, observations."""
 
@@ -261,17 +310,6 @@ class _World:
         net = tr.net
         lane = st.lane[:, 0]
         ex, ey, eth = st.x[:, 0], st.y[:, 0], st.theta[:, 0]
-        c, s_ = torch.cos(eth), torch.sin(eth)
-
-        def to_ego(x, y):
-            dx, dy = (
-                x - ex.reshape((-1,) + (1,) * (x.dim() - 1)),
-                y - ey.reshape((-1,) + (1,) * (y.dim() - 1)),
-            )
-            cc = c.reshape((-1,) + (1,) * (x.dim() - 1))
-            ss = s_.reshape((-1,) + (1,) * (x.dim() - 1))
-            return cc * dx + ss * dy, -ss * dx + cc * dy
-
         # ego features
         _, tangent = pool.point_at(net, lane, st.s[:, 0])
         lane_heading = torch.atan2(tangent[:, 1], tangent[:, 0])
@@ -290,43 +328,19 @@ class _World:
             ],
             -1,
         )
-        # nearest other vehicles
-        d2 = (st.x - ex[:, None]) ** 2 + (st.y - ey[:, None]) ** 2
-        d2 = torch.where(st.valid, d2, torch.full_like(d2, math.inf))
-        d2[:, 0] = math.inf
-        k = min(self.num_agents, tr.V - 1)
-        dist2, who = d2.topk(k, dim=1, largest=False)
-        seen = dist2 < VIEW**2
-        ax, ay = to_ego(torch.gather(st.x, 1, who), torch.gather(st.y, 1, who))
-        rel_th = torch.gather(st.theta, 1, who) - eth[:, None]
-        feats = torch.stack(
-            [
-                ax,
-                ay,
-                torch.gather(st.v, 1, who),
-                torch.cos(rel_th),
-                torch.sin(rel_th),
-                torch.gather(st.length, 1, who),
-                torch.gather(st.width, 1, who),
-            ],
-            -1,
+        agents, agents_mask = observe_agents(
+            torch.stack([st.x, st.y, st.theta, st.v, st.length, st.width], -1),
+            st.valid,
+            self.num_agents,
         )
-        agents = torch.zeros(self.n, self.num_agents, 7, device=self.device)
-        agents[:, :k] = torch.where(seen.unsqueeze(-1), feats, torch.zeros_like(feats))
-        agents_mask = torch.zeros(self.n, self.num_agents, device=self.device)
-        agents_mask[:, :k] = seen.float()
         # nearest lanes, chosen again every LANE_REFRESH steps (the ego moves ~12 m in
         # that time; the choice costs more than the rest of the observation)
         stale = torch.nonzero(self._lane_age >= LANE_REFRESH).flatten()
         if stale.numel():
             self._select_lanes(stale)
-        kl = self._lane_pts.shape[1]
-        pts, have = self._lane_pts, self._lane_have
-        lx, ly = to_ego(pts[..., 0], pts[..., 1])
-        lanes = torch.zeros(self.n, self.num_lanes, LANE_POINTS, 2, device=self.device)
-        lanes[:, :kl] = torch.where(have[..., None, None], torch.stack([lx, ly], -1), 0.0)
-        lanes_mask = torch.zeros(self.n, self.num_lanes, device=self.device)
-        lanes_mask[:, :kl] = have.float()
+        lanes, lanes_mask = observe_lanes(
+            self._lane_pts, self._lane_have, ex, ey, eth, self.num_lanes
+        )
         return {
             "ego": ego.float(),
             "agents": agents.float(),

@@ -818,16 +818,9 @@ class Traffic:
             acc[:, 0] = a_e[:, 0]
             delta[:, 0] = a_e[:, 1]
 
-        # --- kinematic bicycle (centre of gravity midway between the axles)
-        v_new = (st.v + acc * DT).clamp(min=0.0)
-        acc = (v_new - st.v) / DT
-        lr = 0.5 * wheelbase
-        beta = torch.atan(0.5 * torch.tan(delta))
-        theta_new = st.theta + v_new / lr * torch.sin(beta) * DT
-        heading = theta_new + beta
-        x_new = st.x + v_new * torch.cos(heading) * DT
-        y_new = st.y + v_new * torch.sin(heading) * DT
-        kappa_real = torch.sin(beta) / lr
+        x_new, y_new, theta_new, v_new, acc, kappa_real = bicycle_step(
+            st.x, st.y, st.theta, st.v, acc, delta, st.length
+        )
         valid = st.valid
         keep = lambda new, old: torch.where(valid, new, old)  # noqa: E731
         st.x, st.y = keep(x_new, st.x), keep(y_new, st.y)
@@ -1426,6 +1419,26 @@ def _shadows(road) -> tuple[np.ndarray, np.ndarray]:
             shadow[lane, j] = sib
             length[lane, j] = s[far[0]] if far.size else road.length[lane]
     return shadow, length
+
+
+def bicycle_step(x, y, theta, v, accel, steer, length, dt: float = DT):
+    """One step of the kinematic bicycle (centre of gravity midway between the axles,
+    wheelbase ``0.6 length``), every argument a tensor of one shape.
+
+    ``v' = max(v + a dt, 0)``, slip ``beta = atan(tan(steer) / 2)``, ``theta' = theta +
+    v' sin(beta) / l_r dt`` (``l_r`` half the wheelbase), position advanced along
+    ``theta' + beta``. Returns ``(x', y', theta', v', a_real, kappa)``: the acceleration
+    actually applied (the speed does not go below 0) and the path curvature
+    ``sin(beta) / l_r``. Traffic and VectorWorld's ego use this one function."""
+    v_new = (v + accel * dt).clamp(min=0.0)
+    a_real = (v_new - v) / dt
+    lr = 0.3 * length
+    beta = torch.atan(0.5 * torch.tan(steer))
+    theta_new = theta + v_new / lr * torch.sin(beta) * dt
+    heading = theta_new + beta
+    x_new = x + v_new * torch.cos(heading) * dt
+    y_new = y + v_new * torch.sin(heading) * dt
+    return x_new, y_new, theta_new, v_new, a_real, torch.sin(beta) / lr
 
 
 def _idm_equilibrium_speed(gap, v0, s0, T, iters: int = 30):
