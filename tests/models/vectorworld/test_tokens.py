@@ -16,6 +16,8 @@ from simsci.models.vectorworld._dit import (
 )
 from simsci.models.vectorworld._tokens import (
     DIRECTIONS,
+    FIRST_TILE,
+    GENERATOR_LAYOUT,
     IS_AGENT,
     IS_LANE,
     RELATIONS,
@@ -23,6 +25,10 @@ from simsci.models.vectorworld._tokens import (
     TilePairs,
     TokenLayout,
     collate_pairs,
+    episode_tile,
+    generation_block,
+    generation_pair,
+    lane_successors,
     outpaint_pair,
     pair_steps,
     tile_tokens,
@@ -274,3 +280,125 @@ def test_bad_input_rejected(scene, tmp_path):
         outpaint_pair(ep2, 1)
     with pytest.raises(ValueError, match="k must be an int"):
         outpaint_pair(ep, len(ep["t"]) - 1)
+
+
+# ------------------------------------------------------------------ generation blocks
+def test_lane_successors_rule(scene):
+    x = np.linspace(0.0, 10.0, 20)
+    a = np.stack([x, np.zeros(20)], -1)  # along +x, ends at (10, 0)
+    b = a + [10.0, 0.2]  # starts 0.2 m from a's end, same heading: a -> b
+    c = a[::-1]  # oncoming: starts at a's end and ends at its start, heading -x
+    d = a + [10.6, 0.0]  # 0.6 m gap: too far
+    turn = np.stack([10.0 + 5 * np.sin(np.linspace(0, 1.5, 20)), 5 - 5 * np.cos(
+        np.linspace(0, 1.5, 20))], -1)  # fmt: skip
+    edges = lane_successors(np.stack([a, b, c, d, turn]))
+    assert edges.dtype == np.int64 and edges.shape[1] == 2
+    assert set(map(tuple, edges.tolist())) == {(0, 1), (0, 4)}
+    assert lane_successors(np.zeros((0, 20, 2))).shape == (0, 2)
+    # within a tile it reproduces the file's succ edges exactly
+    _, episodes = scene
+    for ep, k in _tiles(episodes):
+        lanes = ep["lanes"][k]
+        want = lanes["edge_index"][lanes["edge_type"] == EDGE_TYPES.index("succ")]
+        got = lane_successors(lanes["points"])
+        assert set(map(tuple, got.tolist())) == set(map(tuple, want.tolist()))
+    with pytest.raises(ValueError, match=r"shape \(n, P, 2\)"):
+        lane_successors(np.zeros((3, 20)))
+    with pytest.raises(ValueError, match="NaN"):
+        lane_successors(np.full((1, 20, 2), np.nan))
+
+
+def test_generation_block_hides_target_and_pins_seams(scene):
+    _, episodes = scene
+    lay = GENERATOR_LAYOUT
+    L, A = lay.max_lanes, lay.max_agents
+    M = L + A
+    ends, matched = set(), 0
+    for ep in episodes:
+        for k in pair_steps(ep)[0]:
+            b = generation_pair(ep, k)
+            step = np.asarray(DIRECTIONS[b["cond"][:4].argmax()])
+            assert b["cond"].sum() == 1 and b["cond"][FIRST_TILE] == 0
+            rel, nc = b["rel"], b["n_context"]
+            assert b["x"].shape == (2 * M, TOKEN_DIM) and rel.shape == (2 * M, 2 * M)
+            # fixed target block: every slot real; its internal relations hidden
+            assert b["mask"][M:].all() and b["mask"][:nc].all() and not b["mask"][nc:M].any()
+            tt = rel[M:, M:]
+            assert (np.diag(tt) == R["self"]).all() and (tt[~np.eye(M, dtype=bool)] == 0).all()
+            assert np.isin(rel[:nc, M:], [R["context"], R["seam"]]).all()
+            np.testing.assert_array_equal(rel[:nc, M:], rel[M:, :nc].T)
+            # the ego (agent 0) is in neither tile's tokens
+            n_ctx_agents = int(ep["agents_valid"][k].sum()) - 1
+            assert b["counts"]["context"]["agents"] == min(n_ctx_agents, A)
+            assert b["counts"]["target"]["agents"] == int(ep["agents_valid"][k + 1].sum()) - 1
+            others = ep["agents"][k + 1, 1:, -1][ep["agents_valid"][k + 1, 1:]]
+            na = len(others)
+            back = tokens_to_tile(b["x"][M + L :], layout=lay)["agents"]
+            np.testing.assert_allclose(back, others, rtol=1e-6, atol=1e-5)
+            assert (b["x"][M + L :, IS_AGENT] == 1).sum() == b["counts"]["target"]["agents"]
+            # typed slots: lane slots pin the agent part to 0, agent slots the lane part
+            assert b["pinned"][M : M + L, 46:].sum(1).min() == 8
+            assert b["pinned"][M + L :, :46].all() and b["pinned"][M + L :, IS_LANE].all()
+            assert (b["x"][M : M + L, 46:53] == 0).all()
+            assert (b["x"][M : M + L, IS_AGENT] == 0).all()
+            assert (b["x"][M + L + na :] == 0).all()  # empty agent slots
+            # seam slots: derived from the context alone, pinned to its endpoints
+            ctx = ep["lanes"][k]["points"].astype(np.float64) - 64.0 * step
+            axis = 0 if step[0] else 1
+            on_end = np.abs(ctx[:, -1, axis] + 32 * step[axis]) < 1e-2
+            on_start = np.abs(ctx[:, 0, axis] + 32 * step[axis]) < 1e-2
+            S = b["n_seam"]
+            assert (b["seam_end"][:S] >= 0).all() and (b["seam_end"][S:] == -1).all()
+            assert sum(len(c) for c in b["seam_context"]) == on_end.sum() + on_start.sum()
+            for s in range(S):
+                end = b["seam_end"][s]
+                cols = slice(0, 2) if end == 0 else slice(38, 40)
+                assert b["pinned"][M + s, cols].all()
+                for i in b["seam_context"][s]:
+                    assert rel[i, M + s] == R["seam"]
+                    np.testing.assert_array_equal(b["seam_pin"][s], ctx[i, -1 if end == 0 else 0])
+                np.testing.assert_array_equal(
+                    b["x"][M + s, cols].astype(np.float64) * 32, b["seam_pin"][s]
+                )
+                ends.add(int(end))
+            assert (rel[:nc, M:] == R["seam"]).sum() == sum(len(c) for c in b["seam_context"])
+            # ground truth fills the slots: a matched seam slot continues the context lane
+            for s in range(S):
+                if b["x"][M + s, IS_LANE] == 1:
+                    matched += 1
+            assert b["matching"]["seam_matched"] + b["matching"]["seam_empty"] == S
+            n_lanes = len(ep["lanes"][k + 1]["points"])
+            assert b["counts"]["target"]["lanes"] == n_lanes == (b["x"][M:, IS_LANE] == 1).sum()
+            np.testing.assert_array_equal(b["known"], b["x"])
+            # the same block without a target (sampling) has the same relations and pins
+            blk = generation_block(episode_tile(ep, k), int(b["cond"][:4].argmax()))
+            np.testing.assert_array_equal(blk["rel"], rel)
+            np.testing.assert_array_equal(blk["pinned"], b["pinned"])
+            np.testing.assert_array_equal(blk["mask"], b["mask"])
+            assert (blk["x"][M:][~blk["pinned"][M:]] == 0).all()  # empty slots
+    assert ends == {0, 1} and matched > 0
+    # first tile: no context, the 5th condition slot
+    f = generation_pair(episodes[0], None)
+    assert f["cond"][FIRST_TILE] == 1 and f["cond"].sum() == 1 and f["n_seam"] == 0
+    assert not f["mask"][:M].any() and f["mask"][M:].all()
+    assert f["counts"]["target"]["lanes"] == len(episodes[0]["lanes"][0]["points"])
+
+
+def test_generation_block_bad_input(scene):
+    _, episodes = scene
+    tile = episode_tile(episodes[0], 0)
+    with pytest.raises(ValueError, match="context and direction go together"):
+        generation_block(None, 0)
+    with pytest.raises(ValueError, match="context and direction go together"):
+        generation_block(tile, None)
+    for d in (4, -1, 1.0, True):
+        with pytest.raises(ValueError, match=r"direction must be an int in \[0, 4\)"):
+            generation_block(tile, d)
+    with pytest.raises(ValueError, match=r"context\['points'\] must be \(n, 20, 2\)"):
+        generation_block(dict(tile, points=tile["points"][:, :19]), 0)
+    with pytest.raises(ValueError, match=r"context\['agents'\] has NaN"):
+        generation_block(dict(tile, agents=np.full((1, 7), np.nan)), 0)
+    with pytest.raises(ValueError, match="lacks"):
+        generation_block({"points": tile["points"]}, 0)
+    with pytest.raises(TypeError, match="must be a dict"):
+        generation_block([1, 2], 0)
