@@ -75,6 +75,19 @@ Design choices, and why
 - **Fixed-size blocks in a batch.** :func:`collate_pairs` pads to ``N = 2 M`` with ``M =
   max_lanes + max_agents``, the context at ``[0, M)`` and the target at ``[M, 2M)``, so
   ``x[:, M:]`` is always the new tile (``target_slice``) whatever the counts.
+
+Generation blocks (what the tile generator trains and samples on)
+-----------------------------------------------------------------
+:func:`outpaint_pair` is the *teacher's* view: it shows the new tile's true relations and
+token count, which a sampler cannot know. :func:`generation_block` /
+:func:`generation_pair` build the block the generator (:mod:`._outpaint`, whose
+docstring gives the reasons) sees at training and at sampling alike: the context (ego
+removed, relations from geometry via :func:`lane_successors`), then a fixed block of
+``max_lanes`` lane slots and ``max_agents`` agent slots, all real tokens, whose mutual
+relations are ``self``/``none``; seam slots (derived from the context's endpoints on the
+shared edge) come first with their endpoint pinned, unused slots are empty tokens;
+``cond`` is the direction one-hot plus a 5th slot for a first tile (no context).
+:data:`GENERATOR_LAYOUT` (24 lanes, 10 agents) was measured on a 2000-episode file.
 """
 
 from __future__ import annotations

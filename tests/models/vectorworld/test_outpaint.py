@@ -1,0 +1,252 @@
+"""The tile generator (simsci.models.vectorworld._outpaint)."""
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from simsci import data as sdata
+from simsci.models.vectorworld._outpaint import (
+    TileGenerator,
+    TileSamples,
+    collate_blocks,
+    has_ego_lane,
+    tile_metrics,
+    train_tile_generator,
+)
+from simsci.models.vectorworld._tokens import (
+    DIRECTIONS,
+    IS_AGENT,
+    IS_LANE,
+    TOKEN_DIM,
+    episode_tile,
+    generation_pair,
+    pair_steps,
+)
+from simsci.systems.driving import make_scenes, read_scene
+from simsci.systems.driving.metrics import seam_gaps
+from simsci.train import load_model, save_model
+
+TINY = dict(width=16, depth=1, heads=2, freq_dim=8, mlp_ratio=2.0)
+M = 34  # GENERATOR_LAYOUT: 24 lanes + 10 agents
+
+
+@pytest.fixture(scope="module")
+def scene(tmp_path_factory):
+    path = tmp_path_factory.mktemp("outpaint") / "scenes.h5"
+    make_scenes(2, out=path, drive_length=150.0, route_length=800.0, episodes_per_road=2)
+    ds = sdata.open(path)
+    episodes = [read_scene(ds, i) for i in range(len(ds))]
+    ds.close()
+    pairs = []  # (context tile, direction, truth tile)
+    for ep in episodes:
+        for k in pair_steps(ep)[0]:
+            d = DIRECTIONS.index(tuple(int(v) for v in ep["tile_cell"][k + 1] - ep["tile_cell"][k]))
+            pairs.append((episode_tile(ep, k), d, episode_tile(ep, k + 1)))
+    assert len(pairs) >= 2
+    return path, episodes, pairs
+
+
+class _Fixed(nn.Module):
+    """A stand-in network whose samples are ``target`` (velocity ``(z - target) / t``):
+    every lane slot a lane along the x axis, every agent slot an agent (the pins fix the
+    other flag)."""
+
+    def __init__(self, empty=False, empty_calls=0):
+        super().__init__()
+        self.empty, self.empty_calls, self.calls = empty, empty_calls, 0
+
+    def forward(self, z, r, t, rel, mask, cond=None, pinned=None):
+        self.calls += 1
+        target = torch.zeros_like(z)
+        if not (self.empty or self.calls <= self.empty_calls):
+            line = torch.linspace(-30.0, 30.0, 20, dtype=z.dtype) / 32
+            target[..., 0:40:2] = line
+            target[..., 46 + 3] = 1.0  # cos
+            target[..., 46 + 5 : 46 + 7] = 1.0
+            target[..., IS_LANE] = target[..., IS_AGENT] = 1.0
+        return (z - target) / t[:, None, None]
+
+
+def _randomised(model, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(0.2 * torch.randn(p.shape, generator=g))
+    return model
+
+
+def test_generate_shapes_and_exact_seams(scene):
+    _, _, pairs = scene
+    torch.manual_seed(0)
+    tg = _randomised(TileGenerator(**TINY))
+    ctxs, dirs = [p[0] for p in pairs] + [None], [p[1] for p in pairs] + [None]
+    tiles, stats = tg.generate(ctxs, dirs, generator=torch.Generator().manual_seed(1))
+    assert len(tiles) == stats["tiles"] == len(ctxs)
+    for t in tiles:
+        assert set(t) == {"points", "width", "speed_limit", "kind", "agents"}
+        n = len(t["points"])
+        assert t["points"].shape == (n, 20, 2) and t["points"].dtype == np.float64
+        assert t["width"].shape == t["speed_limit"].shape == t["kind"].shape == (n,)
+        assert t["kind"].dtype == np.int64 and t["agents"].shape[1] == 7
+    # a network that makes every slot a lane: every seam slot gives a lane whose pinned
+    # endpoint equals the context's endpoint in the new frame, exactly
+    tg.net = _Fixed()
+    tiles, stats = tg.generate(ctxs, dirs, steps=3, mode="flow")
+    assert stats["resampled"] == stats["empty"] == stats["no_ego_lane"] == 0
+    n_rows = 0
+    for (ctx, d, _), t, rows in zip(pairs, tiles, stats["seams"]):
+        step = np.asarray(DIRECTIONS[d], np.float64)
+        cp = np.asarray(ctx["points"], np.float64) - 64.0 * step
+        axis = 0 if step[0] else 1
+        on = (np.abs(cp[:, -1, axis] + 32 * step[axis]) < 1e-2).sum() + (
+            np.abs(cp[:, 0, axis] + 32 * step[axis]) < 1e-2
+        ).sum()
+        assert len(rows) == on  # one row per context lane on the shared edge
+        for c, j, end in rows:
+            got = t["points"][j, 0 if end == 0 else -1]
+            want = cp[c, -1 if end == 0 else 0]
+            assert np.array_equal(got, want)
+            n_rows += 1
+        assert len(t["points"]) == 24 and len(t["agents"]) == 10
+    assert n_rows > 0
+    assert has_ego_lane(tiles[-1])  # a first tile: a lane through the origin along +x
+
+
+def test_empty_tiles_resampled_and_counted(scene):
+    _, _, pairs = scene
+    tg = TileGenerator(**TINY)
+    ctxs, dirs = [p[0] for p in pairs[:2]] + [None], [p[1] for p in pairs[:2]] + [None]
+    tg.net = _Fixed(empty=True)
+    tiles, stats = tg.generate(ctxs, dirs, max_tries=3)
+    assert stats["empty"] == 3 and stats["resampled"] == 6 and tg.net.calls == 3
+    assert all(len(t["points"]) == 0 for t in tiles)
+    tg.net = _Fixed(empty_calls=1)  # the first draw is empty, the redraw is not
+    tiles, stats = tg.generate(ctxs, dirs, max_tries=3)
+    assert stats["empty"] == 0 and stats["resampled"] == 3 and tg.net.calls == 2
+    assert all(len(t["points"]) == 24 for t in tiles)
+
+
+def test_dataset_collate_and_loss_decreases(scene):
+    path, episodes, _ = scene
+    data = TileSamples(path, p_first=0.25)
+    n_pairs = sum(len(pair_steps(ep)[0]) for ep in episodes)
+    assert data.n_pairs == n_pairs and data.n_first == round(n_pairs / 3)
+    assert len(data) == n_pairs + data.n_first
+    assert [e for e, k in data.index[n_pairs:]] == [0, 1][: data.n_first]
+    batch = collate_blocks([data[i] for i in range(len(data))])
+    B = len(data)
+    assert batch["x"].shape == (B, 2 * M, TOKEN_DIM) and batch["rel"].dtype == torch.int64
+    assert batch["pinned"].shape == batch["x"].shape and batch["cond"].shape == (B, 5)
+    assert (batch["cond"][n_pairs:, 4] == 1).all() and (batch["cond"][:n_pairs, 4] == 0).all()
+    first = generation_pair(episodes[0], None)
+    np.testing.assert_array_equal(batch["x"][n_pairs].numpy(), first["x"])
+    with pytest.raises(IndexError, match="out of range"):
+        data[len(data)]
+    torch.manual_seed(0)
+    tg = TileGenerator(**TINY, jump_ratio=0.25)
+    opt = torch.optim.Adam(tg.parameters(), lr=1e-2)
+
+    def val():
+        torch.manual_seed(123)
+        with torch.no_grad():
+            return float(tg.validation_step(batch)["mse"])
+
+    before = val()
+    for _ in range(25):
+        out = tg.training_step(batch)
+        assert set(out) >= {"loss", "mse", "weight"}
+        opt.zero_grad()
+        out["loss"].backward()
+        opt.step()
+    assert val() < 0.8 * before
+    wrong = TileGenerator(**TINY, layout={"max_lanes": 4, "max_agents": 2})
+    with pytest.raises(ValueError, match="batch blocks hold 68 tokens"):
+        wrong.training_step(batch)
+
+
+def test_bad_input_rejected(scene):
+    _, _, pairs = scene
+    tg = TileGenerator(**TINY)
+    ctx, d, _ = pairs[0]
+    with pytest.raises(ValueError, match=r"contexts\[0\].*\(n, 20, 2\)"):
+        tg.generate([dict(ctx, points=ctx["points"][:, :10])], [d])
+    bad = dict(ctx, points=np.asarray(ctx["points"], np.float64).copy())
+    bad["points"][0, 0, 0] = np.nan
+    with pytest.raises(ValueError, match=r"contexts\[0\].*NaN"):
+        tg.generate([bad], [d])
+    with pytest.raises(ValueError, match=r"direction must be an int in \[0, 4\)"):
+        tg.generate([ctx], [7])
+    with pytest.raises(ValueError, match="context and direction go together"):
+        tg.generate([ctx], [None])
+    with pytest.raises(ValueError, match="same length"):
+        tg.generate([ctx, ctx], [d])
+    with pytest.raises(TypeError, match="must be lists"):
+        tg.generate(ctx, d)
+    with pytest.raises(ValueError, match="mode must be"):
+        tg.generate([ctx], [d], mode="euler")
+    with pytest.raises(ValueError, match="steps must be an integer >= 1"):
+        tg.generate([ctx], [d], steps=0)
+    with pytest.raises(ValueError, match="p_first must be a number in"):
+        TileGenerator(p_first=1.5)
+    with pytest.raises(ValueError, match="unknown TokenLayout keys"):
+        TileGenerator(layout={"lanes": 3})
+
+
+def test_save_load_round_trip(scene, tmp_path):
+    _, _, pairs = scene
+    tg = _randomised(TileGenerator(**TINY, layout={"max_lanes": 12, "max_agents": 4}))
+    path = save_model(tg, tmp_path / "tg.pt")
+    back = load_model(path)
+    assert isinstance(back, TileGenerator) and back.init_args == tg.init_args
+    assert back.layout == tg.layout and back.capacity == 32
+    ctxs, dirs = [pairs[0][0], None], [pairs[0][1], None]
+    a, _ = tg.generate(ctxs, dirs, generator=torch.Generator().manual_seed(0))
+    b, _ = back.generate(ctxs, dirs, generator=torch.Generator().manual_seed(0))
+    for ta, tb in zip(a, b):
+        for key in ta:
+            np.testing.assert_array_equal(ta[key], tb[key])
+    # the model's dtype is followed
+    tiles, _ = back.double().generate(ctxs, dirs, generator=torch.Generator().manual_seed(0))
+    assert tiles[0]["points"].dtype == np.float64
+
+
+def test_train_tile_generator_and_resume(scene, tmp_path):
+    path, _, _ = scene
+    out = tmp_path / "run"
+    kw = dict(batch_size=4, val_fraction=0.5, model_args=TINY, val_every=2, warmup_steps=0)
+    s = train_tile_generator(path, out, steps=2, log_every=1, **kw)
+    assert s["val_episodes"] == 1 and s["train_items"] > 0 and s["val_items"] > 0
+    assert (out / "checkpoints" / "best.pt").is_file()
+    model = load_model(out / "checkpoints" / "last.pt")
+    assert isinstance(model, TileGenerator) and model.init_args["width"] == 16
+    assert model.checkpoint_extra["val_episodes"] == [1, 2]
+    with pytest.warns(UserWarning, match="changed settings"):  # the longer cosine horizon
+        s2 = train_tile_generator(path, out, steps=4, log_every=1, **kw)  # resumes at step 2
+    assert s2["steps"] == 4
+
+
+def test_tile_metrics(scene):
+    _, _, pairs = scene
+    ctxs, dirs, truth = [p[0] for p in pairs], [p[1] for p in pairs], [p[2] for p in pairs]
+    same = tile_metrics(truth, truth, ctxs, dirs)
+    assert same["with_lanes"] == 1.0 and same["lane_stats_distance"] < 1e-9
+    assert same["seam_gap_median"] == 0.0 and same["seam_continued"] == 1.0
+    assert same["seam_smooth"] == 1.0 and same["seam_endpoints"] > 0
+    assert same["truth_seam_continued"] == 1.0
+    # the seam gaps agree with the driving metrics' seam_gaps (world frame, tile a at 0)
+    ctx, d, tgt = pairs[0]
+    step = 64.0 * np.asarray(DIRECTIONS[d], np.float64)
+    gaps = seam_gaps(ctx["points"], tgt["points"] + step, [0, 0, 0], [*step, 0])
+    assert np.isfinite(gaps).all() and np.median(gaps) < 1e-3
+    # no lane at all: gaps are inf, nothing continued; shifted lanes are measured
+    empty = dict(truth[0], points=np.zeros((0, 20, 2)), width=np.zeros(0))
+    empty.update(speed_limit=np.zeros(0), kind=np.zeros(0, np.int64))
+    gen = [empty] + truth[1:]
+    m = tile_metrics(gen, truth, ctxs, dirs)
+    assert m["with_lanes"] == 1 - 1 / len(truth) and m["seam_continued"] < 1.0
+    shifted = [dict(t, points=np.asarray(t["points"]) + [0.0, 3.0]) for t in truth]
+    m = tile_metrics(shifted, truth, ctxs, dirs)
+    assert m["seam_continued"] < 1.0 and m["lane_stats_distance"] < 1e-9
+    with pytest.raises(ValueError, match="equally long"):
+        tile_metrics(truth[:1], truth)
