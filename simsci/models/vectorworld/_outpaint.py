@@ -270,8 +270,9 @@ class TileGenerator(nn.Module):
         return {**stats, "loss": loss}
 
     def validation_step(self, batch) -> dict:
-        """``loss`` (the adaptive-weight loss, near 1 when errors exceed ``weight_eps``)
-        and ``mse`` (the unweighted mean error, the better monitor) and per-kind errors."""
+        """``loss`` (the adaptive-weight loss ``mean d / (d + eps)``, near 1 while errors
+        exceed ``weight_eps``), ``mse`` and the per-kind errors ``mse_flow`` (r = t: a
+        fixed target, the one to compare checkpoints by), ``mse_interval``, ``mse_jump``."""
         loss, stats = self._loss(batch)
         return {**stats, "loss": loss}
 
@@ -522,6 +523,7 @@ def train_tile_generator(
     grad_clip: float | None = 1.0,
     weight_decay: float = 0.0,
     log_every: int = 25,
+    monitor: str = "val_mse_flow",
     device: str = "cpu",
     resume: bool = True,
     progress: bool = False,
@@ -531,7 +533,10 @@ def train_tile_generator(
     The last ``val_fraction`` of the episodes (at least one) are held out; validation uses
     at most ``max_val_items`` of their items (evenly spaced). ``model_args``: keyword
     arguments of :class:`TileGenerator`. AdamW with a linear warm-up and a cosine decay
-    over ``steps``; best.pt is chosen by ``val_mse``. Files under ``out_dir`` are the
+    over ``steps``; best.pt is chosen by ``monitor``, by default ``val_mse_flow``, the
+    flow-matching error (r = t), whose target ``v`` does not depend on the model (the
+    interval and jump targets contain the model's own ``du/dt``, so their errors are not
+    comparable between checkpoints). Files under ``out_dir`` are the
     Trainer's (``checkpoints/best.pt``, ``checkpoints/last.pt``, ``metrics.jsonl``, ...);
     ``resume=True`` continues a run there. Returns the Trainer's summary plus
     ``train_items``, ``val_items``, ``train_episodes``, ``val_episodes``,
@@ -571,7 +576,7 @@ def train_tile_generator(
         grad_clip=grad_clip,
         val_every=val_every if val_set is not None else None,
         checkpoint_every=val_every,
-        monitor="val_mse",
+        monitor=monitor,
         seed=seed,
         device=device,
         log_every=log_every,
