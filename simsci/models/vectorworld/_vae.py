@@ -46,22 +46,29 @@ rejection sampling enforces the joint constraints)
   sigmoid(MLP(c, n_valid / 11))`` per agent. An MLP over the fixed 11 frames instead of a
   GRU: the window is short and fixed, and the MLP is several times cheaper on one core.
   With only the current frame valid (12 % of the file's agents: tiles at an episode's
-  start) the history carries nothing and the gate can close. ``z = mu + sigma eps``,
+  start) the history carries nothing: a small cost ``gate_cost * g`` (0.1 nat) makes
+  the gate close there and open where the history pays for itself. ``z = mu + sigma eps``,
   eps from the global torch RNG (so a resumed run is bit-for-bit the same); KL to N(0, I).
-- **Decoder** from z, in the order ``lane -> s -> speed -> rest``, teacher-forced in
-  training: a POINTER over the tile's lanes (dot product of an MLP of [z, tile context]
-  with the lane embeddings); ``s`` as a histogram density over 16 equal bins of the lane
-  (categorical, uniform inside a bin); the speed as a histogram over 40 bins of 1 m/s;
-  then the lateral offset ``d = 0.98 (w/2) tanh(.)`` (inside the lane: on-road by
-  construction), ``psi = 0.6 tanh(.)`` rad, length, width and the 10 controls ``a =
-  8 tanh(.)`` m/s^2, ``kappa = 0.25 tanh(.)`` 1/m (within the bicycle limits the metrics
-  check, 10.4 and 0.3) from an MLP of [z, lane embedding, position features, lane
-  attention from the position, speed]. Continuous outputs are Gaussian with one learned
-  sigma per output type. Categorical heads are sampled at generation time (so positions
-  and speeds keep their multimodal spread even where the latent is uninformative);
-  Gaussian heads are decoded at their mean (noise on controls would be per-frame jitter,
-  not motion), except the vehicle size, which is independent of motion and is drawn
-  with its sigma (clamped to length [2, 12] m, width [1, 3] m).
+- **Decoder** from z, autoregressive over the agent's attributes in the order ``lane ->
+  s -> speed -> lateral offset -> heading offset -> size and controls``, each step
+  conditioned on the previous ones (teacher-forced in training): a POINTER over the
+  tile's lanes (dot product of an MLP of [z, tile context] with the lane embeddings);
+  ``s`` as a histogram density over 16 equal bins of the lane (uniform inside a bin);
+  the speed over 40 bins of 1 m/s; ``d / (0.98 w/2)`` and ``psi / 0.6 rad`` over 24 bins
+  of the warped coordinate ``u = sign(x) sqrt(|x|)`` (bins of 0.7 % of the half width
+  next to the centre line, 16 % at the edge; ``|d| < 0.98 w/2``: on the lane by
+  construction); then the length, width and the 10 controls ``a = 8 tanh(.)`` m/s^2,
+  ``kappa = 0.25 tanh(.)`` 1/m (within the bicycle limits the metrics check, 10.4 and
+  0.3), Gaussian with one learned sigma per output type. Every step after ``s`` sees the
+  position features at ``s`` and a distance-biased attention over the tile's lanes from
+  there. Categorical steps are sampled at generation time: positions, speeds and the
+  bimodal lane-change offsets (a car leaving its lane and one arriving have the same
+  ``|d|`` and opposite ``psi``) keep their spread and modes even where the latent is
+  uninformative, and later steps stay consistent with the drawn values. Gaussian steps
+  are decoded at their mean (noise on controls would be per-frame jitter, not motion),
+  except the vehicle size, independent of motion, which is drawn with its sigma
+  (clamped to length [2, 12] m, width [1, 3] m). Control steps whose frames are not
+  both valid are masked out of the loss.
 - **History by backward integration** (:func:`integrate_history`): from the current state
   the decoded controls are applied backwards through the same bicycle step (``v_{j} =
   max(v_{j+1} - a_j dt, 0)``, the effective acceleration is what is kept), so every
@@ -76,9 +83,9 @@ rejection sampling enforces the joint constraints)
 - **Rejection** (:meth:`MotionGatedVAE.sample`): candidates are decoded in batches and
   accepted greedily in draw order; a candidate is rejected when its centre lies outside
   the tile's closed square, it is off the lanes (``metrics.offroad_distance > 0``), its
-  box overlaps the ego's or an accepted agent's at the current frame (SAT,
-  ``metrics.boxes_overlap``), it violates a following gap (a box stretched forward by
-  ``min_gap + headway * speed``, 1 m + 0.3 s by default, overlaps the other's box; the
+  box overlaps the ego's or an accepted agent's at the current frame (the separating
+  axis test of ``metrics.boxes_overlap``), it violates a following gap (a box stretched
+  forward by ``min_gap + headway * speed``, 1 m + 0.3 s by default, overlaps the other's box; the
   scene file has no such pair among 5,300 agents), or the two histories overlap at any
   frame. Each reason is counted. ``min_gap = headway = 0`` leaves plain overlap.
 """
@@ -147,6 +154,7 @@ _ASCALE, _KSCALE, _PSCALE = 2.0, 0.02, 0.1
 _LR = 0.3  # rear-axle distance / length (CoG midway, wheelbase 0.6 length)
 _STEPS = HISTORY - 1
 _REASONS = ("outside", "offroad", "ego", "overlap", "gap", "history")
+_TERMS = ("lane", "s", "speed", "lateral", "heading", "size", "history")
 
 
 # ------------------------------------------------------------------ input checks
@@ -222,6 +230,15 @@ def check_lanes(lanes: Mapping) -> dict:
 
 
 # ------------------------------------------------------------------ lane geometry
+def _warp(x):
+    """u = sign(x) sqrt(|x|) on [-1, 1] (fine bins near 0); torch."""
+    return torch.sign(x) * torch.sqrt(x.abs().clamp(0, 1))
+
+
+def _unwarp(u):
+    return torch.sign(u) * u * u
+
+
 def _arc(points: np.ndarray):
     """Segment vectors (n, P-1, 2), lengths (n, P-1) and cumulative arc length (n, P)."""
     seg = np.diff(points, axis=-2)
@@ -704,9 +721,12 @@ class MotionGatedVAE(nn.Module):
     """Motion-aware gated VAE for history-compatible initial agents (module docstring).
 
     Args: ``hidden`` width H, ``latent`` z dimension, ``gnn_layers`` typed lane message
-    passing layers, ``s_bins`` / ``v_bins`` histogram bins of the arc position and the
-    speed (``v_max`` m/s: the last bin's upper end), ``beta`` KL weight, ``count_weight``
-    weight of the count head's loss.
+    passing layers, ``s_bins`` / ``v_bins`` / ``lat_bins`` histogram bins of the arc
+    position, the speed (``v_max`` m/s: the last bin's upper end) and of the lateral and
+    heading offsets (in the warped coordinate ``u = sign(x) sqrt(|x| / x_max)``, fine
+    bins near the lane centre), ``beta`` KL weight, ``count_weight`` weight of the count
+    head's loss, ``gate_cost`` loss per unit of gate opening (the gate opens only where
+    the history pays for it; 0 leaves it unregularised).
     """
 
     def __init__(
@@ -716,9 +736,11 @@ class MotionGatedVAE(nn.Module):
         gnn_layers: int = 2,
         s_bins: int = 16,
         v_bins: int = 40,
+        lat_bins: int = 24,
         v_max: float = 40.0,
         beta: float = 1.0,
         count_weight: float = 1.0,
+        gate_cost: float = 0.1,
     ):
         super().__init__()
         for name, value, low in (
@@ -727,10 +749,16 @@ class MotionGatedVAE(nn.Module):
             ("gnn_layers", gnn_layers, 0),
             ("s_bins", s_bins, 1),
             ("v_bins", v_bins, 1),
+            ("lat_bins", lat_bins, 2),
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-        for name, value in (("v_max", v_max), ("beta", beta), ("count_weight", count_weight)):
+        for name, value in (
+            ("v_max", v_max),
+            ("beta", beta),
+            ("count_weight", count_weight),
+            ("gate_cost", gate_cost),
+        ):
             if (
                 isinstance(value, bool)
                 or not isinstance(value, (int, float))
@@ -745,14 +773,21 @@ class MotionGatedVAE(nn.Module):
             "gnn_layers": gnn_layers,
             "s_bins": s_bins,
             "v_bins": v_bins,
+            "lat_bins": lat_bins,
             "v_max": float(v_max),
             "beta": float(beta),
             "count_weight": float(count_weight),
+            "gate_cost": float(gate_cost),
         }
         H, Z = hidden, latent
         self.hidden, self.latent = H, Z
-        self.s_bins, self.v_bins, self.v_max = s_bins, v_bins, float(v_max)
-        self.beta, self.count_weight = float(beta), float(count_weight)
+        self.s_bins, self.v_bins, self.lat_bins = s_bins, v_bins, lat_bins
+        self.v_max = float(v_max)
+        self.beta, self.count_weight, self.gate_cost = (
+            float(beta),
+            float(count_weight),
+            float(gate_cost),
+        )
         # lanes
         self.lane_in = _mlp(LANE_FEATURES, H, H)
         self.convs = nn.ModuleList(TypedLaneConv(H) for _ in range(gnn_layers))
@@ -764,16 +799,18 @@ class MotionGatedVAE(nn.Module):
         self.enc_state = _mlp(d_state, H, 2 * Z)
         self.enc_hist = _mlp(HISTORY * HIST_FEATURES, H, 2 * Z)
         self.enc_gate = _mlp(d_state + 1, H, 1)
-        # decoder
+        # decoder: lane -> s -> speed -> lateral -> heading -> size and controls
         self.ptr_q = _mlp(Z + H, H, H)
         self.ptr_k = nn.Linear(H, H)
         self.s_head = _mlp(Z + 2 * H, H, s_bins)
         self.dec_att = _LaneAttention(Z + H + POS_FEATURES, H)
         d_pos = Z + 2 * H + POS_FEATURES + H
         self.v_head = _mlp(d_pos, H, v_bins)
-        self.rest_head = _mlp(d_pos + 1, H, 4 + 2 * _STEPS)
-        # learned log sigma of the Gaussian outputs: d, psi, length, width, accel, curvature
-        self.log_sigma = nn.Parameter(torch.full((6,), -1.0))
+        self.d_head = _mlp(d_pos + 1, H, lat_bins)
+        self.psi_head = _mlp(d_pos + 2, H, lat_bins)
+        self.rest_head = _mlp(d_pos + 3, H, 2 + 2 * _STEPS)
+        # learned log sigma of the Gaussian outputs: length, width, accel, curvature
+        self.log_sigma = nn.Parameter(torch.full((4,), -1.0))
 
     # ---------------------------------------------------------------- lanes
     def _encode_lanes(
@@ -796,27 +833,73 @@ class MotionGatedVAE(nn.Module):
             1.0 + lanes["total"].to(lanes["ctx"].dtype) / 100.0
         )
 
-    # ---------------------------------------------------------------- decoder pieces
+    # ---------------------------------------------------------------- the decoder chain
     def _pointer_logits(self, z, ctx, dense, mask):
         q = self.ptr_q(torch.cat([z, ctx], -1))
         logit = (self.ptr_k(dense) @ q[:, :, None])[..., 0] / math.sqrt(self.hidden)
         return logit.masked_fill(~mask, float("-inf"))
 
-    def _decode_rest_inputs(self, z, e_sel, ctx, lane_pts, s, dense, pts, mask):
-        pf, pos = _pos_features(lane_pts, s)
-        pf = pf.to(z.dtype)
-        att = self.dec_att(torch.cat([z, e_sel, pf], -1), pos, dense, pts, mask)
-        return torch.cat([z, e_sel, ctx, pf, att], -1)
+    def _chain(self, z, ctx, dense, mask, pts, lane_points, emb, given=None, draw=None):
+        """Decode lane, s, speed, lateral and heading offsets, size and controls from z.
 
-    def _gauss_means(self, raw):
-        """Means in normalised units: d / (w/2), psi / 0.1, size, a / 2, kappa / 0.02."""
-        d = 0.98 * torch.tanh(raw[:, 0])
-        psi = (MAX_PSI / _PSCALE) * torch.tanh(raw[:, 1])
-        size = raw[:, 2:4]
-        ctrl = raw[:, 4:].view(-1, _STEPS, 2)
+        Training (``given``: targets ``lane`` (index in the tile), ``lane_global`` (row
+        of ``lane_points`` / ``emb``), ``s``, ``speed``, ``lateral`` (d / (0.98 w/2)),
+        ``heading`` (psi / MAX_PSI)): every step is conditioned on the target (teacher
+        forcing) and the per-agent NLL terms ``nll_<step>`` are returned. Sampling
+        (``draw``: ``pick(logits) -> index``, ``rand(n) -> U(0, 1)``): each categorical
+        is drawn, a value drawn uniformly inside its bin, and fed to the next step.
+        Returns the values ``lane``, ``glob``, ``s``, ``speed``, ``lateral``, ``heading``,
+        the Gaussian means ``size`` (normalised) and ``ctrl`` (a / 2, kappa / 0.02)."""
+        out = {}
+        dt = z.dtype
+        ptr = self._pointer_logits(z, ctx, dense, mask)
+        if given is not None:
+            lane, glob = given["lane"], given["lane_global"]
+            out["nll_lane"] = -torch.log_softmax(ptr, -1).gather(1, lane[:, None])[:, 0]
+        else:
+            lane = glob = draw["pick"](ptr)
+        e_sel, lane_pts = emb[glob], lane_points[glob]
+
+        def step(name, logits, n_bins, lo, hi, warp):
+            """Histogram density over n_bins equal bins of u in [lo, hi] (u = warp(x))."""
+            width = (hi - lo) / n_bins
+            if given is not None:
+                x = given[name]
+                u = _warp(x) if warp else x
+                b = ((u - lo) / width).long().clamp(0, n_bins - 1)
+                lp = torch.log_softmax(logits, -1).gather(1, b[:, None])[:, 0]
+                out[f"nll_{name}"] = -lp + math.log(width)
+                return x
+            b = draw["pick"](logits)
+            u = (lo + (b.double() + draw["rand"](b.shape[0])) * width).clamp(lo, hi)
+            return _unwarp(u) if warp else u
+
+        s = step("s", self.s_head(torch.cat([z, e_sel, ctx], -1)), self.s_bins, 0.0, 1.0, False)
+        pf, pos = _pos_features(lane_pts, s.to(lane_pts.dtype))
+        pf = pf.to(dt)
+        att = self.dec_att(torch.cat([z, e_sel, pf], -1), pos, dense, pts, mask)
+        x_in = torch.cat([z, e_sel, ctx, pf, att], -1)
+        v = step("speed", self.v_head(x_in), self.v_bins, 0.0, self.v_max, False)
+        x_in = torch.cat([x_in, (v / _VSCALE).to(dt)[:, None]], -1)
+        d = step("lateral", self.d_head(x_in), self.lat_bins, -1.0, 1.0, True)
+        x_in = torch.cat([x_in, d.to(dt)[:, None]], -1)
+        psi = step("heading", self.psi_head(x_in), self.lat_bins, -1.0, 1.0, True)
+        x_in = torch.cat([x_in, psi.to(dt)[:, None]], -1)
+        raw = self.rest_head(x_in)
+        ctrl = raw[:, 2:].view(-1, _STEPS, 2)
         a = (MAX_ACCEL / _ASCALE) * torch.tanh(ctrl[..., 0])
         k = (MAX_CURVATURE / _KSCALE) * torch.tanh(ctrl[..., 1])
-        return d, psi, size, torch.stack([a, k], -1)
+        out.update(
+            lane=lane,
+            glob=glob,
+            s=s,
+            speed=v,
+            lateral=d,
+            heading=psi,
+            size=raw[:, :2],
+            ctrl=torch.stack([a, k], -1),
+        )
+        return out
 
     # ---------------------------------------------------------------- training
     def _state_features(self, cur, s, d, psi, pf):
@@ -829,14 +912,15 @@ class MotionGatedVAE(nn.Module):
                 ((cur[:, _W] - _WID0) / _WIDS)[:, None],
                 s[:, None],
                 d[:, None],
-                (psi / _PSCALE)[:, None],
+                psi[:, None],
                 pf,
             ],
             -1,
         )
 
     def forward(self, batch: Mapping) -> dict:
-        """Per-agent negative ELBO terms (nats) for a :func:`collate_tiles` batch."""
+        """Per-agent negative ELBO terms (nats) for a :func:`collate_tiles` batch, and
+        the gate (M,)."""
         n_tiles = batch["count"].shape[0]
         lanes = self._encode_lanes(
             batch["lane_x"],
@@ -852,7 +936,9 @@ class MotionGatedVAE(nn.Module):
         ctx = lanes["ctx"][tile]
         e_sel = lanes["emb"][batch["lane_global"]]
         lane_pts = batch["lane_points"][batch["lane_global"]]
-        s, d, psi, cur = batch["s"], batch["d"], batch["psi"], batch["cur"]
+        s, cur = batch["s"], batch["cur"]
+        d = (batch["d"] / 0.98).clamp(-1, 1)
+        psi = (batch["psi"] / MAX_PSI).clamp(-1, 1)
         # encoder
         pf, pos = _pos_features(lane_pts, s)
         st = self._state_features(cur, s, d, psi, pf)
@@ -861,26 +947,20 @@ class MotionGatedVAE(nn.Module):
         gate = torch.sigmoid(
             self.enc_gate(torch.cat([c, (batch["n_valid"] / HISTORY)[:, None]], -1))
         )
-        f = self.enc_state(c)
-        h = self.enc_hist(batch["hist"])
-        mu_lv = f + gate * h
+        mu_lv = self.enc_state(c) + gate * self.enc_hist(batch["hist"])
         mu, logvar = mu_lv[:, : self.latent], mu_lv[:, self.latent :].clamp(-10.0, 6.0)
         z = mu + torch.exp(0.5 * logvar) * torch.randn_like(mu)
         kl = 0.5 * (mu**2 + logvar.exp() - 1.0 - logvar).sum(-1)
         # decoder (teacher forcing)
-        logp_lane = torch.log_softmax(self._pointer_logits(z, ctx, dense, mask), -1)
-        nll_lane = -logp_lane.gather(1, batch["lane"][:, None])[:, 0]
-        s_bin = (s * self.s_bins).long().clamp(0, self.s_bins - 1)
-        logp_s = torch.log_softmax(self.s_head(torch.cat([z, e_sel, ctx], -1)), -1)
-        nll_s = -logp_s.gather(1, s_bin[:, None])[:, 0] - math.log(self.s_bins)
-        x_in = self._decode_rest_inputs(z, e_sel, ctx, lane_pts, s, dense, pts, mask)
-        dv = self.v_max / self.v_bins
-        v = cur[:, _V]
-        v_bin = (v / dv).long().clamp(0, self.v_bins - 1)
-        logp_v = torch.log_softmax(self.v_head(x_in), -1)
-        nll_v = -logp_v.gather(1, v_bin[:, None])[:, 0] + math.log(dv)
-        raw = self.rest_head(torch.cat([x_in, (v / _VSCALE)[:, None]], -1))
-        m_d, m_psi, m_size, m_ctrl = self._gauss_means(raw)
+        given = {
+            "lane": batch["lane"],
+            "lane_global": batch["lane_global"],
+            "s": s,
+            "speed": cur[:, _V],
+            "lateral": d,
+            "heading": psi,
+        }
+        dec = self._chain(z, ctx, dense, mask, pts, batch["lane_points"], lanes["emb"], given=given)
         ls = self.log_sigma
         half_log_2pi = 0.5 * math.log(2 * math.pi)
 
@@ -888,60 +968,38 @@ class MotionGatedVAE(nn.Module):
             return 0.5 * ((x - mean) * torch.exp(-log_sig)) ** 2 + log_sig + half_log_2pi
 
         tgt_size = torch.stack([(cur[:, _L] - _LEN0) / _LENS, (cur[:, _W] - _WID0) / _WIDS], -1)
-        nll_pose = gnll(d, m_d, ls[0]) + gnll((psi / _PSCALE).clamp(-6, 6), m_psi, ls[1])
-        nll_size = gnll(tgt_size, m_size, ls[2:4]).sum(-1)
+        nll_size = gnll(tgt_size, dec["size"], ls[0:2]).sum(-1)
         tgt_ctrl = torch.stack(
             [batch["ctrl"][..., 0] / _ASCALE, batch["ctrl"][..., 1] / _KSCALE], -1
         )
-        nll_ctrl = (gnll(tgt_ctrl, m_ctrl, ls[4:6]).sum(-1) * batch["ctrl_valid"].to(z.dtype)).sum(
-            -1
-        )
+        cv = batch["ctrl_valid"].to(z.dtype)
+        nll_ctrl = (gnll(tgt_ctrl, dec["ctrl"], ls[2:4]).sum(-1) * cv).sum(-1)
         # count (zero-truncated Poisson: every training tile has >= 1 other agent)
         lam = self._count_rate(lanes)
         n = batch["count"].to(lam.dtype)
         count_nll = lam - n * torch.log(lam) + torch.lgamma(n + 1) + torch.log(-torch.expm1(-lam))
-        return {
-            "kl": kl,
-            "nll_lane": nll_lane,
-            "nll_s": nll_s,
-            "nll_speed": nll_v,
-            "nll_pose": nll_pose,
-            "nll_size": nll_size,
-            "nll_history": nll_ctrl,
-            "count_nll": count_nll,
-            "gate": gate[:, 0],
-        }
+        out = {key: dec[key] for key in dec if key.startswith("nll_")}
+        out.update(kl=kl, nll_size=nll_size, nll_history=nll_ctrl, count_nll=count_nll)
+        out["gate"] = gate[:, 0]
+        return out
 
     def _losses(self, batch) -> dict:
         t = self(batch)
-        recon = (
-            t["nll_lane"]
-            + t["nll_s"]
-            + t["nll_speed"]
-            + t["nll_pose"]
-            + t["nll_size"]
-            + t["nll_history"]
-        )
+        recon = sum(t[f"nll_{k}"] for k in _TERMS)
         elbo = (recon + t["kl"]).mean()
-        loss = (recon + self.beta * t["kl"]).mean() + self.count_weight * t["count_nll"].mean()
-        out = {"loss": loss, "neg_elbo": elbo}
-        for key in (
-            "kl",
-            "nll_lane",
-            "nll_s",
-            "nll_speed",
-            "nll_pose",
-            "nll_size",
-            "nll_history",
-            "count_nll",
-        ):
+        loss = (
+            recon + self.beta * t["kl"] + self.gate_cost * t["gate"]
+        ).mean() + self.count_weight * t["count_nll"].mean()
+        out = {"loss": loss, "neg_elbo": elbo.detach()}
+        for key in ("kl", "count_nll", "gate") + tuple(f"nll_{k}" for k in _TERMS):
             out[key] = t[key].mean().detach()
-        out["gate"] = t["gate"].mean().detach()
         return out
 
     def training_step(self, batch) -> dict:
-        """``loss`` = mean over agents of (reconstruction NLL + beta KL) + count NLL per
-        tile; also the negative ELBO (beta = 1) and each term, in nats per agent."""
+        """``loss`` = mean over agents of (reconstruction NLL + beta KL + gate_cost gate)
+        + count_weight * count NLL per tile; also ``neg_elbo`` (the negative ELBO per
+        agent, beta = 1, without count and gate terms) and each term, in nats per agent
+        (histogram terms as densities of s, speed in m/s, and the warped offsets)."""
         return self._losses(batch)
 
     def validation_step(self, batch) -> dict:
@@ -985,44 +1043,42 @@ class MotionGatedVAE(nn.Module):
         dev, dt = self._device_dtype()
         gdev = generator.device if generator is not None else torch.device("cpu")
 
-        def rand(*shape):
-            return torch.rand(*shape, generator=generator, device=gdev, dtype=torch.float64).to(dev)
+        def rand(m):
+            return torch.rand(m, generator=generator, device=gdev, dtype=torch.float64).to(dev)
 
         def pick(logits):
             p = torch.softmax(logits.double(), -1).to(gdev)
             return torch.multinomial(p, 1, generator=generator)[:, 0].to(dev)
 
-        z = torch.randn(n, self.latent, generator=generator, device=gdev, dtype=torch.float64).to(
-            dev, dt
+        z = torch.randn(n, self.latent, generator=generator, device=gdev, dtype=torch.float64)
+        z = z.to(dev, dt)
+        dec = self._chain(
+            z,
+            enc["ctx"].expand(n, -1),
+            enc["dense"].expand(n, -1, -1),
+            enc["mask"].expand(n, -1),
+            enc["pts"].expand(n, -1, -1, -1),
+            enc["pts64"],
+            enc["emb"],
+            draw={"pick": pick, "rand": rand},
         )
-        dense = enc["dense"].expand(n, -1, -1)
-        mask = enc["mask"].expand(n, -1)
-        pts = enc["pts"].expand(n, -1, -1, -1)
-        ctx = enc["ctx"].expand(n, -1)
-        lane = pick(self._pointer_logits(z, ctx, dense, mask))
-        e_sel = enc["emb"][lane]
-        s_bin = pick(self.s_head(torch.cat([z, e_sel, ctx], -1)))
-        s = ((s_bin.double() + rand(n)) / self.s_bins).clamp(0, 1)
-        lane_pts = enc["pts64"][lane]
-        x_in = self._decode_rest_inputs(z, e_sel, ctx, lane_pts.to(dt), s.to(dt), dense, pts, mask)
-        v_bin = pick(self.v_head(x_in))
-        v = (v_bin.double() + rand(n)) * (self.v_max / self.v_bins)
-        raw = self.rest_head(torch.cat([x_in, (v / _VSCALE).to(dt)[:, None]], -1))
-        m_d, m_psi, m_size, m_ctrl = (t.double() for t in self._gauss_means(raw))
+        lane = dec["lane"]
         sig = torch.exp(self.log_sigma.detach().double())
         eps = torch.randn(n, 2, generator=generator, device=gdev, dtype=torch.float64).to(dev)
-        size = m_size + sig[2:4] * eps
+        size = dec["size"].double() + sig[0:2] * eps
         length = (_LEN0 + _LENS * size[:, 0]).clamp(2.0, 12.0)
         width = (_WID0 + _WIDS * size[:, 1]).clamp(1.0, 3.0)
-        d = m_d * enc["width"][lane] / 2
-        psi = m_psi * _PSCALE
-        xy, heading = place_on_lanes(lane_pts, s, d, psi)
+        d = 0.98 * dec["lateral"].double() * enc["width"][lane] / 2
+        psi = dec["heading"].double() * MAX_PSI
+        v = dec["speed"].double()
+        xy, heading = place_on_lanes(enc["pts64"][lane], dec["s"].double(), d, psi)
         cur = torch.stack(
             [xy[:, 0], xy[:, 1], v, torch.cos(heading), torch.sin(heading), length, width], -1
         )
+        m_ctrl = dec["ctrl"].double()
         ctrl = torch.stack([m_ctrl[..., 0] * _ASCALE, m_ctrl[..., 1] * _KSCALE], -1)
         hist, eff = integrate_history(cur, ctrl)
-        return hist, {"lane": lane, "s": s, "d": d, "psi": psi, "controls": eff}
+        return hist, {"lane": lane, "s": dec["s"], "d": d, "psi": psi, "controls": eff}
 
     @torch.no_grad()
     def sample(
@@ -1076,7 +1132,8 @@ class MotionGatedVAE(nn.Module):
             if ego_arr[_L] < 0 or ego_arr[_W] < 0:
                 raise ValueError("ego's length and width must be >= 0")
         was_training = self.training
-        self.eval()
+        if was_training:
+            self.eval()
         try:
             enc = self._lanes_single(lanes)
             if n_agents is None:
@@ -1108,7 +1165,8 @@ class MotionGatedVAE(nn.Module):
                     cand, accepted, need, lanes, ego_arr, min_gap, headway, stats
                 )
         finally:
-            self.train(was_training)
+            if was_training:
+                self.train()
         stats["placed"] = len(accepted)
         stats["shortfall"] = n - len(accepted)
         return accepted, np.ones(accepted.shape[:2], bool), stats
@@ -1116,7 +1174,7 @@ class MotionGatedVAE(nn.Module):
     @staticmethod
     def _accept(cand, accepted, need, lanes, ego, min_gap, headway, stats):
         """Greedy acceptance of candidate histories (c, H, 7) after the accepted ones."""
-        from simsci.systems.driving.metrics import boxes_overlap, offroad_distance
+        from simsci.systems.driving.metrics import offroad_distance
 
         cur = cand[:, -1]
         reason = np.full(len(cand), -1)
@@ -1125,18 +1183,16 @@ class MotionGatedVAE(nn.Module):
         off = offroad_distance(cur, None, lanes["points"], lanes["width"]) > 0
         reason[(reason < 0) & off] = 1
         if ego is not None:
-            hit = boxes_overlap(cur, ego[None]) | boxes_overlap(
-                _stretch(cur, min_gap, headway), ego[None]
-            )
-            hit |= boxes_overlap(cur, _stretch(ego[None], min_gap, headway))
+            hit = _overlap(cur, ego[None]) | _overlap(_stretch(cur, min_gap, headway), ego[None])
+            hit |= _overlap(cur, _stretch(ego[None], min_gap, headway))
             reason[(reason < 0) & hit] = 2
         allx = np.concatenate([accepted, cand])  # (K, H, 7)
         now = allx[:, -1]
-        ov = boxes_overlap(now[:, None], now[None])
+        ov = _overlap(now[:, None], now[None])
         ext = _stretch(now, min_gap, headway)
-        gap = boxes_overlap(ext[:, None], now[None])
+        gap = _overlap(ext[:, None], now[None])
         gap = gap | gap.T
-        hov = boxes_overlap(allx[:, None], allx[None]).any(-1)
+        hov = _overlap(allx[:, None], allx[None]).any(-1)
         keep = list(range(len(accepted)))
         na = len(accepted)
         for i in range(len(cand)):
@@ -1156,6 +1212,14 @@ class MotionGatedVAE(nn.Module):
                 stats[f"rejected_{_REASONS[reason[i]]}"] += 1
                 stats["rejected"] += 1
         return allx[keep]
+
+
+def _overlap(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``metrics.boxes_overlap`` without its input checks (candidates are finite boxes of
+    positive size by construction): the same separating-axis test, numpy in and out."""
+    from simsci.systems.driving.metrics import _sat
+
+    return _sat(torch.from_numpy(np.asarray(a)), torch.from_numpy(np.asarray(b))).numpy()
 
 
 def _stretch(boxes: np.ndarray, min_gap: float, headway: float) -> np.ndarray:
