@@ -9,7 +9,10 @@
 - ``simsci/Surrogate-v0``: a trained simsci model standing in for the dynamics of the
   environment it learned (:class:`SurrogateEnv`);
 - ``simsci/Driving-v0``: an ego car on a procedural route through batched IDM/MOBIL
-  traffic (:class:`DrivingEnv`, Dict observations of padded lanes and agents).
+  traffic (:class:`DrivingEnv`, Dict observations of padded lanes and agents);
+- ``simsci/VectorWorld-v0``: the same ego, spaces and reward in a world a trained
+  VectorWorld generates as it drives (:class:`VectorWorldEnv`: streamed lane tiles,
+  ΔSim NPCs), so a driving policy can move between the two.
 
 Each has a native batched vector environment (``gymnasium.make_vec(id, num_envs=N,
 vectorization_mode="vector_entry_point")``): all sub-environments advance as one tensor
@@ -36,6 +39,7 @@ from simsci.envs._pde import PDE_TASKS, PDEControlEnv, PDEControlVectorEnv, PDET
 from simsci.envs._record import RecordEpisodes, RecordVectorEpisodes
 from simsci.envs._sb3 import to_sb3
 from simsci.envs._surrogate import SurrogateEnv, SurrogateVectorEnv, load_surrogate
+from simsci.envs._vectorworld import VectorWorldEnv, VectorWorldVectorEnv
 
 __all__ = [
     "TASKS",
@@ -56,6 +60,8 @@ __all__ = [
     "DrivingVectorEnv",
     "lane_keeping_policy",
     "evaluate_driving",
+    "VectorWorldEnv",
+    "VectorWorldVectorEnv",
     "to_sb3",
     "RecordEpisodes",
     "RecordVectorEpisodes",
@@ -81,6 +87,10 @@ ENV_IDS = {
     "simsci/Driving-v0": (
         "simsci.envs._driving:DrivingEnv",
         "simsci.envs._driving:DrivingVectorEnv",
+    ),
+    "simsci/VectorWorld-v0": (
+        "simsci.envs._vectorworld:VectorWorldEnv",
+        "simsci.envs._vectorworld:VectorWorldVectorEnv",
     ),
 }
 

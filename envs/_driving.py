@@ -388,6 +388,10 @@ class _World:
             out["offroad"] = offroad
         return out
 
+    def success_distance(self, i: int) -> float:
+        """The distance [m] episode ``i`` must drive to count as a success."""
+        return min(self.max_distance, float(self.traffic.route_length[i]) - 300.0)
+
     def frame(self, i: int) -> np.ndarray:
         from simsci.envs._driving_render import top_down
 
@@ -573,11 +577,19 @@ class DrivingEnv(gymnasium.Env):
             if bad in kwargs:
                 raise TypeError(f"DrivingEnv takes no {bad!r} (use gymnasium.make_vec)")
         self.render_mode = _check_render_mode(render_mode)
-        self._vec = DrivingVectorEnv(1, render_mode=render_mode, **kwargs)
+        self._vec = self._vector_class()(1, render_mode=render_mode, **kwargs)
         self.observation_space = self._vec.single_observation_space
         self.action_space = self._vec.single_action_space
         self._needs_reset = True
-        own_spec(self, ENV_ID, {**self._vec.world.config, "action_bounds": self._vec.action_bounds})
+        own_spec(
+            self,
+            self._vec.spec.id,
+            {**self._vec.world.config, "action_bounds": self._vec.action_bounds},
+        )
+
+    @staticmethod
+    def _vector_class():
+        return DrivingVectorEnv
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
@@ -665,20 +677,34 @@ def lane_keeping_policy(obs: dict, *, target_speed: float | None = None) -> np.n
 
 
 def evaluate(
-    policy, *, episodes: int = 32, num_envs: int = 16, seed: int = 0, **env_kwargs
+    policy,
+    *,
+    episodes: int = 32,
+    num_envs: int = 16,
+    seed: int = 0,
+    env_id: str = ENV_ID,
+    **env_kwargs,
 ) -> dict:
     """Run ``policy(obs) -> actions`` (batched observations in, ``(num_envs, 2)`` out)
-    for ``episodes`` episodes of ``simsci/Driving-v0``; returns the fraction that drove
+    for ``episodes`` episodes of ``env_id`` (``simsci/Driving-v0`` or
+    ``simsci/VectorWorld-v0``: the same spaces); returns the fraction that drove
     their full distance (``success``), collided, left the road, or ran out of time
     (``timeout``), the fraction without a collision or leaving the road (``safe``), and
     the mean distance driven [m] and return."""
     if episodes < 1 or num_envs < 1:
         raise ValueError("episodes and num_envs must be >= 1")
-    env = DrivingVectorEnv(min(num_envs, episodes), autoreset_mode="SameStep", **env_kwargs)
+    if env_id == ENV_ID:
+        cls = DrivingVectorEnv
+    elif env_id == "simsci/VectorWorld-v0":
+        from simsci.envs._vectorworld import VectorWorldVectorEnv as cls
+    else:
+        raise ValueError(
+            f"env_id must be 'simsci/Driving-v0' or 'simsci/VectorWorld-v0', got {env_id!r}"
+        )
+    env = cls(min(num_envs, episodes), autoreset_mode="SameStep", **env_kwargs)
     obs, _ = env.reset(seed=seed)
     ret = np.zeros(env.num_envs)
     out = {"success": 0, "collision": 0, "offroad": 0, "timeout": 0, "distance": [], "return": []}
-    limit = env.world.max_distance
     done_count = 0
     while done_count < episodes:
         obs, reward, term, trunc, infos = env.step(np.asarray(policy(obs), dtype=np.float32))
@@ -692,7 +718,7 @@ def evaluate(
                 out["collision"] += 1
             elif info["offroad"][i]:
                 out["offroad"] += 1
-            elif dist >= min(limit, float(env.world.traffic.route_length[i]) - 300.0) - 1.0:
+            elif dist >= env.world.success_distance(i) - 1.0:
                 out["success"] += 1
             else:
                 out["timeout"] += 1

@@ -25,9 +25,21 @@ from simsci.cli import (
     _generate,
     _tour,
     _train,
+    _vectorworld,
 )
 
-_COMMANDS = (_generate, _data, _train, _events, _dynadiff, _driving, _env, _bench, _tour)
+_COMMANDS = (
+    _generate,
+    _data,
+    _train,
+    _events,
+    _dynadiff,
+    _driving,
+    _vectorworld,
+    _env,
+    _bench,
+    _tour,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

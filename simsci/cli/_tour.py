@@ -65,6 +65,14 @@ Section "driving world: roads, traffic, tiles":
      steps, and plot the drive top-down to OUT/driving_rollout.png;
  24. simulate 16 drives, cut them into 64 m vector tiles (kind "scene") and report
      their metrics (agents per km, collision/off-road rates, seam gaps).
+
+Section "VectorWorld: a streamed closed-loop rollout":
+ 25. build (once, then cached) the small on-the-fly VectorWorld: a tile generator, a
+     motion-aware gated VAE and ΔSim trained briefly on a few simulated drives;
+ 26. drive 1 km in closed loop with the lane-keeping policy while tiles are outpainted
+     ahead in one network call each and ΔSim drives the NPCs; report the real-time
+     factor, tiles, spawns, NPC infeasibility, seam gaps; write the drive in the scene
+     format (OUT/vectorworld_rollout.h5) and plot the route (OUT/vectorworld_route.png).
 """
 
 from __future__ import annotations
@@ -815,6 +823,38 @@ def _plot_driving(road, ego_path, agents, valid, path: Path) -> str | None:
     return str(path)
 
 
+def vectorworld_rollout(out: Path, quick: bool, device: torch.device) -> dict:
+    """A closed-loop drive through a world VectorWorld generates as the ego advances."""
+    from simsci.models.vectorworld import plot_route, rollout, small_default, write_rollout
+
+    km = 0.2 if quick else 1.0
+    _banner("25. VectorWorld: the small on-the-fly model (tiles, VAE, ΔSim; cached)")
+    start = time.perf_counter()
+    model = small_default()
+    print(f"ready in {time.perf_counter() - start:.0f} s ({model.tiles.layout})")
+    _banner(f"26. a {km:g} km closed-loop rollout: tiles outpainted in one step, ΔSim NPCs")
+    res = rollout(model, km=km, seed=0, device=device, stop_on_failure=False)
+    s = res["stats"]
+    write_rollout(res, out / "vectorworld_rollout.h5")
+    plot = plot_route(res, out / "vectorworld_route.png")
+    print(
+        f"drove {s['distance_m']:.0f} m in {s['sim_time_s']:.0f} s ({s['real_time_factor']:.0f}x "
+        f"real time): {s['world_tiles']} tiles ({s['world_resampled']} resampled, "
+        f"{s['world_empty_tiles']} empty), {s['world_spawned']} NPCs spawned, NPC infeasible "
+        f"steps {s['npc_infeasible_steps']}, ego off-road steps {s['ego_offroad_steps']}, "
+        f"collision steps {s['ego_collision_steps']}"
+    )
+    print(
+        "[the small model is for trying things; train the real one with `simsci train "
+        "vectorworld --data scenes.h5` and `simsci rollout vectorworld --checkpoint DIR`]"
+    )
+    keep = (
+        "distance_m", "real_time_factor", "world_tiles", "world_resampled", "world_spawned",
+        "npc_infeasible_steps", "ego_offroad_steps", "ego_collision_steps", "seam_gap_median_m",
+    )  # fmt: skip
+    return {**{k: s[k] for k in keep}, "plot": str(out / "vectorworld_route.png") if plot else None}
+
+
 SECTIONS = [
     ("latent ODE on irregular Lorenz-63", lorenz_latent_ode),
     ("PDE solvers on Burgers", burgers_solvers),
@@ -825,6 +865,7 @@ SECTIONS = [
     ("plain vs grounded rollout of a lifted system", gfg_lifted_circle),
     ("DynaDiff: a predictor for an unseen Lotka-Volterra", dynadiff_lotka_volterra),
     ("driving world: roads, traffic, tiles", driving_world),
+    ("VectorWorld: a streamed closed-loop rollout", vectorworld_rollout),
 ]
 
 

@@ -25,6 +25,7 @@ examples:
   simsci train gru_dt --data data/pendulum.h5 --task extrapolation --out runs/gru_extrap
   simsci train cocld --data data/population.h5 --out runs/cocld --epochs 10
   simsci train gfg --data data/circle.h5 --out runs/gfg --epochs 2000 --batch-size 8
+  simsci train vectorworld --data data/scenes.h5 --out runs/vw   (tile generator, VAE, ΔSim)
   torchrun --nproc_per_node 2 -m simsci train latent_ode --data data/lorenz.h5 --out runs/ddp
 """
 
@@ -145,6 +146,10 @@ def event_data_path(source) -> str:
 def run_train(args) -> int:
     from simsci import data, models, train
 
+    if args.model == "vectorworld":  # three parts, one directory: its own loop driver
+        from simsci.cli._vectorworld import run_train as run_vectorworld
+
+        return run_vectorworld(args)
     model_cls = models.MODELS.get(args.model)
     if model_cls is None:
         models.get(args.model)  # raises the unknown-name error with a suggestion

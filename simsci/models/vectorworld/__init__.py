@@ -1,22 +1,41 @@
 """VectorWorld: a streaming vector-graph world model for closed-loop driving rollouts.
 
-Being built (issue 11) on the driving world of :mod:`simsci.systems.driving`. Here so
-far: the generative core, :mod:`._dit` -- an edge-gated relational DiT over sets of
-tokens with typed relations, trained with interval-conditioned MeanFlow (the JVP target
-``u = v - (t - r) du/dt``, large-step supervision), one-step and multi-step samplers and
-masked completion with pinned entries (outpainting); and the tile tokenisation,
-:mod:`._tokens` -- driving tiles as lane and agent tokens with typed relations (pred,
-succ, left, right, agent on lane, near, context, seam) and outpainting pairs (a tile and
-its grid neighbour, the context and the seam endpoints pinned; ``TilePairs`` /
-``collate_pairs``). Still to come: the motion-aware gated VAE, the ΔSim NPC policy,
-streaming rollouts and ``simsci/VectorWorld-v0``.
+Built on the driving world of :mod:`simsci.systems.driving` (its scene tiles are the
+training data, its metrics the yardstick). Three trained parts and the world they make:
+
+- :class:`TileGenerator` (:mod:`._outpaint`, over :mod:`._dit` and :mod:`._tokens`): an
+  edge-gated relational DiT trained with interval-conditioned MeanFlow (JVP target ``u =
+  v - (t - r) du/dt``, large-step supervision) that outpaints a 64 m lane/agent tile from
+  its already generated neighbour in one network call, seam endpoints pinned; a
+  multi-step flow sampler of the same network for comparison; first tiles without
+  context.
+- :class:`MotionGatedVAE` (:mod:`._vae`): history-compatible initial agents on a tile's
+  lanes (geometric lane graph in torch-geometric, a gate on each agent's motion history,
+  histories integrated backwards by the kinematic bicycle).
+- :class:`DeltaSim` (:mod:`._npc`): the NPC policy, a discrete manoeuvre (keep, left,
+  right, yield) and binned continuous controls whose logits are shaped by a
+  differentiable kinematic-feasibility term, cloned from the ground-truth traffic.
+- :class:`StreamingWorld` (:mod:`._world`): ``n`` closed-loop worlds that generate tiles
+  ahead of the ego and drop those behind, spawn the generated agents and drive them with
+  ΔSim; ``gymnasium.make("simsci/VectorWorld-v0")`` wraps it with the spaces of
+  ``simsci/Driving-v0``. :func:`rollout` / :func:`write_rollout` / :func:`plot_route`
+  (:mod:`._rollout`) drive a policy for a distance and write the drive in the scene
+  format.
+- :class:`VectorWorld` (:mod:`._bundle`): the three parts in one checkpoint directory;
+  :func:`train_vectorworld` (``simsci train vectorworld --data scenes.h5``) trains them;
+  :func:`small_default` is a small model trained on the fly (cached) for tests.
 
 >>> from simsci.models import vectorworld as vw
->>> net = vw.EdgeGatedRelationalDiT(token_dim=2, width=32, depth=1, num_relations=2)
->>> # loss, stats = vw.meanflow_loss(net, x, rel, mask)
->>> # x = vw.sample_one_step(net, noise, rel, mask)
+>>> model = vw.small_default()                                  # doctest: +SKIP
+>>> out = vw.rollout(model, km=1.0)                             # doctest: +SKIP
+>>> out["stats"]["real_time_factor"]                            # doctest: +SKIP
 """
 
+from simsci.models.vectorworld._bundle import (
+    VectorWorld,
+    small_default,
+    train_vectorworld,
+)
 from simsci.models.vectorworld._dit import (
     EdgeGatedAttention,
     EdgeGatedRelationalDiT,
@@ -26,18 +45,66 @@ from simsci.models.vectorworld._dit import (
     sample_one_step,
     sample_times,
 )
+from simsci.models.vectorworld._npc import (
+    MANOEUVRES,
+    AgentState,
+    DeltaSim,
+    LaneSet,
+    collect_bc,
+    features,
+    lanes_from_road,
+    rollout_vs_traffic,
+    step_agents,
+    train_delta_sim,
+)
+from simsci.models.vectorworld._outpaint import (
+    TileGenerator,
+    evaluate_tile_generator,
+    tile_metrics,
+    train_tile_generator,
+)
+from simsci.models.vectorworld._rollout import plot_route, rollout, write_rollout
 from simsci.models.vectorworld._tokens import (
+    GENERATOR_LAYOUT,
     RELATIONS,
     TOKEN_DIM,
     TilePairs,
     TokenLayout,
     collate_pairs,
+    lane_successors,
     outpaint_pair,
     tile_tokens,
     tokens_to_tile,
 )
+from simsci.models.vectorworld._vae import MotionGatedVAE, scene_init_metrics, train_vae
+from simsci.models.vectorworld._world import StreamingWorld, seam_gaps
 
 __all__ = [
+    "VectorWorld",
+    "train_vectorworld",
+    "small_default",
+    "StreamingWorld",
+    "seam_gaps",
+    "rollout",
+    "write_rollout",
+    "plot_route",
+    "TileGenerator",
+    "train_tile_generator",
+    "tile_metrics",
+    "evaluate_tile_generator",
+    "MotionGatedVAE",
+    "train_vae",
+    "scene_init_metrics",
+    "DeltaSim",
+    "MANOEUVRES",
+    "LaneSet",
+    "AgentState",
+    "features",
+    "step_agents",
+    "lanes_from_road",
+    "collect_bc",
+    "train_delta_sim",
+    "rollout_vs_traffic",
     "EdgeGatedRelationalDiT",
     "EdgeGatedAttention",
     "RelationalDiTConfig",
@@ -47,10 +114,12 @@ __all__ = [
     "sample_times",
     "RELATIONS",
     "TOKEN_DIM",
+    "GENERATOR_LAYOUT",
     "TokenLayout",
     "TilePairs",
     "collate_pairs",
     "outpaint_pair",
     "tile_tokens",
     "tokens_to_tile",
+    "lane_successors",
 ]

@@ -1,0 +1,325 @@
+"""``simsci/VectorWorld-v0``: drive an ego car through a world a trained model generates.
+
+Description
+    The map and the traffic come from a trained VectorWorld
+    (:mod:`simsci.models.vectorworld`): the tile generator outpaints 64 m lane-graph tiles
+    ahead of the ego as it drives (one network call per tile), the motion-aware gated VAE
+    makes the first tile's agents with a motion history, ΔSim drives the NPCs with
+    kinematically feasible actions (:class:`~simsci.models.vectorworld.StreamingWorld`).
+    The ego is the kinematic bicycle of ``simsci/Driving-v0``, and the action and
+    observation spaces are those of ``simsci/Driving-v0``, so a policy trained in one
+    can be evaluated in the other. ``checkpoint``: a directory written by
+    ``simsci train vectorworld`` (or :meth:`VectorWorld.save`) or a loaded
+    ``VectorWorld``; None uses a small model
+    trained on the fly on a few simulated drives and cached
+    (:func:`~simsci.models.vectorworld.small_default`: for tests and trying things, not
+    for benchmarks).
+
+Action space
+    ``Box([-8, -0.5], [4, 0.5])``: acceleration [m/s^2] and front-wheel steering angle
+    [rad], as ``simsci/Driving-v0``. Out-of-box actions are clipped
+    (``action_bounds="clip"``) or rejected (``"error"``); NaN/inf is always an error.
+
+Observation space
+    The ``Dict`` of ``simsci/Driving-v0``: ``ego`` (8,) [speed, acceleration, steering,
+    lateral offset, heading error, lane width, speed limit, route fraction], ``agents``
+    (num_agents, 7) + ``agents_mask``, ``lanes`` (num_lanes, 20, 2) + ``lanes_mask``, in
+    the ego frame. The lane is the nearest generated lane whose direction agrees with the
+    ego's heading; the route fraction is the distance driven over ``route_length``.
+
+Reward
+    As ``simsci/Driving-v0``: ``0.1 * progress`` (metres along the lane this step) ``-
+    0.02 * (jerk / 10)^2``; ``-20`` on a collision or leaving the road (the episode ends).
+
+Termination and truncation
+    Terminated on a collision with an NPC or off-road (centre more than 0.5 m beyond the
+    edge of every lane of its direction). Truncated after ``max_distance`` m (default
+    ``route_length - 200``) or ``max_episode_steps`` steps (default 1200, 120 s).
+
+Version history
+    v0: initial version.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import gymnasium
+import numpy as np
+import torch
+
+from simsci.envs._core import _check_render_mode, check_vector_options, own_spec
+from simsci.envs._driving import (
+    ACTION_HIGH,
+    ACTION_LOW,
+    FAILURE_REWARD,
+    JERK_PENALTY,
+    PROGRESS_REWARD,
+    DrivingEnv,
+    DrivingVectorEnv,
+    _dict_space,
+    observe_agents,
+    observe_lanes,
+)
+
+__all__ = ["VectorWorldEnv", "VectorWorldVectorEnv", "ENV_ID"]
+
+ENV_ID = "simsci/VectorWorld-v0"
+
+
+class _Stream:
+    """The batched streaming world behind both front ends (the interface of
+    ``simsci/Driving-v0``'s world: reset, step, observe, info, frame)."""
+
+    def __init__(
+        self,
+        n: int,
+        *,
+        checkpoint,
+        route_length: float,
+        max_distance: float | None,
+        max_episode_steps: int,
+        num_agents: int,
+        num_lanes: int,
+        max_vehicles: int,
+        max_tiles: int,
+        shaping: bool,
+        tile_steps: int,
+        device,
+    ):
+        from simsci.models.vectorworld import StreamingWorld, VectorWorld, small_default
+
+        for name, value, lo in (
+            ("max_episode_steps", max_episode_steps, 1),
+            ("num_agents", num_agents, 1),
+            ("num_lanes", num_lanes, 1),
+        ):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
+                raise ValueError(f"{name} must be an int >= {lo}, got {value!r}")
+        if not (isinstance(route_length, (int, float)) and 500 <= route_length < 1e7):
+            raise ValueError(
+                f"route_length must be a number of metres >= 500, got {route_length!r}"
+            )
+        if max_distance is None:
+            max_distance = float(route_length) - 200.0
+        if not max_distance > 0:
+            raise ValueError(f"max_distance must be > 0 m, got {max_distance}")
+        if checkpoint is None:
+            model = small_default()
+        elif all(hasattr(checkpoint, part) for part in ("tiles", "vae", "npc")):
+            model = checkpoint  # a loaded VectorWorld (or an object with its three parts)
+        else:
+            model = VectorWorld.load(checkpoint)
+        self.sim = StreamingWorld(
+            model,
+            int(n),
+            max_tiles=max_tiles,
+            max_agents=max_vehicles,
+            shaping=shaping,
+            tile_steps=tile_steps,
+            device=device,
+        )
+        self.device = self.sim.device
+        self.n = int(n)
+        self.route_length = float(route_length)
+        self.max_distance = float(max_distance)
+        self.max_steps = int(max_episode_steps)
+        self.num_agents, self.num_lanes = int(num_agents), int(num_lanes)
+        dev = self.device
+        self.steps = torch.zeros(self.n, dtype=torch.long, device=dev)
+        self.last_accel = torch.zeros(self.n, device=dev)
+        self.steer = torch.zeros(self.n, device=dev)
+        self.config = {
+            "checkpoint": str(checkpoint) if isinstance(checkpoint, (str, os.PathLike)) else None,
+            "route_length": self.route_length,
+            "max_distance": self.max_distance,
+            "max_episode_steps": self.max_steps,
+            "num_agents": self.num_agents,
+            "num_lanes": self.num_lanes,
+            "max_vehicles": int(max_vehicles),
+            "max_tiles": int(max_tiles),
+            "shaping": bool(shaping),
+            "tile_steps": int(tile_steps),
+        }
+
+    def reset(self, generator: torch.Generator, index: torch.Tensor | None = None):
+        k = self.n if index is None else int(index.numel())
+        if k == 0:
+            return
+        self.sim.generator.manual_seed(int(torch.randint(2**62, (1,), generator=generator)))
+        self.sim.reset(None if index is None else index.tolist())
+        idx = slice(None) if index is None else index
+        self.steps[idx] = 0
+        self.last_accel[idx] = 0.0
+        self.steer[idx] = 0.0
+
+    def step(self, action: torch.Tensor):
+        sim = self.sim
+        sim.step(action)
+        self.steps += 1
+        accel = sim.accel[:, 0].float()
+        jerk = (accel - self.last_accel) / 0.1
+        self.last_accel = accel.clone()
+        self.steer = action[:, 1].clone().float()
+        collided = self.collisions()
+        offroad = sim.ego_offroad()
+        terminated = collided | offroad
+        driven = sim.driven
+        truncated = ((driven >= self.max_distance) | (self.steps >= self.max_steps)) & ~terminated
+        reward = PROGRESS_REWARD * sim.progress.float() - JERK_PENALTY * (jerk / 10.0).pow(2)
+        reward = torch.where(terminated, torch.full_like(reward, FAILURE_REWARD), reward)
+        return reward, terminated, truncated, collided, offroad
+
+    def collisions(self) -> torch.Tensor:
+        from simsci.systems.driving.metrics import _sat
+
+        agents, valid = self.sim.agents()
+        rel = agents.clone()
+        rel[..., :2] = rel[..., :2] - agents[:, :1, :2]
+        return (_sat(rel[:, :1], rel[:, 1:]) & valid[:, 1:]).any(1)
+
+    def observe(self) -> dict[str, torch.Tensor]:
+        sim = self.sim
+        lane = sim._ego_lane
+        r = torch.arange(self.n, device=self.device)
+        ego = torch.stack(
+            [
+                sim.v[:, 0],
+                sim.accel[:, 0],
+                self.steer.to(sim.dtype),
+                sim._ego_offset,
+                sim._ego_heading_err,
+                sim.lane_width[r, lane],
+                sim.lane_speed[r, lane],
+                (sim.driven / self.route_length).clamp(0, 1).to(sim.dtype),
+            ],
+            -1,
+        )
+        agents, agents_mask = observe_agents(
+            torch.stack([sim.x, sim.y, sim.theta, sim.v, sim.length, sim.width], -1),
+            sim.valid,
+            self.num_agents,
+        )
+        # the num_lanes lanes nearest the ego (by 5 of their 20 points)
+        ex, ey, eth = sim.x[:, 0], sim.y[:, 0], sim.theta[:, 0]
+        samples = sim.lane_points[:, :, ::5]
+        d = (samples[..., 0] - ex[:, None, None]) ** 2 + (samples[..., 1] - ey[:, None, None]) ** 2
+        d = torch.where(sim.lane_valid, d.amin(-1), torch.full_like(d[..., 0], float("inf")))
+        kl = min(self.num_lanes, sim.L)
+        dk, ids = d.topk(kl, dim=1, largest=False)
+        pts = torch.gather(
+            sim.lane_points, 1, ids[..., None, None].expand(-1, -1, *sim.lane_points.shape[2:])
+        )
+        lanes, lanes_mask = observe_lanes(pts, torch.isfinite(dk), ex, ey, eth, self.num_lanes)
+        return {
+            "ego": ego.float(),
+            "agents": agents,
+            "agents_mask": agents_mask,
+            "lanes": lanes,
+            "lanes_mask": lanes_mask,
+        }
+
+    def info(self, collided=None, offroad=None) -> dict[str, torch.Tensor]:
+        sim = self.sim
+        out = {
+            "route_s": sim.driven.clone(),
+            "distance": sim.driven.clone(),
+            "speed": sim.v[:, 0].to(torch.float64),
+            "t": self.steps.to(torch.float64) * 0.1,
+        }
+        if collided is not None:
+            out["collision"] = collided
+            out["offroad"] = offroad
+        return out
+
+    def success_distance(self, i: int) -> float:
+        return self.max_distance
+
+    def frame(self, i: int) -> np.ndarray:
+        from simsci.envs._driving_render import top_down
+
+        agents, valid = self.sim.agents()
+        return top_down(self.sim.road_view(i), agents[i].cpu().numpy(), valid[i].cpu().numpy())
+
+
+class VectorWorldVectorEnv(DrivingVectorEnv):
+    """``num_envs`` egos in ``simsci/VectorWorld-v0``, stepped as one batch (see the module
+    docstring): reset/step/render and autoreset are those of ``simsci/Driving-v0``'s
+    vector environment, over the generated world."""
+
+    metadata: dict[str, Any] = dict(DrivingVectorEnv.metadata)
+
+    def __init__(
+        self,
+        num_envs: int = 1,
+        *,
+        checkpoint=None,
+        route_length: float = 5000.0,
+        max_distance: float | None = None,
+        max_episode_steps: int = 1200,
+        num_agents: int = 16,
+        num_lanes: int = 8,
+        max_vehicles: int = 32,
+        max_tiles: int = 6,
+        shaping: bool = True,
+        tile_steps: int = 1,
+        device=None,
+        action_bounds: str = "clip",
+        array_backend: str = "numpy",
+        autoreset_mode="NextStep",
+        render_mode=None,
+    ):
+        mode = check_vector_options(num_envs, array_backend, autoreset_mode)
+        if action_bounds not in ("clip", "error"):
+            raise ValueError(f"action_bounds must be 'clip' or 'error', got {action_bounds!r}")
+        self.render_mode = _check_render_mode(render_mode)
+        self.world = _Stream(
+            int(num_envs),
+            checkpoint=checkpoint,
+            route_length=route_length,
+            max_distance=max_distance,
+            max_episode_steps=max_episode_steps,
+            num_agents=num_agents,
+            num_lanes=num_lanes,
+            max_vehicles=max_vehicles,
+            max_tiles=max_tiles,
+            shaping=shaping,
+            tile_steps=tile_steps,
+            device=device,
+        )
+        self.num_envs = int(num_envs)
+        self.action_bounds = action_bounds
+        self.array_backend = array_backend
+        self.autoreset_mode = mode
+        self.metadata = {**type(self).metadata, "autoreset_mode": mode}
+        self.single_observation_space = _dict_space(num_agents, num_lanes)
+        self.single_action_space = gymnasium.spaces.Box(ACTION_LOW, ACTION_HIGH, dtype=np.float32)
+        self.observation_space = gymnasium.vector.utils.batch_space(
+            self.single_observation_space, self.num_envs
+        )
+        self.action_space = gymnasium.vector.utils.batch_space(
+            self.single_action_space, self.num_envs
+        )
+        self._generator = torch.Generator(device="cpu")
+        self._autoreset = torch.zeros(self.num_envs, dtype=torch.bool, device=self.world.device)
+        self._was_reset = False
+        own_spec(
+            self,
+            ENV_ID,
+            {
+                **self.world.config,
+                "action_bounds": action_bounds,
+                "array_backend": array_backend,
+                "autoreset_mode": mode.value,
+            },
+        )
+
+
+class VectorWorldEnv(DrivingEnv):
+    """One ego in ``simsci/VectorWorld-v0`` (numpy in/out): a vector environment of one.
+    ``info``: route_s (= distance), distance, speed, t, collision, offroad."""
+
+    @staticmethod
+    def _vector_class():
+        return VectorWorldVectorEnv

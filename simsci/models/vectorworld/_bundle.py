@@ -1,0 +1,299 @@
+"""A trained VectorWorld: its three parts in one directory, training them, a small default.
+
+:class:`VectorWorld` holds the tile generator (:mod:`._outpaint`), the motion-aware
+gated VAE (:mod:`._vae`) and the ΔSim NPC policy (:mod:`._npc`). On disk it is a
+directory::
+
+    vectorworld.json   {"format": "simsci.vectorworld", "format_version": 1,
+                        "parts": {"tiles": "tiles.pt", "vae": "vae.pt", "npc": "npc.pt"},
+                        "layout": ..., "data": ..., "simsci_version": ...}
+    tiles.pt vae.pt npc.pt   simsci.train checkpoints (class path + init_args + weights)
+
+Each part is an ordinary ``simsci.train`` checkpoint, so it carries its own config, and
+:meth:`VectorWorld.load` checks that every file holds the part it is named for (a ΔSim
+checkpoint given as the tile generator is an error naming both), and the format version.
+
+:func:`train_vectorworld` trains the three parts on one scene file (``simsci train
+vectorworld --data scenes.h5``): the tile generator and the VAE on the file's tiles,
+ΔSim by behaviour cloning on ground-truth traffic on the roads the file was simulated
+on (its ``road_seeds`` / ``route_length`` meta), each with ``simsci.train.Trainer`` in
+its own sub-directory (so an interrupted run resumes part by part).
+
+:func:`small_default` is the "pretrained on the fly" model ``simsci/VectorWorld-v0``
+uses without a checkpoint: a few simulated drives and a few hundred steps per part on
+tiny networks, cached on disk (``$SIMSCI_CACHE`` or ``~/.cache/simsci``) keyed by the
+code version. It makes a working, fast world for tests and first steps; its maps and
+traffic are far from the trained model's (see ``benchmarks/README.md`` for those).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+__all__ = ["VectorWorld", "train_vectorworld", "small_default", "FORMAT_VERSION"]
+
+FORMAT = "simsci.vectorworld"
+FORMAT_VERSION = 1
+_PARTS = ("tiles", "vae", "npc")
+
+
+def _part_classes() -> dict:
+    from simsci.models.vectorworld._npc import DeltaSim
+    from simsci.models.vectorworld._outpaint import TileGenerator
+    from simsci.models.vectorworld._vae import MotionGatedVAE
+
+    return {"tiles": TileGenerator, "vae": MotionGatedVAE, "npc": DeltaSim}
+
+
+class VectorWorld:
+    """The three trained parts: ``tiles`` (TileGenerator), ``vae`` (MotionGatedVAE),
+    ``npc`` (DeltaSim). ``world(n, **kw)`` starts a :class:`StreamingWorld`."""
+
+    def __init__(self, tiles, vae, npc, *, meta: dict | None = None):
+        classes = _part_classes()
+        for name, part in (("tiles", tiles), ("vae", vae), ("npc", npc)):
+            if not isinstance(part, classes[name]):
+                raise TypeError(
+                    f"VectorWorld's {name!r} part must be a {classes[name].__name__}, got "
+                    f"{type(part).__name__}"
+                )
+        self.tiles, self.vae, self.npc = tiles.eval(), vae.eval(), npc.eval()
+        self.meta = dict(meta or {})
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.tiles.parameters()).device
+
+    def to(self, device) -> VectorWorld:
+        for p in (self.tiles, self.vae, self.npc):
+            p.to(device)
+        return self
+
+    def world(self, n: int = 1, **kwargs):
+        from simsci.models.vectorworld._world import StreamingWorld
+
+        return StreamingWorld(self, n, **kwargs)
+
+    # ------------------------------------------------------------------ files
+    def save(self, path) -> Path:
+        """Write the directory (atomically: a temporary sibling renamed into place)."""
+        from simsci import __version__
+        from simsci.train import save_model
+
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+        try:
+            for name in _PARTS:
+                save_model(getattr(self, name), tmp / f"{name}.pt")
+            manifest = {
+                "format": FORMAT,
+                "format_version": FORMAT_VERSION,
+                "parts": {name: f"{name}.pt" for name in _PARTS},
+                "simsci_version": __version__,
+                **{k: v for k, v in self.meta.items() if k not in ("format", "parts")},
+            }
+            (tmp / "vectorworld.json").write_text(json.dumps(manifest, indent=1))
+            if path.exists():
+                old = path.with_name(f".{path.name}.old")
+                shutil.rmtree(old, ignore_errors=True)
+                path.rename(old)
+                tmp.rename(path)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                tmp.rename(path)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return path
+
+    @classmethod
+    def load(cls, path, *, device=None) -> VectorWorld:
+        """Read a directory written by :meth:`save` / :func:`train_vectorworld`."""
+        from simsci.train import load_model
+
+        path = Path(path)
+        manifest_path = path / "vectorworld.json"
+        if not manifest_path.is_file():
+            raise ValueError(
+                f"{str(path)!r} is not a VectorWorld checkpoint directory (no vectorworld.json); "
+                "write one with `simsci train vectorworld` or VectorWorld.save"
+            )
+        try:
+            manifest = json.loads(manifest_path.read_text())
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{manifest_path}: not valid JSON ({e})") from None
+        if manifest.get("format") != FORMAT:
+            raise ValueError(f"{manifest_path}: format {manifest.get('format')!r}, not {FORMAT!r}")
+        if manifest.get("format_version") != FORMAT_VERSION:
+            raise ValueError(
+                f"{manifest_path}: format_version {manifest.get('format_version')!r}; this "
+                f"simsci reads version {FORMAT_VERSION}: retrain with `simsci train vectorworld`"
+            )
+        classes = _part_classes()
+        parts = {}
+        for name in _PARTS:
+            rel = manifest.get("parts", {}).get(name)
+            if not rel or not (path / rel).is_file():
+                raise ValueError(f"{path}: the {name!r} part ({rel!r}) is missing")
+            model = load_model(path / rel, map_location=device or "cpu")
+            if not isinstance(model, classes[name]):
+                raise ValueError(
+                    f"{path / rel}: holds a {type(model).__name__}, but the {name!r} part must "
+                    f"be a {classes[name].__name__} (a checkpoint of another part?)"
+                )
+            parts[name] = model
+        meta = {k: v for k, v in manifest.items() if k not in ("parts",)}
+        return cls(parts["tiles"], parts["vae"], parts["npc"], meta=meta)
+
+    def __repr__(self) -> str:
+        return f"VectorWorld(layout={self.tiles.layout}, device={self.device})"
+
+
+def _best(run_dir: Path) -> Path:
+    ckpt = run_dir / "checkpoints"
+    for name in ("best.pt", "last.pt"):
+        if (ckpt / name).is_file():
+            return ckpt / name
+    raise FileNotFoundError(f"no checkpoint under {ckpt}")
+
+
+def train_vectorworld(
+    data,
+    out,
+    *,
+    tile_steps: int = 2000,
+    vae_steps: int = 1500,
+    npc_steps: int = 1500,
+    tiles_kwargs: dict | None = None,
+    vae_kwargs: dict | None = None,
+    npc_kwargs: dict | None = None,
+    npc_roads: int = 6,
+    seed: int = 0,
+    resume: bool = False,
+    progress: bool = False,
+) -> Path:
+    """Train the three parts on the scene file ``data``; writes the VectorWorld directory
+    ``out`` (parts' training runs under ``out/runs/{tiles,vae,npc}``) and returns it."""
+    from simsci import data as sdata
+    from simsci.models.vectorworld._npc import train_delta_sim
+    from simsci.models.vectorworld._outpaint import train_tile_generator
+    from simsci.models.vectorworld._tokens import check_scene_layout
+    from simsci.models.vectorworld._vae import train_vae
+    from simsci.train import load_model
+
+    out = Path(out)
+    runs = out / "runs"
+    ds = sdata.open(data)
+    try:
+        check_scene_layout(ds)
+        meta = dict(ds.meta)
+    finally:
+        ds.close()
+    train_tile_generator(
+        data,
+        runs / "tiles",
+        steps=int(tile_steps),
+        seed=seed,
+        resume=resume,
+        progress=progress,
+        **(tiles_kwargs or {}),
+    )
+    train_vae(
+        data,
+        runs / "vae",
+        steps=int(vae_steps),
+        seed=seed,
+        resume=resume,
+        progress=progress,
+        **(vae_kwargs or {}),
+    )
+    # ΔSim clones the ground-truth traffic on the roads the file was simulated on (the
+    # first npc_roads of them train, the next two validate)
+    seeds = [int(s) for s in (meta.get("road_seeds") or [seed, seed + 1, seed + 2])]
+    k = max(1, min(int(npc_roads), len(seeds) - 1))
+    length = float(meta.get("route_length") or 3000.0)
+    train_delta_sim(
+        runs / "npc",
+        road_seeds=seeds[:k],
+        val_road_seeds=seeds[k : k + 2] or seeds[:1],
+        road_length=(length, length),
+        max_steps=int(npc_steps),
+        seed=seed,
+        resume=resume,
+        progress=progress,
+        **(npc_kwargs or {}),
+    )
+    parts = [load_model(_best(runs / name)) for name in _PARTS]
+    info = {"data": os.fspath(data), "seed": int(seed), "steps": [tile_steps, vae_steps, npc_steps]}
+    return VectorWorld(*parts, meta=info).save(out)
+
+
+_SMALL_VERSION = 1
+
+
+def _source_hash() -> str:
+    """A hash of the code that makes the small model (a change retrains it)."""
+    import hashlib
+
+    here = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for name in ("_bundle.py", "_dit.py", "_tokens.py", "_outpaint.py", "_vae.py", "_npc.py"):
+        h.update((here / name).read_bytes())
+    return h.hexdigest()[:12]
+
+
+def _cache_root() -> Path:
+    root = os.environ.get("SIMSCI_CACHE")
+    return Path(root) if root else Path.home() / ".cache" / "simsci"
+
+
+def small_default(*, cache_dir=None, rebuild: bool = False) -> VectorWorld:
+    """The small VectorWorld trained on the fly (module docstring); built once per code
+    version and cached under ``cache_dir`` (default ``$SIMSCI_CACHE`` or ``~/.cache/simsci``)."""
+    from simsci.systems.driving import make_scenes
+
+    root = Path(cache_dir) if cache_dir is not None else _cache_root()
+    key = f"vectorworld-small-v{_SMALL_VERSION}-{_source_hash()}"
+    path = root / key
+    if not rebuild and (path / "vectorworld.json").is_file():
+        return VectorWorld.load(path)
+    work = root / f".{key}.work"
+    work.mkdir(parents=True, exist_ok=True)
+    scenes = work / "scenes.h5"
+    if not scenes.is_file():
+        tmp = work / "scenes.tmp.h5"
+        tmp.unlink(missing_ok=True)
+        make_scenes(16, out=tmp, seed=0, drive_length=400.0, route_length=1500.0)
+        tmp.rename(scenes)
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        train_vectorworld(
+            scenes,
+            path,
+            tile_steps=150,
+            vae_steps=150,
+            npc_steps=150,
+            tiles_kwargs={
+                "model_args": {"width": 32, "depth": 1, "heads": 2, "freq_dim": 16},
+                "batch_size": 8,
+                "val_every": 150,
+                "max_val_items": 32,
+                "warmup_steps": 10,
+            },
+            vae_kwargs={
+                "model_args": {"hidden": 32, "latent": 8},
+                "batch_size": 16,
+                "val_every": 150,
+            },
+            npc_kwargs={"hidden": 32, "depth": 2, "n_scenes": 8, "steps": 120, "val_steps": 40},
+            npc_roads=1,
+        )
+    shutil.rmtree(work, ignore_errors=True)
+    return VectorWorld.load(path)

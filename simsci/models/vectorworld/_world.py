@@ -1,0 +1,681 @@
+r"""Streaming closed-loop rollouts: the world is generated tile by tile as the ego drives.
+
+:class:`StreamingWorld` holds ``n`` independent worlds as tensors (CPU or CUDA) and
+advances them at the driving world's 10 Hz:
+
+1. **Reset.** The tile generator makes a first tile (unconditional: a lane through its
+   centre along +x, like tile 0 of the driving data); the ego is put on the lane point
+   nearest the origin, heading along the lane at 0.8 x its speed limit (as
+   ``simsci/Driving-v0`` starts it); the motion-aware gated VAE fills the tile with as
+   many agents as the generator put there, each with a 1 s history that agrees with its
+   state (agents overlapping the ego or each other are redrawn by the VAE).
+2. **Streaming.** Every step the cells crossed by the segment from the ego to
+   ``lookahead`` metres ahead along its heading (walked 4-connected, x first, as the
+   data's tile sequence) must exist; a missing cell is outpainted in one network call
+   from the cell before it on that walk (its 4-neighbour, the context), with the seam
+   endpoints pinned. Requests of all worlds are batched into one generator call. At most
+   ``max_tiles`` tiles are kept; adding one drops the tile farthest from the ego that is
+   neither the ego's cell nor on its look-ahead walk, and its agents leave with it.
+3. **Agents.** A new tile's agents (generated with it, so their density is the
+   generator's) enter the world unless their box overlaps a present vehicle or lies
+   within ``spawn_clearance`` of the ego (counted as ``spawn_rejected``). NPCs act with
+   ΔSim (:mod:`._npc`) on the generated lanes; agents farther than ``window`` from the
+   ego or on a dropped tile leave.
+4. **The ego** is driven by the caller (acceleration, steering: the action of
+   ``simsci/Driving-v0``) through the same kinematic bicycle as the driving world
+   (:func:`simsci.systems.driving._traffic.bicycle_step`).
+
+Lanes of all kept tiles live in one padded store ``(n, max_tiles * max_lanes, 20, 2)``
+(world frame = tile 0's frame; cell (i, j) is centred at ``64 (i, j)``); successor edges
+are recomputed from endpoint matching (:func:`._outpaint.lane_successors`) over the
+store of a world whenever a tile is added, so they also join lanes across seams.
+
+Design choices, and why
+-----------------------
+- **Look-ahead along the heading, not along a route**: there is no route in a generated
+  world; the user's policy decides where the ego goes. Walking the straight segment
+  ahead generates what the ego will see within ``lookahead`` metres (64 m: the ego always
+  has at least half a tile of map ahead), and at a junction the side cell appears as
+  soon as the ego turns towards it.
+- **One context tile.** The generator was trained on (tile, 4-neighbour) pairs of drives.
+  A new cell that touches two kept tiles (the ego turned back) is conditioned on the one
+  it is reached from; the seam with the other is not pinned and can show a gap
+  (:func:`seam_gaps` measures every seam, pinned or not).
+- **Off-road** as in ``simsci/Driving-v0``: the ego's centre more than 0.5 m beyond the
+  edge of every lane whose direction agrees with its heading (oncoming lanes do not
+  count), or no lane within reach at all.
+- **Progress** is the ego's displacement along the tangent of its lane (there is no route
+  arc length); ``route_fraction`` is the distance driven over ``route_length`` (default
+  5 km, the length of ``simsci/Driving-v0``'s routes), so the observation keeps the same
+  scale in both environments.
+"""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+from simsci.systems.driving._tiles import LANE_POINTS, TILE_SIZE
+from simsci.systems.driving._traffic import DT, EGO_SIZE, OFFROAD_MARGIN, bicycle_step
+
+__all__ = ["StreamingWorld", "seam_gaps"]
+
+_EMPTY_TILE = {
+    "points": np.zeros((0, LANE_POINTS, 2)),
+    "width": np.zeros(0),
+    "speed_limit": np.zeros(0),
+    "kind": np.zeros(0, np.int64),
+    "agents": np.zeros((0, 7)),
+}
+
+
+def _cell(x: float, y: float) -> tuple[int, int]:
+    return int(math.floor(x / TILE_SIZE + 0.5)), int(math.floor(y / TILE_SIZE + 0.5))
+
+
+def _walk(x0, y0, x1, y1, step: float = 4.0) -> list[tuple[int, int]]:
+    """Cells crossed by the segment (x0, y0) -> (x1, y1), 4-connected (x first)."""
+    n = max(int(math.hypot(x1 - x0, y1 - y0) / step), 1)
+    cells = [_cell(x0, y0)]
+    for k in range(1, n + 1):
+        u = k / n
+        c = _cell(x0 + u * (x1 - x0), y0 + u * (y1 - y0))
+        last = cells[-1]
+        if c == last:
+            continue
+        if c[0] != last[0] and c[1] != last[1]:  # a diagonal step: go along x first
+            cells.append((c[0], last[1]))
+        cells.append(c)
+    return cells
+
+
+def _direction(src: tuple[int, int], dst: tuple[int, int]) -> int:
+    from simsci.models.vectorworld._tokens import DIRECTIONS
+
+    return DIRECTIONS.index((dst[0] - src[0], dst[1] - src[1]))
+
+
+def _physical(tile: dict) -> dict:
+    """A generated tile with its lane widths and speed limits clipped to physical ranges
+    (a generator's decoded width can be any real number) and non-finite lanes dropped."""
+    pts = np.asarray(tile["points"], np.float64)
+    ok = np.isfinite(pts).all(axis=(1, 2)) if len(pts) else np.zeros(0, bool)
+    out = dict(tile)
+    out["points"] = pts[ok]
+    out["width"] = np.clip(
+        np.nan_to_num(np.asarray(tile["width"], np.float64)[ok], nan=3.5), 2.5, 5.0
+    )
+    out["speed_limit"] = np.clip(
+        np.nan_to_num(np.asarray(tile["speed_limit"], np.float64)[ok], nan=13.9), 3.0, 40.0
+    )
+    out["kind"] = np.asarray(tile["kind"], np.int64)[ok]
+    ag = np.asarray(tile["agents"], np.float64).reshape(-1, 7)
+    ag = ag[np.isfinite(ag).all(1)]
+    if len(ag):
+        ag[:, 2] = np.clip(ag[:, 2], 0.0, 40.0)
+        ag[:, 5] = np.clip(ag[:, 5], 3.0, 6.0)
+        ag[:, 6] = np.clip(ag[:, 6], 1.5, 2.5)
+    out["agents"] = ag
+    return out
+
+
+class StreamingWorld:
+    """``n`` streaming VectorWorld rollouts (see the module docstring).
+
+    ``model``: a :class:`~simsci.models.vectorworld.VectorWorld` (tile generator, VAE,
+    ΔSim). ``max_tiles``: tiles kept per world; ``max_agents``: vehicle slots, the ego
+    included; ``lookahead`` [m]; ``window`` [m]: NPCs farther from the ego leave;
+    ``tile_steps`` / ``tile_mode``: the generator's sampler (1 / "meanflow" = one step);
+    ``shaping``: ΔSim's kinematic logit shaping; ``greedy``: ΔSim's most likely actions
+    instead of samples; ``seed``: the generator of tiles, agents and NPC actions.
+    """
+
+    def __init__(
+        self,
+        model,
+        n: int,
+        *,
+        max_tiles: int = 6,
+        max_agents: int = 32,
+        lookahead: float = 64.0,
+        window: float = 150.0,
+        spawn_clearance: float = 10.0,
+        tile_steps: int = 1,
+        tile_mode: str = "meanflow",
+        shaping: bool = True,
+        greedy: bool = False,
+        seed: int = 0,
+        device=None,
+        dtype=torch.float32,
+    ):
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise ValueError(f"n (the number of worlds) must be a positive int, got {n!r}")
+        for name, value, lo in (("max_tiles", max_tiles, 3), ("max_agents", max_agents, 2)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
+                raise ValueError(f"{name} must be an int >= {lo}, got {value!r}")
+        if not (lookahead > 0 and window > lookahead):
+            raise ValueError(
+                f"need 0 < lookahead < window, got lookahead={lookahead}, window={window}"
+            )
+        self.model = model
+        self.device = torch.device(device) if device is not None else model.device
+        self.dtype = dtype
+        model.to(self.device)
+        self.n, self.V, self.S = int(n), int(max_agents), int(max_tiles)
+        self.Lt = int(model.tiles.layout.max_lanes)
+        self.L = self.S * self.Lt
+        self.lookahead, self.window = float(lookahead), float(window)
+        self.spawn_clearance = float(spawn_clearance)
+        self.tile_steps, self.tile_mode = int(tile_steps), str(tile_mode)
+        self.shaping, self.greedy = bool(shaping), bool(greedy)
+        self.generator = torch.Generator(device="cpu")
+        self.generator.manual_seed(int(seed))
+        dev, f = self.device, dtype
+        n, L, V = self.n, self.L, self.V
+        self.lane_points = torch.zeros(n, L, LANE_POINTS, 2, device=dev, dtype=f)
+        self.lane_width = torch.full((n, L), 3.5, device=dev, dtype=f)
+        self.lane_speed = torch.full((n, L), 13.9, device=dev, dtype=f)
+        self.lane_kind = torch.zeros(n, L, dtype=torch.long, device=dev)
+        self.lane_valid = torch.zeros(n, L, dtype=torch.bool, device=dev)
+        self.lane_succ = torch.full((n, L, 2), -1, dtype=torch.long, device=dev)
+        self.lane_slot = (torch.arange(L, device=dev) // self.Lt).expand(n, L)
+        self.tiles: list[dict] = [{} for _ in range(n)]  # per world: slot -> tile record
+        z = lambda: torch.zeros(n, V, device=dev, dtype=f)  # noqa: E731
+        self.x, self.y, self.theta, self.v = z(), z(), z(), z()
+        self.accel, self.kappa, self.length, self.width = z(), z(), z(), z()
+        self.valid = torch.zeros(n, V, dtype=torch.bool, device=dev)
+        # ΔSim's memory per slot (lane association, manoeuvre, lane-change origin, route)
+        self.memory = {
+            name: torch.full((n, V), fill, dtype=torch.long, device=dev)
+            for name, fill in (("lane", -1), ("manoeuvre", 0), ("origin", -1), ("route", 0))
+        }
+        self.uid = torch.zeros(n, V, dtype=torch.long, device=dev)
+        # the step a slot was last vacated: new vehicles take the slot free longest, so a
+        # recorded track never jumps from one vehicle to the next within a step
+        self._freed_at = torch.full((n, V), -(10**9), dtype=torch.long, device=dev)
+        self._next_uid = 1
+        self.steps = 0
+        self.driven = torch.zeros(n, device=dev, dtype=torch.float64)
+        self.init_history: list[np.ndarray | None] = [None] * n
+        self.stats = {
+            k: 0
+            for k in (
+                "tiles",
+                "first_tiles",
+                "resampled",
+                "empty_tiles",
+                "dropped_tiles",
+                "spawned",
+                "spawn_rejected",
+                "despawned",
+                "init_agents",
+                "init_rejected",
+            )
+        }
+        self._ego_lane = torch.zeros(n, dtype=torch.long, device=dev)
+        self._ego_offset = torch.zeros(n, device=dev, dtype=f)
+        self._ego_heading_err = torch.zeros(n, device=dev, dtype=f)
+        self._ego_tangent = torch.zeros(n, 2, device=dev, dtype=f)
+        self._ego_offroad = torch.zeros(n, dtype=torch.bool, device=dev)
+
+    # ------------------------------------------------------------------ reset
+    def reset(self, index=None) -> None:
+        """Fresh worlds: all (``index`` None) or those in ``index`` (1-D ints)."""
+        idx = list(range(self.n)) if index is None else [int(i) for i in index]
+        if not idx:
+            return
+        for b in idx:
+            self.tiles[b] = {}
+            self.lane_valid[b] = False
+            self.lane_succ[b] = -1
+            self.valid[b] = False
+            self._freed_at[b] = -(10**9)
+        self.driven[idx] = 0.0
+        firsts, _ = self._generate([None] * len(idx), [None] * len(idx))
+        self.stats["first_tiles"] += len(idx)
+        for b, tile in zip(idx, firsts):
+            self._insert(b, (0, 0), tile, spawn=False)
+            self._place_ego(b, tile)
+            self._init_agents(b, tile)
+        self._stream(idx)
+        self._associate_ego(torch.as_tensor(idx, device=self.device))
+
+    def _place_ego(self, b: int, tile: dict) -> None:
+        pts = np.asarray(tile["points"], np.float64)
+        if len(pts) == 0:  # an empty first tile (counted): start at the origin, heading +x
+            x = y = th = 0.0
+            speed = 10.0
+        else:
+            d = np.hypot(pts[..., 0], pts[..., 1])
+            lane, k = np.unravel_index(np.argmin(d), d.shape)
+            k0, k1 = (k, k + 1) if k + 1 < LANE_POINTS else (k - 1, k)
+            t = pts[lane, k1] - pts[lane, k0]
+            x, y = pts[lane, k]
+            th = math.atan2(t[1], t[0])
+            speed = 0.8 * float(tile["speed_limit"][lane])
+        self.x[b, 0], self.y[b, 0], self.theta[b, 0], self.v[b, 0] = x, y, th, speed
+        self.accel[b, 0] = self.kappa[b, 0] = 0.0
+        self.length[b, 0], self.width[b, 0] = EGO_SIZE
+        self.valid[b, 0] = True
+        self.uid[b, 0] = 0
+
+    def _ego_row(self, b: int) -> np.ndarray:
+        th = float(self.theta[b, 0])
+        return np.array(
+            [
+                float(self.x[b, 0]),
+                float(self.y[b, 0]),
+                float(self.v[b, 0]),
+                math.cos(th),
+                math.sin(th),
+                EGO_SIZE[0],
+                EGO_SIZE[1],
+            ]
+        )
+
+    def _init_agents(self, b: int, tile: dict) -> None:
+        """Tile 0's agents from the VAE (the count the generator made), with history."""
+        count = min(len(tile["agents"]), self.V - 1)
+        if count == 0 or len(tile["points"]) == 0:
+            self.init_history[b] = np.zeros((0, 11, 7))
+            return
+        hist, hvalid, st = self.model.vae.sample(
+            {k: tile[k] for k in ("points", "width", "speed_limit", "kind")},
+            count,
+            ego=self._ego_row(b),
+            generator=self.generator,
+        )
+        hist = np.asarray(hist, np.float64)
+        self.stats["init_rejected"] += int(st.get("rejected", 0))
+        self.stats["init_agents"] += len(hist)
+        self.init_history[b] = hist
+        now = hist[:, -1]
+        prev = hist[:, -2]
+        acc = (now[:, 2] - prev[:, 2]) / DT
+        dth = np.arctan2(now[:, 4], now[:, 3]) - np.arctan2(prev[:, 4], prev[:, 3])
+        dth = np.arctan2(np.sin(dth), np.cos(dth))
+        ds = np.hypot(now[:, 0] - prev[:, 0], now[:, 1] - prev[:, 1])
+        kap = np.where(ds > 1e-3, dth / np.maximum(ds, 1e-3), 0.0)
+        for j, a in enumerate(now):
+            self._add_agent(b, a, accel=float(acc[j]), kappa=float(kap[j]), check=False)
+
+    # ------------------------------------------------------------------ tiles
+    def _generate(self, contexts, directions):
+        tiles, st = self._raw_generate(contexts, directions)
+        return [_physical(t) for t in tiles], st
+
+    def _raw_generate(self, contexts, directions):
+        tiles, st = self.model.tiles.generate(
+            contexts,
+            directions,
+            steps=self.tile_steps,
+            mode=self.tile_mode,
+            generator=self.generator,
+        )
+        self.stats["tiles"] += len(tiles)
+        self.stats["resampled"] += int(st.get("resampled", 0))
+        self.stats["empty_tiles"] += int(st.get("empty", 0))
+        return tiles, st
+
+    def _slot_of(self, b: int, cell) -> int | None:
+        for slot, rec in self.tiles[b].items():
+            if rec["cell"] == cell:
+                return slot
+        return None
+
+    def _insert(self, b: int, cell, tile: dict, *, spawn: bool = True, protect=()) -> None:
+        """Put ``tile`` (its own frame) at ``cell`` of world ``b``, dropping one if full."""
+        recs = self.tiles[b]
+        free = [s for s in range(self.S) if s not in recs]
+        if free:
+            slot = free[0]
+        else:
+            ex, ey = float(self.x[b, 0]), float(self.y[b, 0])
+            keep = set(protect) | {_cell(ex, ey)}
+            far = [
+                (math.hypot(r["cell"][0] * TILE_SIZE - ex, r["cell"][1] * TILE_SIZE - ey), s)
+                for s, r in recs.items()
+                if r["cell"] not in keep
+            ]
+            slot = max(far)[1] if far else min(recs)
+            self._drop(b, slot)
+        n_l = min(len(tile["points"]), self.Lt)
+        lo = slot * self.Lt
+        centre = np.array(cell, np.float64) * TILE_SIZE
+        pts = np.asarray(tile["points"], np.float64)[:n_l] + centre
+        self.lane_valid[b, lo : lo + self.Lt] = False
+        if n_l:
+            t = lambda a: torch.as_tensor(np.asarray(a)[:n_l], device=self.device)  # noqa: E731
+            self.lane_points[b, lo : lo + n_l] = torch.as_tensor(pts, dtype=self.dtype).to(
+                self.device
+            )
+            self.lane_width[b, lo : lo + n_l] = t(tile["width"]).to(self.dtype)
+            self.lane_speed[b, lo : lo + n_l] = t(tile["speed_limit"]).to(self.dtype)
+            self.lane_kind[b, lo : lo + n_l] = t(tile["kind"]).long()
+            self.lane_valid[b, lo : lo + n_l] = True
+        recs[slot] = {"cell": tuple(cell), "tile": tile, "world_points": pts}
+        self._connect(b)
+        if spawn:
+            for a in np.asarray(tile["agents"], np.float64).reshape(-1, 7):
+                row = a.copy()
+                row[:2] += centre
+                self._add_agent(b, row)
+
+    def _drop(self, b: int, slot: int) -> None:
+        cell = self.tiles[b].pop(slot)["cell"]
+        self.lane_valid[b, slot * self.Lt : (slot + 1) * self.Lt] = False
+        self.stats["dropped_tiles"] += 1
+        gone = self.valid[b].clone()
+        gone[0] = False
+        for j in torch.nonzero(gone).flatten().tolist():
+            if _cell(float(self.x[b, j]), float(self.y[b, j])) == cell:
+                self.valid[b, j] = False
+                self._freed_at[b, j] = self.steps
+                self.stats["despawned"] += 1
+
+    def _connect(self, b: int) -> None:
+        from simsci.models.vectorworld._tokens import lane_successors
+
+        self.lane_succ[b] = -1
+        ids = torch.nonzero(self.lane_valid[b]).flatten()
+        if ids.numel() < 2:
+            return
+        pts = self.lane_points[b, ids].double().cpu().numpy()
+        edges = lane_successors(pts, tol=0.5)
+        succ = np.full((len(ids), 2), -1, np.int64)
+        fill = np.zeros(len(ids), np.int64)
+        for src, dst in np.asarray(edges).reshape(-1, 2):
+            if fill[src] < 2:
+                succ[src, fill[src]] = int(ids[dst])
+                fill[src] += 1
+        self.lane_succ[b, ids] = torch.as_tensor(succ, device=self.device)
+
+    def _stream(self, worlds=None) -> None:
+        """Generate every missing cell on the look-ahead walk of each world (batched)."""
+        worlds = list(range(self.n)) if worlds is None else list(worlds)
+        ex = self.x[:, 0].double().cpu().numpy()
+        ey = self.y[:, 0].double().cpu().numpy()
+        th = self.theta[:, 0].double().cpu().numpy()
+        walks = {}
+        for b in worlds:
+            x1 = ex[b] + self.lookahead * math.cos(th[b])
+            y1 = ey[b] + self.lookahead * math.sin(th[b])
+            walks[b] = _walk(ex[b], ey[b], x1, y1)
+        for _ in range(8):  # at most a few missing cells per walk
+            req = []
+            for b, walk in walks.items():
+                have = {r["cell"] for r in self.tiles[b].values()}
+                prev = None
+                for c in walk:
+                    if c not in have:
+                        if prev is None:  # the ego's own cell is missing: reach it from
+                            prev = self._nearest_kept(b, c)  # the nearest kept tile
+                        if prev is not None:
+                            req.append((b, prev, c))
+                        break
+                    prev = c
+            if not req:
+                return
+            ctx = [self.tiles[b][self._slot_of(b, p)]["tile"] for b, p, _ in req]
+            dirs = [_direction(p, c) for _, p, c in req]
+            tiles, _ = self._generate(ctx, dirs)
+            for (b, _, c), tile in zip(req, tiles):
+                self._insert(b, c, tile, protect=walks[b])
+
+    def _nearest_kept(self, b: int, cell):
+        """A kept 4-neighbour of ``cell`` (None if there is none)."""
+        from simsci.models.vectorworld._tokens import DIRECTIONS
+
+        have = {r["cell"] for r in self.tiles[b].values()}
+        for dx, dy in DIRECTIONS:
+            c = (cell[0] - dx, cell[1] - dy)
+            if c in have:
+                return c
+        return None
+
+    # ------------------------------------------------------------------ agents
+    def _add_agent(self, b, row, *, accel=0.0, kappa=0.0, check=True) -> bool:
+        """Add one vehicle ``row`` = AGENT_FEATURES (world frame) to world ``b``."""
+        from simsci.systems.driving.metrics import _sat
+
+        free = torch.nonzero(~self.valid[b]).flatten()
+        free = free[free > 0]
+        free = free[torch.argsort(self._freed_at[b, free], stable=True)]
+        if free.numel() == 0:
+            self.stats["spawn_rejected"] += 1
+            return False
+        th = math.atan2(row[4], row[3])
+        if check:
+            cand = torch.as_tensor(
+                [row[0], row[1], row[2], math.cos(th), math.sin(th), row[5], row[6]],
+                dtype=self.dtype,
+                device=self.device,
+            )
+            if math.hypot(row[0] - float(self.x[b, 0]), row[1] - float(self.y[b, 0])) < (
+                self.spawn_clearance
+            ):
+                self.stats["spawn_rejected"] += 1
+                return False
+            agents, valid = self.agents()
+            others = agents[b, valid[b]]
+            grown = cand.clone()
+            grown[5:7] += 1.0  # 0.5 m clearance all round
+            if others.numel() and bool(_sat(grown[None], others).any()):
+                self.stats["spawn_rejected"] += 1
+                return False
+        j = int(free[0])
+        self.x[b, j], self.y[b, j], self.theta[b, j] = row[0], row[1], th
+        self.v[b, j] = max(float(row[2]), 0.0)
+        self.accel[b, j], self.kappa[b, j] = accel, kappa
+        self.length[b, j], self.width[b, j] = row[5], row[6]
+        self.valid[b, j] = True
+        for name, fill in (("lane", -1), ("manoeuvre", 0), ("origin", -1), ("route", 0)):
+            self.memory[name][b, j] = fill
+        self.uid[b, j] = self._next_uid
+        self._next_uid += 1
+        if check:
+            self.stats["spawned"] += 1
+        return True
+
+    def agents(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(n, V, 7)`` AGENT_FEATURES of every slot (agent 0 the ego) and ``(n, V)`` valid."""
+        a = torch.stack(
+            [
+                self.x,
+                self.y,
+                self.v,
+                torch.cos(self.theta),
+                torch.sin(self.theta),
+                self.length,
+                self.width,
+            ],
+            -1,
+        )
+        return a, self.valid.clone()
+
+    def lane_set(self):
+        from simsci.models.vectorworld._npc import LaneSet
+
+        return LaneSet(
+            points=self.lane_points,
+            width=self.lane_width,
+            speed_limit=self.lane_speed,
+            succ=self.lane_succ,
+            valid=self.lane_valid,
+        )
+
+    def agent_state(self):
+        from simsci.models.vectorworld._npc import AgentState
+
+        return AgentState(
+            x=self.x,
+            y=self.y,
+            theta=self.theta,
+            v=self.v,
+            accel=self.accel,
+            kappa=self.kappa,
+            length=self.length,
+            width=self.width,
+            valid=self.valid,
+            **self.memory,
+        )
+
+    def _despawn(self) -> None:
+        d = torch.hypot(self.x - self.x[:, :1], self.y - self.y[:, :1])
+        gone = self.valid & (d > self.window)
+        # on no kept tile: its cell was dropped or never generated
+        cx = torch.floor(self.x / TILE_SIZE + 0.5).long()
+        cy = torch.floor(self.y / TILE_SIZE + 0.5).long()
+        for b in range(self.n):
+            cells = [r["cell"] for r in self.tiles[b].values()]
+            if not cells:
+                continue
+            kept = torch.as_tensor(cells, device=self.device)
+            on = ((cx[b, :, None] == kept[:, 0]) & (cy[b, :, None] == kept[:, 1])).any(1)
+            gone[b] |= self.valid[b] & ~on
+        gone[:, 0] = False
+        if bool(gone.any()):
+            self.stats["despawned"] += int(gone.sum())
+            self.valid &= ~gone
+            self._freed_at[gone] = self.steps
+
+    # ------------------------------------------------------------------ step
+    def step(self, ego_action: torch.Tensor) -> None:
+        """Advance every world by ``DT``: ΔSim moves the NPCs, ``ego_action`` ``(n, 2)``
+        [acceleration m/s^2, steering rad] the ego, then the map streams on."""
+        a = torch.as_tensor(ego_action, device=self.device, dtype=self.dtype)
+        if tuple(a.shape) != (self.n, 2):
+            raise ValueError(f"ego_action must have shape ({self.n}, 2), got {tuple(a.shape)}")
+        if not bool(torch.isfinite(a).all()):
+            raise ValueError("ego_action contains NaN or inf")
+        npc = self.valid.clone()
+        npc[:, 0] = False
+        if bool(npc.any()):
+            with torch.no_grad():
+                new, _ = self.model.npc.step(
+                    self.lane_set(),
+                    self.agent_state(),
+                    npc,
+                    generator=self.generator,
+                    greedy=self.greedy,
+                    shaping=self.shaping,
+                    dt=DT,
+                )
+            for name in ("x", "y", "theta", "v", "accel", "kappa"):
+                setattr(self, name, getattr(new, name).clone())
+            for name in self.memory:
+                self.memory[name] = getattr(new, name).clone()
+        x0, y0 = self.x[:, 0].clone(), self.y[:, 0].clone()
+        xn, yn, thn, vn, an, kn = bicycle_step(
+            x0, y0, self.theta[:, 0], self.v[:, 0], a[:, 0], a[:, 1], self.length[:, 0]
+        )
+        self.x[:, 0], self.y[:, 0] = xn, yn
+        self.theta[:, 0] = torch.atan2(torch.sin(thn), torch.cos(thn))
+        self.v[:, 0], self.accel[:, 0], self.kappa[:, 0] = vn, an, kn
+        self.steps += 1
+        self._despawn()
+        self._stream()
+        self._associate_ego()
+        disp = (xn - x0) * self._ego_tangent[:, 0] + (yn - y0) * self._ego_tangent[:, 1]
+        self.progress = disp.to(torch.float64)
+        self.driven += self.progress
+
+    # ------------------------------------------------------------------ the ego on lanes
+    def _associate_ego(self, rows=None) -> None:
+        """Nearest lane agreeing with the ego's heading: offset, heading error, off-road."""
+        rows = torch.arange(self.n, device=self.device) if rows is None else rows
+        px, py, th = self.x[rows, 0], self.y[rows, 0], self.theta[rows, 0]
+        pts = self.lane_points[rows]  # k, L, P, 2
+        a, bpt = pts[:, :, :-1], pts[:, :, 1:]
+        d = bpt - a
+        seg2 = (d * d).sum(-1).clamp(min=1e-9)
+        rx, ry = px[:, None, None] - a[..., 0], py[:, None, None] - a[..., 1]
+        u = ((rx * d[..., 0] + ry * d[..., 1]) / seg2).clamp(0, 1)
+        qx, qy = a[..., 0] + u * d[..., 0], a[..., 1] + u * d[..., 1]
+        dist = torch.hypot(px[:, None, None] - qx, py[:, None, None] - qy)
+        seg_len = seg2.sqrt()
+        tx, ty = d[..., 0] / seg_len, d[..., 1] / seg_len
+        agree = (tx * torch.cos(th)[:, None, None] + ty * torch.sin(th)[:, None, None]) > 0
+        ok = self.lane_valid[rows][..., None] & agree & (seg2 > 1e-6)
+        dist = torch.where(ok, dist, torch.full_like(dist, math.inf))
+        k, L, P1 = dist.shape
+        flat = dist.reshape(k, -1)
+        best, where = flat.min(1)
+        lane, seg = where // P1, where % P1
+        r = torch.arange(k, device=self.device)
+        txb, tyb = tx[r, lane, seg], ty[r, lane, seg]
+        rxb, ryb = rx[r, lane, seg], ry[r, lane, seg]
+        # signed offset: + left of the lane direction
+        offset = txb * ryb - tyb * rxb
+        width = self.lane_width[rows, lane]
+        found = torch.isfinite(best)
+        heading_lane = torch.atan2(tyb, txb)
+        err = torch.atan2(torch.sin(th - heading_lane), torch.cos(th - heading_lane))
+        self._ego_lane[rows] = torch.where(found, lane, torch.zeros_like(lane))
+        self._ego_offset[rows] = torch.where(found, offset, torch.zeros_like(offset))
+        self._ego_heading_err[rows] = torch.where(found, err, torch.zeros_like(err))
+        tan = torch.stack(
+            [torch.where(found, txb, torch.cos(th)), torch.where(found, tyb, torch.sin(th))], -1
+        )
+        self._ego_tangent[rows] = tan
+        self._ego_offroad[rows] = ~found | (best > 0.5 * width + OFFROAD_MARGIN)
+
+    def ego_offroad(self) -> torch.Tensor:
+        return self._ego_offroad.clone()
+
+    # ------------------------------------------------------------------ views
+    def road_view(self, b: int):
+        """World ``b``'s kept lanes as an object ``top_down`` can draw (points, width...)."""
+        ids = torch.nonzero(self.lane_valid[b]).flatten()
+        pts = self.lane_points[b, ids].double().cpu().numpy()
+        return SimpleNamespace(
+            points=pts,
+            num_points=np.full(len(ids), LANE_POINTS),
+            length=np.linalg.norm(np.diff(pts, axis=1), axis=-1).sum(-1),
+            width=self.lane_width[b, ids].double().cpu().numpy(),
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"StreamingWorld(n={self.n}, max_tiles={self.S}, max_agents={self.V}, "
+            f"steps={self.steps}, tiles={self.stats['tiles']})"
+        )
+
+
+def seam_gaps(world: StreamingWorld, b: int, edge_tol: float = 1.0) -> np.ndarray:
+    """Lane endpoint gaps [m] at the seams between the kept tiles of world ``b`` (see
+    :func:`_seam_gaps_of`)."""
+    return _seam_gaps_of({r["cell"]: r["world_points"] for r in world.tiles[b].values()}, edge_tol)
+
+
+def _seam_gaps_of(by_cell: dict, edge_tol: float = 1.0) -> np.ndarray:
+    """For every lane endpoint within ``edge_tol`` of an edge shared by two tiles of
+    ``by_cell`` (cell -> world-frame points (n, 20, 2)), the distance [m] to the nearest
+    endpoint of the other tile's lanes near that edge (``inf`` when it has none there: a
+    lane cut off at the seam). float64."""
+    out = []
+    for cell, pts in by_cell.items():
+        if len(pts) == 0:
+            continue
+        ends = np.concatenate([pts[:, 0], pts[:, -1]])
+        for axis in (0, 1):
+            for side in (-1, 1):
+                nb = (cell[0] + side * (axis == 0), cell[1] + side * (axis == 1))
+                if nb not in by_cell or len(by_cell[nb]) == 0:
+                    continue
+                edge = (cell[axis] + 0.5 * side) * TILE_SIZE
+                mine = ends[np.abs(ends[:, axis] - edge) <= edge_tol]
+                if len(mine) == 0:
+                    continue
+                q = by_cell[nb]
+                theirs = np.concatenate([q[:, 0], q[:, -1]])
+                theirs = theirs[np.abs(theirs[:, axis] - edge) <= edge_tol]
+                if len(theirs) == 0:
+                    out.extend([np.inf] * len(mine))
+                    continue
+                d = np.sqrt(((mine[:, None] - theirs[None]) ** 2).sum(-1)).min(1)
+                out.extend(d.tolist())
+    return np.asarray(out, np.float64)

@@ -1,0 +1,260 @@
+"""The streaming world, simsci/VectorWorld-v0 and rollouts, on a hand-made generator.
+
+The world's mechanics (streaming, dropping, spawning, the ego on the lanes, seams, the
+environment's spaces and errors) are tested with a tile generator that makes an exactly
+known straight two-lane road and a VAE that puts agents on it, so every figure can be
+checked by hand; ΔSim is the real (untrained, small) policy, so NPC actions are shaped
+and must be feasible. The trained parts are tested in their own files; the small
+on-the-fly model end to end is a slow test.
+"""
+
+import math
+
+import gymnasium
+import numpy as np
+import pytest
+import torch
+from gymnasium.utils.env_checker import check_env
+
+from simsci.models.vectorworld import DeltaSim, StreamingWorld, TokenLayout, seam_gaps
+from simsci.models.vectorworld._rollout import rollout, write_rollout
+from simsci.systems.driving import metrics, read_scene
+
+Y_LANES = (-1.75, 1.75)  # two lanes along +x, both driving east
+
+
+def _straight_tile(agents: bool = True) -> dict:
+    x = np.linspace(-32.0, 32.0, 20)
+    pts = np.stack([np.stack([x, np.full(20, y)], -1) for y in Y_LANES])
+    ag = np.array([[20.0, -1.75, 12.0, 1.0, 0.0, 4.5, 1.9]]) if agents else np.zeros((0, 7))
+    return {
+        "points": pts,
+        "width": np.full(2, 3.5),
+        "speed_limit": np.full(2, 20.0),
+        "kind": np.zeros(2, np.int64),
+        "agents": ag,
+    }
+
+
+class StraightTiles(torch.nn.Module):
+    """A 'generator' of the same straight road tile for every cell (row j = 0)."""
+
+    def __init__(self, empty: bool = False):
+        super().__init__()
+        self.layout = TokenLayout(max_lanes=8, max_agents=4)
+        self.dummy = torch.nn.Parameter(torch.zeros(1))
+        self.empty = empty
+        self.calls = []
+
+    def generate(self, contexts, directions, *, steps=1, mode="meanflow", generator=None):
+        self.calls.append(list(directions))
+        n = len(contexts)
+        if self.empty:
+            tile = {k: v[:0] for k, v in _straight_tile().items()}
+            return [dict(tile) for _ in range(n)], {"tiles": n, "resampled": 2 * n, "empty": n}
+        return [_straight_tile() for _ in range(n)], {"tiles": n, "resampled": 0, "empty": 0}
+
+
+class OnLaneVAE(torch.nn.Module):
+    """Agents at x = -25, -15, ... on the south lane with a constant-speed history."""
+
+    def sample(self, lanes, n_agents, *, ego=None, generator=None):
+        hist = np.zeros((n_agents, 11, 7))
+        for i in range(n_agents):
+            x_now = -25.0 + 10.0 * i
+            hist[i, :, 0] = x_now - 1.0 * np.arange(10, -1, -1)  # 10 m/s
+            hist[i, :, 1] = -1.75
+            hist[i, :, 2], hist[i, :, 3], hist[i, :, 5], hist[i, :, 6] = 10.0, 1.0, 4.5, 1.9
+        return hist, np.ones((n_agents, 11), bool), {"rejected": 0}
+
+
+class FakeWorldModel:
+    def __init__(self, empty: bool = False):
+        self.tiles, self.vae = StraightTiles(empty), OnLaneVAE()
+        self.npc = DeltaSim(hidden=16, depth=1).eval()
+        self.device = torch.device("cpu")
+
+    def to(self, device):
+        return self
+
+
+def _drive(world, steps, accel=0.0):
+    for _ in range(steps):
+        world.step(torch.tensor([[accel, 0.0]] * world.n))
+
+
+def test_streams_tiles_ahead_and_drops_behind():
+    world = StreamingWorld(FakeWorldModel(), 2, max_tiles=3, seed=0)
+    world.reset()
+    assert {r["cell"] for r in world.tiles[0].values()} == {(0, 0), (1, 0)}
+    assert world.model.tiles.calls[0] == [None, None]  # first tiles: no context
+    assert world.model.tiles.calls[1] == [0, 0]  # then +x from (0, 0)
+    start = world.x[:, 0].clone()
+    _drive(world, 100)  # 16 m/s (0.8 x the limit) for 10 s
+    travelled = (world.x[:, 0] - start).double()
+    assert torch.allclose(world.driven, travelled, atol=1e-3)
+    assert torch.allclose(travelled, torch.full((2,), 160.0, dtype=torch.float64), atol=0.5)
+    for b in range(2):
+        cells = {r["cell"] for r in world.tiles[b].values()}
+        ego_cell = (math.floor(float(world.x[b, 0]) / 64 + 0.5), 0)
+        assert len(cells) <= 3 and ego_cell in cells and (ego_cell[0] + 1, 0) in cells
+        assert (0, 0) not in cells  # dropped behind
+    assert world.stats["dropped_tiles"] >= 2 and not bool(world.ego_offroad().any())
+    assert abs(float(world._ego_offset[0])) < 1e-4 and abs(float(world._ego_heading_err[0])) < 1e-5
+
+
+def test_seams_join_and_successors_cross_tiles():
+    world = StreamingWorld(FakeWorldModel(), 1, seed=0)
+    world.reset()
+    _drive(world, 40)
+    gaps = seam_gaps(world, 0)
+    assert len(gaps) >= 4 and float(np.max(gaps)) < 1e-9
+    # every lane ending on a shared edge has its successor in the next tile
+    valid = world.lane_valid[0]
+    succ = world.lane_succ[0, :, 0]
+    ends = world.lane_points[0, :, -1, 0]
+    has_next = valid & (ends < ends[valid].max() - 1)
+    assert bool((succ[has_next] >= 0).all())
+    assert torch.allclose(
+        world.lane_points[0, succ[has_next], 0], world.lane_points[0, has_next, -1]
+    )
+
+
+def test_agents_spawn_with_clearance_and_npcs_stay_feasible():
+    world = StreamingWorld(FakeWorldModel(), 1, seed=0, spawn_clearance=10.0)
+    world.reset()
+    init = world.stats["init_agents"]
+    assert init == 1  # the first tile's one agent, from the VAE, with history
+    trace, valid = [], []
+    for _ in range(60):
+        world.step(torch.tensor([[0.0, 0.0]]))
+        a, v = world.agents()
+        trace.append(a[0].double())
+        valid.append(v[0])
+    assert world.stats["spawned"] >= 1  # the agents of the outpainted tiles
+    a, v = torch.stack(trace), torch.stack(valid)
+    same = v[1:] & v[:-1]
+    traj = a.permute(1, 0, 2)[1:]  # NPCs only
+    bad = metrics.infeasible_steps(traj, torch.ones_like(traj[..., 0], dtype=torch.bool))
+    assert int((bad & same.T[1:]).sum()) == 0  # shaped ΔSim: never infeasible
+
+
+def test_spawn_rejected_near_the_ego_and_on_overlap():
+    world = StreamingWorld(FakeWorldModel(), 1, seed=0)
+    world.reset()
+    ex, ey = float(world.x[0, 0]), float(world.y[0, 0])
+    before = world.stats["spawn_rejected"]
+    assert not world._add_agent(0, np.array([ex + 3.0, ey, 10.0, 1.0, 0.0, 4.5, 1.9]))
+    a, v = world.agents()
+    other = a[0, 1].double().numpy()
+    assert not world._add_agent(0, other + np.array([1.0, 0, 0, 0, 0, 0, 0]))
+    assert world.stats["spawn_rejected"] == before + 2
+
+
+def test_npcs_leave_beyond_the_window():
+    world = StreamingWorld(FakeWorldModel(), 1, seed=0, window=80.0, lookahead=40.0)
+    world.reset()
+    world._add_agent(0, np.array([-60.0, -1.75, 0.0, 1.0, 0.0, 4.5, 1.9]))
+    n0 = int(world.valid.sum())
+    _drive(world, 30, accel=1.0)
+    assert int(world.valid.sum()) <= n0 and world.stats["despawned"] >= 1
+    d = torch.hypot(world.x - world.x[:, :1], world.y - world.y[:, :1])
+    assert bool((d[world.valid] <= 80.0 + 3.0).all())
+
+
+def test_empty_tiles_counted_and_the_ego_is_off_road():
+    world = StreamingWorld(FakeWorldModel(empty=True), 1, seed=0)
+    world.reset()
+    assert world.stats["empty_tiles"] >= 2 and world.stats["resampled"] >= 4
+    assert bool(world.ego_offroad()[0])
+
+
+def test_bad_actions_and_options_rejected():
+    world = StreamingWorld(FakeWorldModel(), 2, seed=0)
+    world.reset()
+    with pytest.raises(ValueError, match=r"shape \(2, 2\)"):
+        world.step(torch.zeros(3, 2))
+    with pytest.raises(ValueError, match="NaN"):
+        world.step(torch.tensor([[0.0, float("nan")], [0.0, 0.0]]))
+    with pytest.raises(ValueError, match="max_tiles"):
+        StreamingWorld(FakeWorldModel(), 1, max_tiles=2)
+    with pytest.raises(ValueError, match="lookahead"):
+        StreamingWorld(FakeWorldModel(), 1, lookahead=200.0, window=150.0)
+
+
+def _env(**kw):
+    from simsci.envs import VectorWorldEnv
+
+    return VectorWorldEnv(checkpoint=FakeWorldModel(), **kw)
+
+
+def test_env_passes_check_env_with_driving_spaces():
+    from simsci.envs import DrivingEnv
+
+    env = _env()
+    check_env(env, skip_render_check=True)
+    ref = DrivingEnv(num_roads=1, route_length=1000.0)
+    assert env.observation_space == ref.observation_space
+    assert env.action_space == ref.action_space
+    obs, info = env.reset(seed=3)
+    assert abs(obs["ego"][3]) < 1e-4 and obs["lanes_mask"].sum() >= 2
+    total = 0.0
+    for _ in range(20):
+        obs, r, term, trunc, info = env.step(np.zeros(2, np.float32))
+        total += r
+        assert not term
+    assert info["distance"] == pytest.approx(20 * 1.6, abs=0.05)
+    assert total == pytest.approx(0.1 * info["distance"], abs=0.05)
+    frame = _env(render_mode="rgb_array")
+    frame.reset(seed=0)
+    assert frame.render().shape == (256, 256, 3)
+
+
+def test_env_rejects_bad_actions():
+    env = _env(action_bounds="error")
+    env.reset(seed=0)
+    with pytest.raises(ValueError):
+        env.step(np.array([np.nan, 0.0], np.float32))
+    with pytest.raises(ValueError):
+        env.step(np.array([9.0, 0.0], np.float32))
+
+
+def test_vector_env_autoresets_and_evaluates():
+    from simsci.envs import VectorWorldVectorEnv, evaluate_driving, lane_keeping_policy
+
+    env = VectorWorldVectorEnv(3, checkpoint=FakeWorldModel(), max_episode_steps=5)
+    obs, _ = env.reset(seed=0)
+    assert obs["agents"].shape == (3, 16, 7)
+    for _ in range(5):
+        obs, r, term, trunc, info = env.step(np.zeros((3, 2), np.float32))
+    assert trunc.all() and not term.any()
+    res = evaluate_driving(
+        lane_keeping_policy,
+        episodes=2,
+        num_envs=2,
+        env_id="simsci/VectorWorld-v0",
+        checkpoint=FakeWorldModel(),
+        max_episode_steps=30,
+    )
+    assert res["episodes"] == 2 and res["safe"] == 1.0
+    with pytest.raises(ValueError, match="env_id"):
+        evaluate_driving(lane_keeping_policy, episodes=1, env_id="simsci/Nope-v0")
+
+
+def test_registered_with_gymnasium():
+    import simsci.envs  # noqa: F401
+
+    assert "simsci/VectorWorld-v0" in gymnasium.registry
+
+
+def test_rollout_writes_the_scene_format(tmp_path):
+    res = rollout(FakeWorldModel(), km=0.2, seed=0)
+    s = res["stats"]
+    assert s["distance_m"] >= 200.0 and s["ended"] == "distance"
+    assert s["npc_infeasible_steps"] == 0 and s["seam_gap_median_m"] == 0.0
+    path = write_rollout(res, tmp_path / "roll.h5")
+    ep = read_scene(path, 0)
+    assert len(ep["lanes"]) >= 4 and ep["agents"].shape[2:] == (11, 7)
+    np.testing.assert_allclose(ep["lanes"][0]["points"][0, [0, -1], 1], -1.75, atol=1e-5)
+    with pytest.raises(ValueError, match="km"):
+        rollout(FakeWorldModel(), km=-1)
