@@ -1,0 +1,277 @@
+"""VectorWorld against the ground-truth driving world: map fidelity, initialisation,
+density, NPC realism, speed.
+
+Claims checked (issue "VectorWorld"), each against held-out scenes of the ground-truth
+world (``simsci.systems.driving``) with the driving world's metrics, 3 seeds:
+
+- **Map fidelity** (``map``): every held-out pair (tile k -> k+1) outpainted from its
+  ground-truth context, first tiles from none (:func:`evaluate_tile_generator`):
+  ``lane_stats_distance`` (mean over lane-graph statistics of Fréchet² / Var(truth)),
+  share of tiles with lanes, seam gap at the shared edge (target <= 0.1 m median), share
+  of seams continued smoothly; one-step MeanFlow against the 16-step flow sampler of the
+  same network, with the tile latency of each on one CPU thread (target >= 10x).
+- **Initialisation validity** (``init``): initial agents sampled by the VAE on held-out
+  tiles' lanes, as many as the truth has (:func:`scene_init_metrics`): collision rate
+  (target <= 3%), off-road rate, infeasible history steps, speed/history mismatch,
+  distribution distances; the same figures of the ground truth beside them.
+- **NPC realism** (``npc``): ΔSim from the same Traffic state as the ground truth on
+  unseen roads (:func:`rollout_vs_traffic`): ADE/FDE over 5 s, collision and off-road
+  rates, kinematic infeasibility with logit shaping (target 0) and without.
+- **Rollouts and density** (``rollout``): 1 km closed-loop rollouts with the
+  lane-keeping ego on one CPU thread: real-time factor (target >= 10x), generated agents
+  per lane-km against the held-out truth's, NPC infeasible steps, seam gaps of the
+  visited tiles, how each rollout ended.
+
+Usage: ``python benchmarks/bench_vectorworld.py --checkpoint runs/vectorworld --data
+runs/scenes2000.h5 [--parts map,init,npc,rollout] [--quick]``. Writes
+``benchmarks/results/vectorworld_cpu.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from simsci.bench import code_version, out_path, write_result
+
+RESULTS = Path(__file__).parent / "results"
+SEEDS = (0, 1, 2)
+
+
+def _held_out(path, fraction=0.1):
+    from simsci import data as sdata
+
+    ds = sdata.open(path)
+    n = len(ds)
+    ds.close()
+    k = max(1, int(round(n * fraction)))
+    return list(range(n - k, n))
+
+
+def bench_map(model, data, episodes, quick):
+    from simsci.models.vectorworld import evaluate_tile_generator
+
+    pairs = 64 if quick else 400
+    out = {}
+    for name, steps, mode in (("one_step", 1, "meanflow"), ("flow_16", 16, "flow")):
+        rows = []
+        for seed in SEEDS:
+            r = evaluate_tile_generator(
+                model.tiles, data, episodes, steps=steps, mode=mode, max_pairs=pairs,
+                max_first=pairs // 4, seed=seed,
+            )  # fmt: skip
+            rows.append(r)
+            print(f"map {name} seed {seed}: " + ", ".join(
+                f"{k}={r[k]:.4g}" for k in ("lane_stats_distance", "seam_gap_median")
+                if isinstance(r.get(k), float)
+            ))  # fmt: skip
+        out[name] = {"runs": rows}
+    return out
+
+
+def _contexts(data, episodes, n):
+    """``n`` (context tile dict, direction) pairs of held-out episodes."""
+    from simsci import data as sdata
+    from simsci.models.vectorworld._tokens import DIRECTIONS
+    from simsci.systems.driving import read_scene
+
+    ds = sdata.open(data)
+    out = []
+    try:
+        for e in episodes:
+            ep = read_scene(ds, e)
+            cells = np.asarray(ep["tile_cell"])
+            for k in range(len(cells) - 1):
+                step = tuple(int(v) for v in cells[k + 1] - cells[k])
+                if step not in DIRECTIONS or len(ep["lanes"][k]["points"]) == 0:
+                    continue
+                a = np.asarray(ep["agents"][k, :, -1], np.float64)
+                v = np.asarray(ep["agents_valid"][k], bool).copy()
+                v[0] = False
+                lanes = ep["lanes"][k]
+                out.append(
+                    (
+                        {
+                            "points": np.asarray(lanes["points"], np.float64),
+                            "width": np.asarray(lanes["width"], np.float64),
+                            "speed_limit": np.asarray(lanes["speed_limit"], np.float64),
+                            "kind": np.asarray(lanes["kind"], np.int64),
+                            "agents": a[v],
+                        },
+                        DIRECTIONS.index(step),
+                    )
+                )
+                if len(out) >= n:
+                    return out
+    finally:
+        ds.close()
+    return out
+
+
+def _time_generate(tiles, ctx, dirs, steps, mode, repeats):
+    g = torch.Generator().manual_seed(0)
+    tiles.generate(ctx, dirs, steps=steps, mode=mode, generator=g, max_tries=1)  # warm up
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        tiles.generate(ctx, dirs, steps=steps, mode=mode, generator=g, max_tries=1)
+        ts.append((time.perf_counter() - t0) * 1000.0 / len(ctx))
+    return statistics.median(ts)
+
+
+def bench_latency(model, data, episodes, quick):
+    pairs = _contexts(data, episodes, 8)
+    out = {}
+    for batch in (1, 8):
+        ctx = [p[0] for p in pairs[:batch]]
+        dirs = [p[1] for p in pairs[:batch]]
+        one = _time_generate(model.tiles, ctx, dirs, 1, "meanflow", 5 if quick else 20)
+        multi = _time_generate(model.tiles, ctx, dirs, 16, "flow", 3 if quick else 10)
+        out[f"batch_{batch}"] = {
+            "one_step_ms_per_tile": one,
+            "flow16_ms_per_tile": multi,
+            "speedup": multi / one,
+        }
+        print(f"latency batch {batch}: one-step {one:.2f} ms, 16-step {multi:.2f} ms, "
+              f"{multi / one:.1f}x")  # fmt: skip
+    return out
+
+
+def bench_init(model, data, episodes, quick):
+    from simsci.models.vectorworld import scene_init_metrics
+
+    rows = []
+    for seed in SEEDS:
+        r = scene_init_metrics(
+            model.vae, data, episodes, seed=seed, max_tiles=100 if quick else 600
+        )
+        rows.append(r)
+        g = r["generated"]
+        print(
+            f"init seed {seed}: collision {g['collision_rate']:.4f}, off-road "
+            f"{g['offroad_rate']:.4f}, infeasible steps {g['infeasible_step_rate']:.4f}"
+        )
+    return {"runs": rows}
+
+
+def bench_npc(model, quick):
+    from simsci.models.vectorworld import rollout_vs_traffic
+    from simsci.systems.driving import make_road
+
+    rows = []
+    for seed in SEEDS:
+        road = make_road(seed=50_000 + seed, length=3000.0)
+        row = {"road_seed": 50_000 + seed}
+        for shaping in (True, False):
+            r = rollout_vs_traffic(
+                model.npc, road, n_scenes=4 if quick else 16, steps=50, seed=seed,
+                shaping=shaping,
+            )  # fmt: skip
+            row["shaped" if shaping else "unshaped"] = r
+            print(f"npc seed {seed} shaping={shaping}: ADE {r['ade']:.2f} FDE {r['fde']:.2f} "
+                  f"collision {r['collision_rate']:.3f} off-road {r['offroad_rate']:.3f} "
+                  f"infeasible steps {r['infeasible_steps']}")  # fmt: skip
+        rows.append(row)
+    return {"runs": rows}
+
+
+def _truth_density(data, episodes):
+    """Non-ego agents per lane-km of the held-out tiles (the generated density's peer)."""
+    from simsci import data as sdata
+    from simsci.systems.driving import read_scene
+
+    ds = sdata.open(data)
+    agents = lane_km = 0.0
+    try:
+        for e in episodes:
+            ep = read_scene(ds, e)
+            v = np.asarray(ep["agents_valid"], bool)
+            agents += float(v[:, 1:].sum())
+            for lanes in ep["lanes"]:
+                p = np.asarray(lanes["points"], np.float64)
+                lane_km += float(np.linalg.norm(np.diff(p, axis=1), axis=-1).sum()) / 1000.0
+    finally:
+        ds.close()
+    return agents / max(lane_km, 1e-9)
+
+
+def bench_rollout(model, data, episodes, quick):
+    from simsci.models.vectorworld import rollout
+
+    km = 0.3 if quick else 1.0
+    rows = []
+    for seed in SEEDS:
+        res = rollout(model, km=km, seed=seed, stop_on_failure=False)
+        s = res["stats"]
+        rows.append(s)
+        print(f"rollout seed {seed}: {s['distance_m']:.0f} m, {s['real_time_factor']:.1f}x real "
+              f"time, {s['world_tiles']} tiles, density {s['generated_agents_per_lane_km']:.1f}"
+              f"/lane-km, NPC infeasible {s['npc_infeasible_steps']}, seam gap median "
+              f"{s['seam_gap_median_m']}, ended {s['ended']}")  # fmt: skip
+    truth = _truth_density(data, episodes)
+    gen = [r["generated_agents_per_lane_km"] for r in rows]
+    return {
+        "km": km,
+        "runs": rows,
+        "real_time_factor_median": statistics.median(r["real_time_factor"] for r in rows),
+        "truth_agents_per_lane_km": truth,
+        "generated_agents_per_lane_km_median": statistics.median(gen),
+        "density_ratio": statistics.median(gen) / max(truth, 1e-9),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--checkpoint", required=True, help="VectorWorld directory")
+    p.add_argument("--data", required=True, help="the scene file it was trained on")
+    p.add_argument("--parts", default="map,latency,init,npc,rollout")
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--out", default=None)
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    from simsci.models.vectorworld import VectorWorld
+
+    model = VectorWorld.load(args.checkpoint)
+    held = _held_out(args.data)
+    if args.quick:
+        held = held[:20]
+    result = {
+        "claim": "VectorWorld vs the ground-truth driving world (issue VectorWorld)",
+        "checkpoint": os.fspath(args.checkpoint),
+        "data": os.fspath(args.data),
+        "held_out_episodes": [held[0], held[-1]],
+        "seeds": list(SEEDS),
+        "code": code_version("simsci/models/vectorworld", "envs/_vectorworld.py"),
+        "quick": bool(args.quick),
+    }
+    parts = args.parts.split(",")
+    t0 = time.perf_counter()
+    for part in parts:
+        start = time.perf_counter()
+        if part == "map":
+            result["map"] = bench_map(model, args.data, held, args.quick)
+        elif part == "latency":
+            result["latency"] = bench_latency(model, args.data, held, args.quick)
+        elif part == "init":
+            result["init"] = bench_init(model, args.data, held, args.quick)
+        elif part == "npc":
+            result["npc"] = bench_npc(model, args.quick)
+        elif part == "rollout":
+            result["rollout"] = bench_rollout(model, args.data, held, args.quick)
+        else:
+            raise SystemExit(f"unknown part {part!r}")
+        print(f"[{part}: {time.perf_counter() - start:.0f} s]", flush=True)
+    result["wall_s"] = time.perf_counter() - t0
+    name = "vectorworld_cpu.json" if len(parts) == 5 else f"vectorworld_{'_'.join(parts)}_cpu.json"
+    out = out_path(args.out, name, RESULTS)
+    print(f"wrote {write_result(out, result)}")
+
+
+if __name__ == "__main__":
+    main()
