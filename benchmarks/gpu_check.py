@@ -151,6 +151,30 @@ def driving_env_steps_per_second(device: str, num_envs: int = 4096, steps: int =
     return num_envs * steps / (time.perf_counter() - start)
 
 
+def vectorworld_env_steps_per_second(device: str, num_envs: int = 64, steps: int = 20) -> float:
+    """simsci/VectorWorld-v0 egos stepped per second on ``device`` (the small on-the-fly
+    model: tiles outpainted, ΔSim NPCs and the observation all on the device)."""
+    from simsci.envs import VectorWorldVectorEnv, lane_keeping_policy
+
+    env = VectorWorldVectorEnv(num_envs, device=device, array_backend="torch")
+    obs, _ = env.reset(seed=0)
+
+    def act(o):
+        host = {k: v.cpu().numpy() for k, v in o.items()}
+        return torch.as_tensor(lane_keeping_policy(host), device=device)
+
+    for _ in range(3):
+        obs = env.step(act(obs))[0]
+    if device == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(steps):
+        obs = env.step(act(obs))[0]
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return num_envs * steps / (time.perf_counter() - start)
+
+
 def main() -> int:
     if not torch.cuda.is_available():
         print("gpu-check: torch sees no CUDA device", file=sys.stderr)
@@ -222,6 +246,13 @@ def main() -> int:
         label = f"Driving-v0 x4096 on {device}"
         try:
             rate = driving_env_steps_per_second(device)
+            rows.append((label, "ok", f"{rate:.0f} env-steps/s"))
+        except Exception as exc:
+            rows.append((label, f"FAILED: {exc}", ""))
+            failed.append(label)
+        label = f"VectorWorld-v0 x64 on {device}"
+        try:
+            rate = vectorworld_env_steps_per_second(device)
             rows.append((label, "ok", f"{rate:.0f} env-steps/s"))
         except Exception as exc:
             rows.append((label, f"FAILED: {exc}", ""))

@@ -69,12 +69,15 @@ class OnLaneVAE(torch.nn.Module):
 
 
 class FakeWorldModel:
-    def __init__(self, empty: bool = False):
+    def __init__(self, empty: bool = False, device="cpu"):
         self.tiles, self.vae = StraightTiles(empty), OnLaneVAE()
         self.npc = DeltaSim(hidden=16, depth=1).eval()
-        self.device = torch.device("cpu")
+        self.device = torch.device(device)
+        self.to(self.device)
 
     def to(self, device):
+        self.npc.to(device)
+        self.device = torch.device(device)
         return self
 
 
@@ -258,3 +261,20 @@ def test_rollout_writes_the_scene_format(tmp_path):
     np.testing.assert_allclose(ep["lanes"][0]["points"][0, [0, -1], 1], -1.75, atol=1e-5)
     with pytest.raises(ValueError, match="km"):
         rollout(FakeWorldModel(), km=-1)
+
+
+def test_world_and_env_follow_the_device(device):
+    world = StreamingWorld(FakeWorldModel(device=device), 2, seed=0)
+    world.reset()
+    _drive(world, 30)
+    a, v = world.agents()
+    assert a.device.type == device.type and world.lane_points.device.type == device.type
+    assert not bool(world.ego_offroad().any()) and int(v.sum()) >= 3
+    from simsci.envs import VectorWorldVectorEnv
+
+    env = VectorWorldVectorEnv(
+        2, checkpoint=FakeWorldModel(device=device), device=device, array_backend="torch"
+    )
+    obs, _ = env.reset(seed=0)
+    obs, r, term, trunc, _ = env.step(torch.zeros(2, 2, device=device))
+    assert obs["ego"].device.type == device.type and r.shape == (2,) and not bool(term.any())
