@@ -1353,8 +1353,13 @@ class DeltaSim(nn.Module):
             out, feats.kin, shape, manoeuvre=force, generator=generator, greedy=greedy,
             shaping=shaping,
         )  # fmt: skip
-        a = torch.where(controlled, a.to(agents.x.dtype), agents.accel)
-        k = torch.where(controlled, k.to(agents.x.dtype), agents.kappa)
+        a, k = a.to(agents.x.dtype), k.to(agents.x.dtype)
+        if self.shaping if shaping is None else shaping:  # the box again, in the state's dtype
+            lo_a, hi_a, lo_k, hi_k = feasible_box(feats.kin)
+            a = torch.maximum(torch.minimum(a, hi_a), lo_a)
+            k = torch.maximum(torch.minimum(k, hi_k), lo_k)
+        a = torch.where(controlled, a, agents.accel)
+        k = torch.where(controlled, k, agents.kappa)
         m = torch.where(controlled, m, agents.manoeuvre)
         return a, k, m, feats
 
