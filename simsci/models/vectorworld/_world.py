@@ -99,12 +99,14 @@ def _direction(src: tuple[int, int], dst: tuple[int, int]) -> int:
 
 
 def _physical(tile: dict) -> dict:
-    """A generated tile with its lane widths and speed limits clipped to physical ranges
-    (a generator's decoded width can be any real number) and non-finite lanes dropped."""
+    """A generated tile with its lane points clipped into the tile's square (lane pieces
+    of the data never leave it: they are cut at its edges), lane widths and speed limits
+    clipped to physical ranges (a decoded width can be any real number) and non-finite
+    lanes dropped."""
     pts = np.asarray(tile["points"], np.float64)
     ok = np.isfinite(pts).all(axis=(1, 2)) if len(pts) else np.zeros(0, bool)
     out = dict(tile)
-    out["points"] = pts[ok]
+    out["points"] = np.clip(pts[ok], -0.5 * TILE_SIZE, 0.5 * TILE_SIZE)
     out["width"] = np.clip(
         np.nan_to_num(np.asarray(tile["width"], np.float64)[ok], nan=3.5), 2.5, 5.0
     )
