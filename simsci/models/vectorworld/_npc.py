@@ -14,10 +14,16 @@ and compared with it in closed loop (:func:`rollout_vs_traffic`).
 >>> from simsci.models.vectorworld import _npc as npc
 >>> road = driving.straight_road(300.0, lanes=2)
 >>> lanes = npc.lanes_from_road(road)                       # LaneSet, B = 1
->>> agents = npc.AgentState.from_traffic(traffic)           # doctest: +SKIP
->>> policy = npc.DeltaSim(hidden=64)
->>> # accel, kappa, man = policy.act(lanes, agents, controlled)
->>> # agents = npc.step_agents(agents, accel, kappa, controlled, manoeuvre=man)
+>>> traffic = driving.Traffic([road], 1); traffic.reset()
+>>> agents = npc.AgentState.from_traffic(traffic)           # slot 0 is the ego
+>>> controlled = agents.valid.clone(); controlled[:, 0] = False
+>>> policy = npc.DeltaSim(hidden=64)                         # or simsci.train.load_model(...)
+>>> accel, kappa, man = policy.act(lanes, agents, controlled)
+>>> agents, feats = policy.step(lanes, agents, controlled)  # act + step_agents + memory
+
+Other lane sources: :func:`lanes_from_tiles` (a scene episode's tile lane graph in the
+world frame) and :func:`crop_lanes` (the lanes near each scene's centre, e.g. the ego,
+successor ids remapped: keeps L small on long roads).
 
 The data contract (the integrator's world builds these)
 --------------------------------------------------------
@@ -100,9 +106,15 @@ Manoeuvre logits are shaped too: a lane change needs the neighbour lane (``-10^4
 where there is none) and a feasible curvature: a change of lateral shift ``Δ`` over
 ``D = min(max(3 s v, 10 m), path left in the target lane)`` peaks at ``κ_need = π^2 |Δ|
 / (2 D^2)`` (a cosine S-curve), penalised by ``β softplus((κ_need / κ_max - 1) / 0.05)``.
-A change once started is **committed** (the ground truth never aborts one): while the
-last manoeuvre is a change, the agent is still on the lane it started from (or that
-lane's successor) and the target exists, every other manoeuvre gets ``-10^4``.
+It also needs a gap (gap acceptance, after MOBIL's safety criterion but kinematic, as
+the policy does not know the drivers' IDM parameters): in the target lane, bumper gaps
+to the leader and to the follower of at least ``S_MIN = 2`` m, and neither we (closing
+on its leader) nor its follower (closing on us) needing to brake harder than ``B_SAFE
+= 4`` m/s^2 to keep ``S_MIN`` (``Δv^2 / (2 (gap - S_MIN))``), each penalised by ``β
+softplus(violation / 0.25)``. A change once started is **committed** (the ground truth
+never aborts one): while the last manoeuvre is a change, the agent is still on the lane
+it started from (or that lane's successor) and the target exists, every other manoeuvre
+gets ``-10^4``.
 
 The network is a per-agent MLP (features standardised by statistics of the training
 data, stored as buffers) with one head for the manoeuvre and, per manoeuvre, the bin
@@ -136,6 +148,11 @@ every non-ego vehicle present at the start while its slot holds the same vehicle
 the ground truth. A slot whose vehicle the ground truth removes or replaces (despawn,
 spawn) is replayed from the ground truth from then on and no longer compared, so only
 vehicles present at the start are compared, up to their despawn.
+
+Closed-loop refinement is limited to the data: plain behaviour cloning drifts off the
+lane in closed loop (the logs never leave the centreline), so :func:`collect_bc` injects
+noise into the ground truth (DART) and records its corrections. No policy-gradient or
+differentiable-simulation fine-tuning is done here.
 
 Integration: ``theta += v_new κ dt`` with ``v_new = max(v + a dt, 0)``, then the centre
 moves along ``theta_new + β``, ``β = asin(κ l_r)``, ``l_r = 0.3 length`` (the slip angle of
@@ -174,6 +191,7 @@ __all__ = [
     "MANOEUVRES",
     "MAX_JERK",
     "MAX_LATERAL_ACCEL",
+    "SHAPE_DIM",
     "AgentState",
     "BCDataset",
     "DeltaSim",
@@ -186,6 +204,7 @@ __all__ = [
     "feasible_box",
     "features",
     "lanes_from_road",
+    "lanes_from_tiles",
     "manoeuvre_index",
     "rollout_vs_traffic",
     "step_agents",
@@ -467,6 +486,52 @@ def lanes_from_road(road, device=None, dtype=torch.float32, *, max_succ: int = 2
         torch.as_tensor(succ, device=device)[None],
         torch.ones(1, L, dtype=torch.bool, device=device),
     )
+
+
+def lanes_from_tiles(
+    graph: dict, tile_pose, *, max_succ: int = 2, device=None, dtype=torch.float32
+) -> LaneSet:
+    """A :class:`LaneSet` with B = 1 of a scene episode's lane graph (``read_scene``'s
+    ``graph``: ``nodes`` with tile-frame ``points`` (n, 20, 2), ``tile``, ``width``,
+    ``speed_limit``; ``edges`` ``index`` (E, 2), ``type`` (E,) into ``EDGE_TYPES``) and
+    the episode's ``tile_pose`` (T, 3): pieces in the world frame, ``succ`` from the
+    graph's succ edges (the first ``max_succ`` per piece), node ids kept."""
+    from simsci.systems.driving.metrics import EDGE_TYPES, tile_to_world
+
+    try:
+        nodes, edges = graph["nodes"], graph["edges"]
+        pts, tile = np.asarray(nodes["points"], np.float64), np.asarray(nodes["tile"], np.int64)
+        width, limit = np.asarray(nodes["width"]), np.asarray(nodes["speed_limit"])
+        index, etype = np.asarray(edges["index"], np.int64), np.asarray(edges["type"], np.int64)
+    except (KeyError, TypeError) as exc:
+        raise TypeError(
+            "graph must be a scene lane graph: {'nodes': {points, tile, width, speed_limit}, "
+            f"'edges': {{index, type}}}} (read_scene(...)['graph']); got {exc!r}"
+        ) from exc
+    pose = np.asarray(tile_pose, np.float64)
+    n = len(pts)
+    if pts.shape != (n, LANE_POINTS, 2) or n == 0:
+        raise ValueError(
+            f"graph nodes/points must have shape (n >= 1, {LANE_POINTS}, 2), got {pts.shape}"
+        )
+    if pose.ndim != 2 or pose.shape[1] != 3 or tile.min() < 0 or tile.max() >= len(pose):
+        raise ValueError(
+            f"tile_pose must have shape (T, 3) with a row for every node tile (0..{tile.max()}), "
+            f"got {pose.shape}"
+        )
+    world = tile_to_world(pts, pose[tile][:, None])
+    succ = np.full((n, max_succ), -1, np.int64)
+    fill = np.zeros(n, np.int64)
+    for a, b in index[etype == EDGE_TYPES.index("succ")]:
+        if fill[a] < max_succ:
+            succ[a, fill[a]] = b
+            fill[a] += 1
+    kw = dict(device=device, dtype=dtype)
+    return LaneSet(
+        torch.as_tensor(world, **kw)[None], torch.as_tensor(width, **kw)[None],
+        torch.as_tensor(limit, **kw)[None], torch.as_tensor(succ, device=device)[None],
+        torch.ones(1, n, dtype=torch.bool, device=device),
+    )  # fmt: skip
 
 
 def crop_lanes(lanes: LaneSet, centre, radius: float, max_lanes: int | None = None):
@@ -1061,12 +1126,24 @@ def feasibility_penalty(kin: torch.Tensor, *, beta: float = 20.0, dt: float = DT
     return pen_a, pen_k
 
 
+_S_MIN, _B_SAFE = 2.0, 4.0  # m, m/s^2: lane-change gap acceptance
+SHAPE_DIM = 13
+
+
 def _manoeuvre_penalty(kin, shape, beta: float):
-    """(..., 4) penalties of the manoeuvres from ``shape`` (..., 5) = (avail_left,
-    avail_right, need_left, need_right, commit) and the speed in ``kin``."""
+    """(..., 4) penalties of the manoeuvres from ``shape`` (..., SHAPE_DIM) (see
+    :func:`_shape_info`) and the speed in ``kin``."""
     avail, need, commit = shape[..., 0:2], shape[..., 2:4], shape[..., 4].round().long()
     kmax = _kappa_max(kin[..., 0])[..., None]
     lc = _BIG * (1 - avail) + beta * F.softplus((need / kmax - 1) / 0.05) * avail
+    # gap acceptance in the target lane: room on both sides, and neither we (behind its
+    # leader) nor its follower (behind us) must brake harder than B_SAFE to keep S_MIN
+    g = shape[..., 5:].unflatten(-1, (2, 4))  # side, (lead gap, lead dv, fol gap, fol dv)
+    closing = torch.stack([(-g[..., 1]).clamp(min=0), g[..., 3].clamp(min=0)], -1)
+    gaps = torch.stack([g[..., 0], g[..., 2]], -1)
+    d_req = closing.pow(2) / (2 * (gaps - _S_MIN).clamp(min=0.1))
+    unsafe = F.softplus((_S_MIN - gaps) / 0.25) + F.softplus((d_req - _B_SAFE) / 0.25)
+    lc = lc + beta * unsafe.sum(-1) * avail
     pen = torch.cat([torch.zeros_like(lc[..., :1]), lc, torch.zeros_like(lc[..., :1])], -1)
     idx = torch.arange(len(MANOEUVRES), device=kin.device)
     locked = (commit[..., None] > 0) & (idx != commit[..., None])
@@ -1074,8 +1151,32 @@ def _manoeuvre_penalty(kin, shape, beta: float):
 
 
 def _shape_info(feats: Features) -> torch.Tensor:
-    avail = (feats.neighbour >= 0).to(feats.x.dtype)
-    return torch.cat([avail, feats.need, feats.commit[..., None].to(feats.x.dtype)], -1)
+    """What the manoeuvre shaping reads (..., SHAPE_DIM): availability of the left and
+    right lanes (2), the curvature a change needs (2), the committed change (1), and per
+    side (left, right) the target lane's leader gap, its speed minus ours, the follower
+    gap, its speed minus ours (8; gaps clipped to [-10, 100] m, 100 where nobody)."""
+    dt = feats.x.dtype
+    avail = (feats.neighbour >= 0).to(dt)
+    side = []
+    for k in (1, 2):
+        side += [
+            feats.leader_gap[..., k].clamp(-10.0, _GAP_CAP), feats.leader_dv[..., k],
+            feats.follower_gap[..., k].clamp(-10.0, _GAP_CAP), feats.follower_dv[..., k],
+        ]  # fmt: skip
+    return torch.cat([avail, feats.need, feats.commit[..., None].to(dt), torch.stack(side, -1)], -1)
+
+
+def _shape_from_x(x: torch.Tensor, shape5: torch.Tensor) -> torch.Tensor:
+    """The gap columns of :func:`_shape_info` recovered from feature rows ``x`` (the
+    features store them scaled), appended to the first five columns."""
+    col = {n: i for i, n in enumerate(FEATURE_NAMES)}
+    side = []
+    for s in ("left", "right"):
+        side += [
+            x[..., col[f"{s}_lead_gap"]] * 50, x[..., col[f"{s}_lead_dv"]] * 10,
+            x[..., col[f"{s}_fol_gap"]] * 50, x[..., col[f"{s}_fol_dv"]] * 10,
+        ]  # fmt: skip
+    return torch.cat([shape5[..., :5], torch.stack(side, -1)], -1)
 
 
 # ----------------------------------------------------------------------------- motion
@@ -1445,7 +1546,7 @@ def _next_origin(m, prev, feats: Features):
 _BC_FIELDS = {
     "x": (FEATURE_DIM,),
     "kin": (4,),
-    "shape": (5,),
+    "shape": (SHAPE_DIM,),
     "manoeuvre": (),
     "accel": (),
     "kappa": (),
@@ -1454,8 +1555,8 @@ _BC_FIELDS = {
 
 class BCDataset(torch.utils.data.Dataset):
     """Behaviour-cloning samples: ``x`` (N, FEATURE_DIM), ``kin`` (N, 4) = (v, a_prev,
-    κ_prev, length), ``shape`` (N, 5) = (avail_left, avail_right, need_left, need_right,
-    commit), ``manoeuvre`` (N,) long, targets ``accel``, ``kappa`` (N,). ``info``: a
+    κ_prev, length), ``shape`` (N, SHAPE_DIM) (what the manoeuvre shaping reads:
+    ``_shape_info``), ``manoeuvre`` (N,) long, targets ``accel``, ``kappa`` (N,). ``info``: a
     JSON-able record of how it was made. Indexing with a list of indices returns a
     batch dict (``__getitems__``: the DataLoader fetches batches in one slice)."""
 
@@ -1698,7 +1799,7 @@ def collect_bc(
         )
         shape = _shape_info(feats)
         pen = _manoeuvre_penalty(feats.kin, shape, 20.0)
-        ok = torch.gather(pen, -1, label[..., None]).squeeze(-1) < 1.0
+        ok = torch.gather(pen, -1, label[..., None]).squeeze(-1) - pen.amin(-1) < 1.0
         take = same & ok
         counts["dropped_inconsistent"] += int((same & ~ok).sum())
         if t % every == 0 and bool(take.any()):
@@ -1797,6 +1898,7 @@ def rollout_vs_traffic(
     ``offroad_rate`` (fraction of compared agents ever in collision / beyond ``width/2 +
     offroad_tolerance`` of every lane), ``infeasible_rate`` (fraction of compared agents
     with an infeasible step) and ``infeasible_step_rate`` / ``infeasible_steps`` (count),
+    ``collision_rate_sim_sim`` (collisions whose partner is ΔSim-driven too, not replayed),
     the same rates of the ground truth (``gt_*``), ``agents``, and ``ms_per_step``
     (features + act + integration for the batch). ``details``: also ``"trajectories"``,
     the frames (B, T+1, V, 7) of both rollouts, the ``compared`` mask (B, V, T+1) and
@@ -1887,6 +1989,14 @@ def rollout_vs_traffic(
         w = torch.as_tensor(road.width, dtype=dtype)
         off = metrics.offroad(frames, valid & cmp_t, pts, w, tolerance=offroad_tolerance)
         out[name + "offroad_rate"] = float((off[:, 1:].any(1) & ever).sum() / max(n_agents, 1))
+        if not name:  # collisions between two ΔSim-driven vehicles (no replayed partner)
+            x = torch.where(valid[..., None], frames, torch.zeros((), dtype=dtype))[:, 1:]
+            pair = metrics.boxes_overlap(x[:, :, :, None], x[:, :, None, :])
+            both = cmp_t[:, 1:, :, None] & cmp_t[:, 1:, None, :]
+            pair &= both & ~torch.eye(x.shape[2], dtype=torch.bool, device=x.device)
+            out["collision_rate_sim_sim"] = float(
+                (pair.any(-1).any(1) & ever).sum() / max(n_agents, 1)
+            )
         traj = frames.transpose(1, 2)  # B,V,T+1,7
         bad = metrics.infeasible_steps(traj, compared & valid.transpose(1, 2))
         n_steps = int((compared[..., 1:] & compared[..., :-1]).sum())

@@ -172,6 +172,23 @@ def test_lanes_from_road_and_crop():
             assert s == (kept.index(orig) if orig in kept else -1)
 
 
+def test_lanes_from_tiles_world_frame_and_links():
+    from simsci.systems.driving._tiles import cut_lanes, lane_graph
+
+    road = driving.straight_road(200.0, lanes=2)
+    poses = torch.tensor([[32.0, 0.0, 0.0], [96.0, 0.0, 0.0]], dtype=D).numpy()
+    graph = lane_graph([cut_lanes(road, p) for p in poses], road)
+    lanes = npc.lanes_from_tiles(graph, poses, dtype=D)
+    assert lanes.points.shape == (1, len(graph["nodes"]["tile"]), npc.LANE_POINTS, 2)
+    ys = set(round(float(y), 6) for y in lanes.points[0, :, :, 1].flatten())
+    assert ys == {-5.25, -1.75, 1.75, 5.25}
+    # an agent at x = 60 on forward lane 0 sees its path across the tile seam to x = 128
+    f = npc.features(lanes, _agents([60.0], -1.75, 0.0, 10.0))
+    assert int(f.lane[0, 0]) >= 0 and float(f.path_left[0, 0, 0]) == pytest.approx(68.0, abs=1e-6)
+    with pytest.raises(TypeError, match="graph must be a scene lane graph"):
+        npc.lanes_from_tiles({"nodes": {}}, poses)
+
+
 # ------------------------------------------------------------------ shaping
 def _random_states(n, gen, *, extreme=False):
     lanes = _two_lanes(pieces=3)
@@ -248,7 +265,7 @@ def test_gradients_flow_through_shaping():
     model = npc.DeltaSim(hidden=8, depth=1).double()
     kin2 = kin.detach().clone().requires_grad_(True)
     out = model(torch.randn(3, npc.FEATURE_DIM, dtype=D))
-    lm, la, lk = model.shaped(out, kin2, torch.zeros(3, 5, dtype=D))
+    lm, la, lk = model.shaped(out, kin2, torch.zeros(3, npc.SHAPE_DIM, dtype=D))
     (la.logsumexp(-1).sum() + lk.logsumexp(-1).sum()).backward()
     assert torch.isfinite(kin2.grad).all() and float(kin2.grad.abs().sum()) > 0
 
@@ -271,6 +288,15 @@ def test_manoeuvre_shaping_rules_out_missing_lanes_and_broken_commitment():
     # forcing a manoeuvre by name
     _, _, m = model.act(lanes, ag, ctrl, force="yield")
     assert m.tolist() == [[3, 3]]
+    # gap acceptance: no change left in front of a car 1 m behind, or one closing fast
+    for x1, v1 in ((114.5, 10.0), (85.0, 30.0)):  # the follower on the piece before
+        ag = _agents([120.0, x1], [0.0, 3.5], 0.0, [10.0, v1])
+        f = npc.features(lanes, ag)
+        pen = npc._manoeuvre_penalty(f.kin, npc._shape_info(f), model.beta)
+        assert float(pen[0, 0, 1]) > 20 and float(pen[0, 0, 0]) == 0
+    ag = _agents([120.0, 85.0], [0.0, 3.5], 0.0, [10.0, 10.0])  # a free gap
+    f = npc.features(lanes, ag)
+    assert float(npc._manoeuvre_penalty(f.kin, npc._shape_info(f), model.beta)[0, 0, 1]) < 0.1
 
 
 # ------------------------------------------------------------------ learning
@@ -304,7 +330,7 @@ def test_bc_loss_decreases(tiny_data):
         opt.zero_grad()
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     assert losses[-1] < 0.5 * losses[0]
     with torch.no_grad():
         val = model.validation_step(batch)
@@ -371,7 +397,7 @@ def test_bad_input_rejected():
         npc.step_agents(ag, torch.full((1, 1), math.nan), torch.zeros(1, 1), ag.valid)
     with pytest.raises(ValueError, match="manoeuvre labels must index MANOEUVRES"):
         npc.BCDataset({"x": torch.zeros(1, npc.FEATURE_DIM), "kin": torch.zeros(1, 4),
-                       "shape": torch.zeros(1, 5), "manoeuvre": torch.tensor([4]),
+                       "shape": torch.zeros(1, npc.SHAPE_DIM), "manoeuvre": torch.tensor([4]),
                        "accel": torch.zeros(1), "kappa": torch.zeros(1)})  # fmt: skip
     with pytest.raises(ValueError, match="feature_dim must be FEATURE_DIM"):
         npc.DeltaSim(feature_dim=3)
