@@ -255,12 +255,23 @@ def write_rollout(result: dict, path, *, meta: dict | None = None):
     T = len(tr["agents"])
     if T < 2:
         raise ValueError("the rollout has fewer than 2 frames; nothing to write")
+    from simsci.systems.driving._tiles import tile_cells
+
     road = _pseudo_road(result["tiles"])
-    times = np.arange(T) * 0.1
-    ep = scene_episode(
-        road, times, tr["agents"], tr["valid"], origin_pose=np.array([0.0, 0.0, 0.0])
-    )
+    # the format needs a lane in every tile: a drive that left the generated lanes into
+    # a lane-less cell is written up to the step it entered that cell
+    origin = np.array([0.0, 0.0, 0.0])
+    cells, first = tile_cells(np.asarray(tr["agents"][:, 0, :2], np.float64), origin[:2], 0.0)
+    end = T
+    for cell, f in zip(np.asarray(cells), np.asarray(first)):
+        tile = result["tiles"].get((int(cell[0]), int(cell[1])))
+        if tile is None or len(tile["points"]) == 0:
+            end = max(int(np.floor(f)), 2)
+            break
+    times = np.arange(end) * 0.1
+    ep = scene_episode(road, times, tr["agents"][:end], tr["valid"][:end], origin_pose=origin)
     info = {"generator": "simsci.models.vectorworld.rollout", **(meta or {})}
+    info["written_steps"] = int(end)
     info.update({k: v for k, v in result["stats"].items() if isinstance(v, (int, float, str))})
     return write_scenes(path, [ep], meta=info, overwrite=True)
 

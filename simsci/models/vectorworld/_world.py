@@ -215,6 +215,7 @@ class StreamingWorld:
                 "despawned",
                 "init_agents",
                 "init_rejected",
+                "uncontexted",
             )
         }
         self._ego_lane = torch.zeros(n, dtype=torch.long, device=dev)
@@ -423,6 +424,12 @@ class StreamingWorld:
                 return
             ctx = [self.tiles[b][self._slot_of(b, p)]["tile"] for b, p, _ in req]
             dirs = [_direction(p, c) for _, p, c in req]
+            # an empty context (a tile still lane-less after the generator's retries) has
+            # nothing to continue: its neighbour is drawn like a first tile (counted)
+            for i, t in enumerate(ctx):
+                if len(t["points"]) == 0:
+                    ctx[i], dirs[i] = None, None
+                    self.stats["uncontexted"] += 1
             tiles, _ = self._generate(ctx, dirs)
             for (b, _, c), tile in zip(req, tiles):
                 self._insert(b, c, tile, protect=walks[b])
