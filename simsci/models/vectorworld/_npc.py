@@ -38,7 +38,10 @@ The data contract (the integrator's world builds these)
   plus the policy's memory: ``lane`` (the lane index associated last step, -1 unknown),
   ``manoeuvre`` (last manoeuvre, an index of :data:`MANOEUVRES`), ``origin`` (the lane a
   lane change started from, -1 none) and ``route`` (a per-agent key choosing among
-  successors: lane ``l``'s next lane is ``succ[l, route % n_succ(l)]``).
+  successors: lane ``l``'s next lane is ``succ[l, route % n_succ(l)]``). ``lane`` and
+  ``origin`` index the LaneSet of the last step: a world that rebuilds its LaneSet must
+  map them to the new indices (``crop_lanes`` returns each lane's source id for that)
+  or reset them to -1 (ids beyond the new L are ignored).
 - ``controlled`` (B, V) bool: the agents the policy drives (slot 0 may be an ego that
   something else drives).
 
@@ -898,7 +901,8 @@ def features(lanes: LaneSet, agents: AgentState) -> Features:
     dist, s_c, off_c, tan_c, over_c = _project(geo, bflat_c, cand, px, py)
     cos_e = tan_c[..., 0] * ch[..., None] + tan_c[..., 1] * sh[..., None]
     # --- association with hysteresis
-    cache = agents.lane
+    # memory from another lane set (ids out of range) is forgotten, not misread
+    cache = torch.where(agents.lane < L, agents.lane, -1)
     cache_next = _next_lane(geo, b_off, cache, agents.route)
     pref = (cand == cache[..., None]) | (cand == cache_next[..., None])
     pref &= (cache >= 0)[..., None]
@@ -1042,7 +1046,7 @@ def features(lanes: LaneSet, agents: AgentState) -> Features:
     kmax_now = _kappa_max(v)
     need_ratio = (need / kmax_now[..., None]).clamp(max=3.0)
     prev = agents.manoeuvre
-    origin = agents.origin
+    origin = torch.where(agents.origin < L, agents.origin, -1)
     orig_next = _next_lane(geo, b_off, origin, agents.route)
     on_origin = (origin >= 0) & ((lane == origin) | (lane == orig_next)) & (lane >= 0)
     changing = (prev == LEFT) | (prev == RIGHT)
