@@ -18,9 +18,11 @@ advances them at the driving world's 10 Hz:
    neither the ego's cell nor on its look-ahead walk, and its agents leave with it.
 3. **Agents.** A new tile's agents (generated with it, so their density is the
    generator's) enter the world unless their box overlaps a present vehicle or lies
-   within ``spawn_clearance`` of the ego (counted as ``spawn_rejected``). NPCs act with
-   ΔSim (:mod:`._npc`) on the generated lanes; agents farther than ``window`` from the
-   ego or on a dropped tile leave.
+   within ``spawn_clearance`` of the ego (counted as ``spawn_rejected``), each with a
+   random route key (its choice at forks). NPCs act with ΔSim (:mod:`._npc`) on the
+   generated lanes; agents farther than ``window`` from the ego or on a dropped tile
+   leave, and so do NPCs with no lane (or more than 3.5 m off it) and NPCs stopped at
+   the end of their lane (``npc_lost``): a generated lane can end anywhere.
 4. **The ego** is driven by the caller (acceleration, steering: the action of
    ``simsci/Driving-v0``) through the same kinematic bicycle as the driving world
    (:func:`simsci.systems.driving._traffic.bicycle_step`).
@@ -216,6 +218,7 @@ class StreamingWorld:
                 "init_agents",
                 "init_rejected",
                 "uncontexted",
+                "npc_lost",
             )
         }
         self._ego_lane = torch.zeros(n, dtype=torch.long, device=dev)
@@ -360,6 +363,10 @@ class StreamingWorld:
             self.lane_kind[b, lo : lo + n_l] = t(tile["kind"]).long()
             self.lane_valid[b, lo : lo + n_l] = True
         recs[slot] = {"cell": tuple(cell), "tile": tile, "world_points": pts}
+        # ΔSim remembers lanes by index: forget the slot's old lanes
+        for name in ("lane", "origin"):
+            m = self.memory[name][b]
+            m[(m >= lo) & (m < lo + self.Lt)] = -1
         self._connect(b)
         if spawn:
             for a in np.asarray(tile["agents"], np.float64).reshape(-1, 7):
@@ -481,8 +488,10 @@ class StreamingWorld:
         self.accel[b, j], self.kappa[b, j] = accel, kappa
         self.length[b, j], self.width[b, j] = row[5], row[6]
         self.valid[b, j] = True
-        for name, fill in (("lane", -1), ("manoeuvre", 0), ("origin", -1), ("route", 0)):
+        for name, fill in (("lane", -1), ("manoeuvre", 0), ("origin", -1)):
             self.memory[name][b, j] = fill
+        # a random route key: which successor the NPC takes at each fork
+        self.memory["route"][b, j] = int(torch.randint(2**20, (1,), generator=self.generator))
         self.uid[b, j] = self._next_uid
         self._next_uid += 1
         if check:
@@ -564,7 +573,7 @@ class StreamingWorld:
         npc[:, 0] = False
         if bool(npc.any()):
             with torch.no_grad():
-                new, _ = self.model.npc.step(
+                new, feats = self.model.npc.step(
                     self.lane_set(),
                     self.agent_state(),
                     npc,
@@ -577,6 +586,16 @@ class StreamingWorld:
                 setattr(self, name, getattr(new, name).clone())
             for name in self.memory:
                 self.memory[name] = getattr(new, name).clone()
+            # NPCs off the generated lanes, or stopped at the end of theirs, leave
+            lost = npc & (
+                (feats.lane < 0)
+                | (feats.offset.abs() > 3.5)
+                | ((self.v < 0.1) & (feats.path_left[..., 0] < 5.0))
+            )
+            if bool(lost.any()):
+                self.stats["npc_lost"] += int(lost.sum())
+                self.valid &= ~lost
+                self._freed_at[lost] = self.steps
         x0, y0 = self.x[:, 0].clone(), self.y[:, 0].clone()
         xn, yn, thn, vn, an, kn = bicycle_step(
             x0, y0, self.theta[:, 0], self.v[:, 0], a[:, 0], a[:, 1], self.length[:, 0]
