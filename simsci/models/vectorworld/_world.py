@@ -240,7 +240,9 @@ class StreamingWorld:
             self.valid[b] = False
             self._freed_at[b] = -(10**9)
         self.driven[idx] = 0.0
-        firsts, _ = self._generate([None] * len(idx), [None] * len(idx))
+        # first tiles: more draws, so that a lane through the origin along +x (where the
+        # ego starts, as in the data's tile 0) is found more often
+        firsts, _ = self._generate([None] * len(idx), [None] * len(idx), max_tries=8)
         self.stats["first_tiles"] += len(idx)
         for b, tile in zip(idx, firsts):
             self._insert(b, (0, 0), tile, spawn=False)
@@ -309,18 +311,16 @@ class StreamingWorld:
             self._add_agent(b, a, accel=float(acc[j]), kappa=float(kap[j]), check=False)
 
     # ------------------------------------------------------------------ tiles
-    def _generate(self, contexts, directions):
-        tiles, st = self._raw_generate(contexts, directions)
-        return [_physical(t) for t in tiles], st
-
-    def _raw_generate(self, contexts, directions):
+    def _generate(self, contexts, directions, max_tries: int = 3):
         tiles, st = self.model.tiles.generate(
             contexts,
             directions,
             steps=self.tile_steps,
             mode=self.tile_mode,
             generator=self.generator,
+            max_tries=max_tries,
         )
+        tiles = [_physical(t) for t in tiles]
         self.stats["tiles"] += len(tiles)
         self.stats["resampled"] += int(st.get("resampled", 0))
         self.stats["empty_tiles"] += int(st.get("empty", 0))

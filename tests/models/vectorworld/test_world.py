@@ -46,7 +46,9 @@ class StraightTiles(torch.nn.Module):
         self.empty = empty
         self.calls = []
 
-    def generate(self, contexts, directions, *, steps=1, mode="meanflow", generator=None):
+    def generate(
+        self, contexts, directions, *, steps=1, mode="meanflow", generator=None, max_tries=3
+    ):
         self.calls.append(list(directions))
         n = len(contexts)
         if self.empty:
