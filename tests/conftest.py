@@ -12,6 +12,13 @@ import os
 # with any other load, makes each op wait for a busy core (seen: 30-60x slower). Set
 # before torch is imported so torch reads it. Benchmarks choose their own threads.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Models built on the fly and cached (VectorWorld's small default) go to one scratch
+# cache per run, shared with the subprocesses the tests start: built once, never in the
+# user's ~/.cache.
+if "SIMSCI_CACHE" not in os.environ:
+    import tempfile
+
+    os.environ["SIMSCI_CACHE"] = tempfile.mkdtemp(prefix="simsci-test-cache-")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

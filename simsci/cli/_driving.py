@@ -17,8 +17,10 @@ The driving world (simsci.systems.driving) and its environment simsci/Driving-v0
             and off-road rates of the agents in each tile, kinematic infeasibility of
             their histories, agents per km, lane-graph statistics, seam gaps
   ppo       train a PPO agent (Stable Baselines3, pip install "simsci[rl]") in
-            simsci/Driving-v0 and evaluate it against the lane-keeping baseline
-  eval      evaluate a policy: lane-keeping, zero, or a PPO checkpoint (.zip)
+            simsci/Driving-v0 (--env vectorworld: simsci/VectorWorld-v0, the generated
+            world of --checkpoint) and evaluate it against the lane-keeping baseline
+  eval      evaluate a policy: lane-keeping, zero, or a PPO checkpoint (.zip), in
+            either world (a policy trained in one runs in the other)
 
 examples:
   simsci driving roads --seed 0 --count 5 --length 5000
@@ -26,6 +28,7 @@ examples:
   simsci driving metrics data/scenes.h5
   simsci driving ppo --timesteps 200000 --num-envs 32 --out runs/driving_ppo
   simsci driving eval runs/driving_ppo/ppo.zip --episodes 64
+  simsci driving eval runs/driving_ppo/ppo.zip --env vectorworld --checkpoint runs/vw
 """
 
 
@@ -45,6 +48,15 @@ def add_to(sub) -> None:
     p.add_argument("--num-envs", type=int, default=16, help="egos stepped together")
     p.add_argument("--timesteps", type=int, default=200_000, help="ppo: environment steps")
     p.add_argument("--max-episode-steps", type=int, default=600, help="episode length (10 Hz)")
+    p.add_argument(
+        "--env",
+        choices=["driving", "vectorworld"],
+        default="driving",
+        help="ppo/eval: simsci/Driving-v0 or simsci/VectorWorld-v0 (same spaces)",
+    )
+    p.add_argument(
+        "--checkpoint", default=None, help="vectorworld: the VectorWorld directory (simsci train)"
+    )
     p.add_argument(
         "--out", default=None, help="output: JSON file (roads, metrics) or run dir (ppo)"
     )
@@ -103,16 +115,30 @@ def _metrics(args) -> int:
     return 0
 
 
+ENV_IDS = {"driving": "simsci/Driving-v0", "vectorworld": "simsci/VectorWorld-v0"}
+
+
 def _env_kwargs(args) -> dict:
     if args.max_episode_steps < 1 or args.num_envs < 1:
         raise ValueError("--max-episode-steps and --num-envs must be >= 1")
-    return {"max_episode_steps": args.max_episode_steps, "route_length": args.length}
+    kw = {"max_episode_steps": args.max_episode_steps, "route_length": args.length}
+    if args.env == "vectorworld":
+        kw["checkpoint"] = args.checkpoint
+    elif args.checkpoint is not None:
+        raise ValueError("--checkpoint applies to --env vectorworld (a VectorWorld directory)")
+    return kw
+
+
+def _vector_env(args):
+    from simsci.envs import DrivingVectorEnv, VectorWorldVectorEnv
+
+    return DrivingVectorEnv if args.env == "driving" else VectorWorldVectorEnv
 
 
 def _ppo(args) -> int:
     import torch
 
-    from simsci.envs import DrivingVectorEnv, evaluate_driving, lane_keeping_policy, to_sb3
+    from simsci.envs import evaluate_driving, lane_keeping_policy, to_sb3
 
     try:
         from stable_baselines3 import PPO
@@ -129,7 +155,7 @@ def _ppo(args) -> int:
     from stable_baselines3.common.vec_env import VecNormalize
 
     # observations in metres and m/s: running normalisation (saved beside the model)
-    venv = VecNormalize(to_sb3(DrivingVectorEnv(args.num_envs, **kwargs)), gamma=0.99)
+    venv = VecNormalize(to_sb3(_vector_env(args)(args.num_envs, **kwargs)), gamma=0.99)
     # rollouts of 256 steps per ego (fewer for a tiny budget), minibatches of 1024; a
     # small initial action noise, or the first policies steer off the road at once
     n_steps = max(8, min(256, args.timesteps // args.num_envs))
@@ -152,11 +178,16 @@ def _ppo(args) -> int:
     def ppo_policy(obs):
         return model.predict(venv.normalize_obs(obs), deterministic=True)[0]
 
-    eval_kw = {"episodes": args.episodes, "num_envs": args.num_envs, "seed": 10_000 + args.seed}
+    eval_kw = {
+        "episodes": args.episodes,
+        "num_envs": args.num_envs,
+        "seed": 10_000 + args.seed,
+        "env_id": ENV_IDS[args.env],
+    }
     result = {
         "timesteps": args.timesteps,
         "train_seconds": round(seconds, 1),
-        "env": {"id": "simsci/Driving-v0", **kwargs},
+        "env": {"id": ENV_IDS[args.env], **kwargs},
         "ppo": evaluate_driving(ppo_policy, **eval_kw, **kwargs),
         "lane_keeping": evaluate_driving(lane_keeping_policy, **eval_kw, **kwargs),
         "model": str(out / "ppo.zip"),
@@ -198,7 +229,12 @@ def _eval(args) -> int:
 
     kwargs = _env_kwargs(args)
     result = evaluate_driving(
-        policy, episodes=args.episodes, num_envs=args.num_envs, seed=args.seed, **kwargs
+        policy,
+        episodes=args.episodes,
+        num_envs=args.num_envs,
+        seed=args.seed,
+        env_id=ENV_IDS[args.env],
+        **kwargs,
     )
-    _emit({"policy": target, **result}, args.out)
+    _emit({"policy": target, "env": ENV_IDS[args.env], **result}, args.out)
     return 0

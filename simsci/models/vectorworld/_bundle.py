@@ -270,29 +270,29 @@ def small_default(*, cache_dir=None, rebuild: bool = False) -> VectorWorld:
     if not scenes.is_file():
         tmp = work / "scenes.tmp.h5"
         tmp.unlink(missing_ok=True)
-        make_scenes(16, out=tmp, seed=0, drive_length=400.0, route_length=1500.0)
+        make_scenes(8, out=tmp, seed=0, drive_length=300.0, route_length=1000.0)
         tmp.rename(scenes)
     with torch.random.fork_rng():
         torch.manual_seed(0)
         train_vectorworld(
             scenes,
             path,
-            tile_steps=150,
-            vae_steps=150,
-            npc_steps=150,
+            tile_steps=100,
+            vae_steps=100,
+            npc_steps=100,
             tiles_kwargs={
                 "model_args": {"width": 32, "depth": 1, "heads": 2, "freq_dim": 16},
                 "batch_size": 8,
-                "val_every": 150,
+                "val_every": 100,
                 "max_val_items": 32,
                 "warmup_steps": 10,
             },
             vae_kwargs={
                 "model_args": {"hidden": 32, "latent": 8},
                 "batch_size": 16,
-                "val_every": 150,
+                "val_every": 100,
             },
-            npc_kwargs={"hidden": 32, "depth": 2, "n_scenes": 8, "steps": 120, "val_steps": 40},
+            npc_kwargs={"hidden": 32, "depth": 2, "n_scenes": 6, "steps": 60, "val_steps": 30},
             npc_roads=1,
         )
     shutil.rmtree(work, ignore_errors=True)

@@ -642,8 +642,12 @@ def train_tile_generator(
     device: str = "cpu",
     resume: bool = True,
     progress: bool = False,
+    init_from=None,
 ) -> dict:
     """Train a :class:`TileGenerator` on a scene file with :class:`simsci.train.Trainer`.
+
+    ``init_from``: a TileGenerator checkpoint to start from (a warm start with a fresh
+    optimiser and schedule; its constructor arguments replace ``model_args``).
 
     The last ``val_fraction`` of the episodes (at least one) are held out; validation uses
     at most ``max_val_items`` of their items (evenly spaced). ``model_args``: keyword
@@ -668,7 +672,18 @@ def train_tile_generator(
     if n - n_val < 1:
         raise ValueError(f"{path} has {n} episodes: none left for training after {n_val} held out")
     train_ids, val_ids = list(range(n - n_val)), list(range(n - n_val, n))
-    model = TileGenerator(**(model_args or {}))
+    if init_from is not None:
+        from simsci.train import load_model
+
+        model = load_model(init_from)
+        if not isinstance(model, TileGenerator):
+            raise ValueError(
+                f"init_from {os.fspath(init_from)!r} holds a {type(model).__name__}, not a "
+                "TileGenerator"
+            )
+        model.train()
+    else:
+        model = TileGenerator(**(model_args or {}))
     t0 = time.perf_counter()
     train_set = TileSamples(path, train_ids, model.layout, p_first=model.p_first)
     val_set = None
