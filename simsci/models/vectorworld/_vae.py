@@ -41,14 +41,20 @@ rejection sampling enforces the joint constraints)
 - **Encoder with a motion gate**: ``mu = f_mu(c) + g h_mu(m)``, ``log sigma^2 = f_v(c) +
   g h_v(m)`` with c the current state (tile and lane coordinates, speed, size, the
   assigned lane's embedding and a distance-biased attention over the tile's lanes), m
-  the flattened 11-frame history (positions and headings relative to the current pose,
-  speeds, controls, validity flags; masked frames are zeros) and the gate ``g =
-  sigmoid(MLP(c, n_valid / 11))`` per agent. An MLP over the fixed 11 frames instead of a
-  GRU: the window is short and fixed, and the MLP is several times cheaper on one core.
-  With only the current frame valid (12 % of the file's agents: tiles at an episode's
-  start) the history carries nothing: a small cost ``gate_cost * g`` (0.1 nat) makes
-  the gate close there and open where the history pays for itself. ``z = mu + sigma eps``,
-  eps from the global torch RNG (so a resumed run is bit-for-bit the same); KL to N(0, I).
+  the 10 past frames, flattened (positions and headings relative to the current pose,
+  speeds, the controls of each step, validity flags; invalid frames are zeros; the
+  current frame is in c), ``h(m) = tanh(MLP(m)) - tanh(MLP(0))`` and the gate ``g =
+  sigmoid(MLP(c, n_past / 10))`` per agent. Two choices make the gate mean what it
+  says: ``h(0) = 0``, so a history without past frames contributes exactly nothing
+  (else ``g(c) h(0)`` is extra capacity and the gate stays open everywhere), and a
+  bounded h, so the gate's scale cannot be traded against h's. A cost ``gate_cost *
+  softplus(logit) = -gate_cost log(1 - g)`` (0.1 nat per unit; its gradient in the logit
+  does not vanish as g -> 1) closes the gate where the history does not pay for itself:
+  with only the current frame valid (12 % of the file's agents: tiles at an episode's
+  start) the model relies on the current state. An MLP over the fixed 10 frames instead
+  of a GRU: the window is short and fixed, and the MLP is several times cheaper on one
+  core. ``z = mu + sigma eps``, eps from the global torch RNG (so a resumed run is
+  bit-for-bit the same); KL to N(0, I).
 - **Decoder** from z, autoregressive over the agent's attributes in the order ``lane ->
   s -> speed -> lateral offset -> heading offset -> size and controls``, each step
   conditioned on the previous ones (teacher-forced in training): a POINTER over the
@@ -545,7 +551,7 @@ def _tile_record(lanes_k: Mapping, agents_k, valid_k, hvalid_k) -> dict | None:
         ],
         -1,
     )
-    hf = np.where(hv[..., None], hf, 0.0)
+    hf = np.where(hv[..., None], hf, 0.0)[:, :-1]  # the current frame is in the state
     w_lane = lanes["width"][pr["lane"]]
     edge_index, edge_type, edge_attr = lane_edges(lanes["points"])
     return {
@@ -632,7 +638,7 @@ def collate_tiles(batch) -> dict:
     ``lane_width`` (N,), ``lane_tile`` (N,)), edges offset to the stacked ids
     (``edge_index`` (2, E), ``edge_type``, ``edge_attr``); agents are stacked (``agent_tile``
     (M,), ``lane`` local lane index in its tile, ``lane_global`` (M,), ``s``, ``d``, ``psi``,
-    ``cur`` (M, 7), ``hist`` (M, 88), ``n_valid``, ``ctrl`` (M, 10, 2), ``ctrl_valid``), and
+    ``cur`` (M, 7), ``hist`` (M, 80), ``n_valid``, ``ctrl`` (M, 10, 2), ``ctrl_valid``), and
     ``count`` (B,) other agents per tile."""
     if not isinstance(batch, (list, tuple)) or not batch:
         raise ValueError("collate_tiles takes a non-empty list of TileAgents items")
@@ -725,8 +731,8 @@ class MotionGatedVAE(nn.Module):
     position, the speed (``v_max`` m/s: the last bin's upper end) and of the lateral and
     heading offsets (in the warped coordinate ``u = sign(x) sqrt(|x| / x_max)``, fine
     bins near the lane centre), ``beta`` KL weight, ``count_weight`` weight of the count
-    head's loss, ``gate_cost`` loss per unit of gate opening (the gate opens only where
-    the history pays for it; 0 leaves it unregularised).
+    head's loss, ``gate_cost`` weight of the gate's cost ``-log(1 - g)`` per agent (the
+    gate opens only where the history pays for it; 0 leaves it unregularised).
     """
 
     def __init__(
@@ -797,7 +803,7 @@ class MotionGatedVAE(nn.Module):
         d_state = STATE_FEATURES + 2 * H
         self.enc_att = _LaneAttention(STATE_FEATURES + H, H)
         self.enc_state = _mlp(d_state, H, 2 * Z)
-        self.enc_hist = _mlp(HISTORY * HIST_FEATURES, H, 2 * Z)
+        self.enc_hist = _mlp(_STEPS * HIST_FEATURES, H, 2 * Z)
         self.enc_gate = _mlp(d_state + 1, H, 1)
         # decoder: lane -> s -> speed -> lateral -> heading -> size and controls
         self.ptr_q = _mlp(Z + H, H, H)
@@ -944,10 +950,13 @@ class MotionGatedVAE(nn.Module):
         st = self._state_features(cur, s, d, psi, pf)
         att = self.enc_att(torch.cat([st, e_sel], -1), pos, dense, pts, mask)
         c = torch.cat([st, e_sel, att], -1)
-        gate = torch.sigmoid(
-            self.enc_gate(torch.cat([c, (batch["n_valid"] / HISTORY)[:, None]], -1))
-        )
-        mu_lv = self.enc_state(c) + gate * self.enc_hist(batch["hist"])
+        past = ((batch["n_valid"] - 1) / _STEPS)[:, None]  # 0: no past frame
+        gate_logit = self.enc_gate(torch.cat([c, past], -1))
+        gate = torch.sigmoid(gate_logit)
+        hist = batch["hist"]
+        # h(m) - h(empty): a history with only the current frame adds exactly nothing
+        h = torch.tanh(self.enc_hist(hist)) - torch.tanh(self.enc_hist(torch.zeros_like(hist[:1])))
+        mu_lv = self.enc_state(c) + gate * h
         mu, logvar = mu_lv[:, : self.latent], mu_lv[:, self.latent :].clamp(-10.0, 6.0)
         z = mu + torch.exp(0.5 * logvar) * torch.randn_like(mu)
         kl = 0.5 * (mu**2 + logvar.exp() - 1.0 - logvar).sum(-1)
@@ -981,6 +990,7 @@ class MotionGatedVAE(nn.Module):
         out = {key: dec[key] for key in dec if key.startswith("nll_")}
         out.update(kl=kl, nll_size=nll_size, nll_history=nll_ctrl, count_nll=count_nll)
         out["gate"] = gate[:, 0]
+        out["gate_cost"] = nn.functional.softplus(gate_logit[:, 0])  # -log(1 - g)
         return out
 
     def _losses(self, batch) -> dict:
@@ -988,7 +998,7 @@ class MotionGatedVAE(nn.Module):
         recon = sum(t[f"nll_{k}"] for k in _TERMS)
         elbo = (recon + t["kl"]).mean()
         loss = (
-            recon + self.beta * t["kl"] + self.gate_cost * t["gate"]
+            recon + self.beta * t["kl"] + self.gate_cost * t["gate_cost"]
         ).mean() + self.count_weight * t["count_nll"].mean()
         out = {"loss": loss, "neg_elbo": elbo.detach()}
         for key in ("kl", "count_nll", "gate") + tuple(f"nll_{k}" for k in _TERMS):
@@ -996,7 +1006,7 @@ class MotionGatedVAE(nn.Module):
         return out
 
     def training_step(self, batch) -> dict:
-        """``loss`` = mean over agents of (reconstruction NLL + beta KL + gate_cost gate)
+        """``loss`` = mean over agents of (reconstruction NLL + beta KL - gate_cost log(1 - g))
         + count_weight * count NLL per tile; also ``neg_elbo`` (the negative ELBO per
         agent, beta = 1, without count and gate terms) and each term, in nats per agent
         (histogram terms as densities of s, speed in m/s, and the warped offsets)."""
@@ -1104,9 +1114,11 @@ class MotionGatedVAE(nn.Module):
 
         Returns ``agents`` (m, 11, 7) float64 in the tile frame (m <= n; m < n only when
         ``max_tries`` ran out, see ``stats['shortfall']``), ``history_valid`` (m, 11) bool
-        (all True) and ``stats``: ``requested``, ``placed``, ``shortfall``, ``drawn``,
-        ``rejected`` and ``rejected_<reason>`` for the reasons outside, offroad, ego,
-        overlap, gap, history (module docstring)."""
+        (all True) and ``stats``: ``requested``, ``placed``, ``shortfall``, ``drawn``
+        (decoded candidates, the unused ones of the last round included), ``rejected``
+        and ``rejected_<reason>`` for the reasons outside, offroad, ego (overlap or gap
+        with the ego's box; the ego has no history here), overlap, gap, history (module
+        docstring). Candidates are decoded in rounds of ``max(8, 2 * missing)``."""
         lanes = check_lanes(lanes)
         if n_agents is not None and (
             isinstance(n_agents, bool)

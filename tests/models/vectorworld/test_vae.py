@@ -196,12 +196,13 @@ def test_dataset_and_collate(dataset, episodes):
     n_lanes, n_agents = 3 * 3, 3 * 4
     assert batch["lane_x"].shape == (n_lanes, LANE_FEATURES)
     assert batch["lane_points"].shape == (n_lanes, 20, 2)
-    assert batch["cur"].shape == (n_agents, 7) and batch["hist"].shape == (n_agents, 88)
+    assert batch["cur"].shape == (n_agents, 7) and batch["hist"].shape == (n_agents, 80)
     assert batch["ctrl"].shape == (n_agents, 10, 2) and batch["ctrl_valid"].shape == (n_agents, 10)
     assert batch["count"].tolist() == [4.0, 4.0, 4.0]
     assert int(batch["edge_index"].max()) < n_lanes
     # first tile of an episode: only the current frame valid, no control step
     assert batch["n_valid"][:4].tolist() == [1.0] * 4 and not batch["ctrl_valid"][:4].any()
+    assert not batch["hist"][:4].any() and batch["hist"][4:].any()  # no past frame: zeros
     assert batch["n_valid"][4:8].tolist() == [11.0] * 4
     # agents of lane 0 (oncoming) are assigned to it; offsets stay inside the lane
     assert (batch["d"].abs() <= 1).all()
@@ -218,6 +219,19 @@ def test_gate_in_unit_interval_and_gradients_reach_encoder(dataset):
     batch = collate_tiles([dataset[i] for i in range(len(dataset))])
     terms = model(batch)
     assert ((terms["gate"] > 0) & (terms["gate"] < 1)).all()
+    # a history without past frames adds nothing: moving the gate changes the posterior
+    # (KL) of the agents with a history only
+    short = batch["n_valid"] == 1
+    with torch.no_grad():
+        torch.manual_seed(0)
+        kl0 = model(batch)["kl"]
+        model.enc_gate[-1].bias += 3.0
+        torch.manual_seed(0)
+        kl1 = model(batch)["kl"]
+        model.enc_gate[-1].bias -= 3.0
+    assert short.any() and (~short).any()
+    torch.testing.assert_close(kl0[short], kl1[short], rtol=0, atol=1e-6)
+    assert (kl0[~short] - kl1[~short]).abs().min() > 1e-6
     out = model.training_step(batch)
     assert out["loss"].ndim == 0 and torch.isfinite(out["loss"])
     out["loss"].backward()
