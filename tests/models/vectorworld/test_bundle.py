@@ -72,11 +72,14 @@ def _cli(*args, cwd):
     )
 
 
-def test_cli_errors_are_one_clear_line(tmp_path):
-    r = _cli("rollout", "vectorworld", "--checkpoint", str(tmp_path), "--km", "0.1", cwd=tmp_path)
-    assert r.returncode == 2 and "no vectorworld.json" in r.stderr and "Traceback" not in r.stderr
-    r = _cli("train", "vectorworld", "--data", "x.h5", "--model-arg", "depth=3", cwd=tmp_path)
-    assert r.returncode == 2 and "unknown --model-arg for vectorworld" in r.stderr
+def test_cli_errors_are_one_clear_line(tmp_path, capsys):
+    from simsci.cli import main
+
+    code = main(["rollout", "vectorworld", "--checkpoint", str(tmp_path), "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "no vectorworld.json" in err and "Traceback" not in err
+    code = main(["train", "vectorworld", "--data", "x.h5", "--model-arg", "depth=3"])
+    assert code == 2 and "unknown --model-arg for vectorworld" in capsys.readouterr().err
 
 
 @pytest.mark.slow
