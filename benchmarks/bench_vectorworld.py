@@ -237,7 +237,16 @@ def main() -> None:
     torch.set_num_threads(1)
     from simsci.models.vectorworld import VectorWorld
 
-    model = VectorWorld.load(args.checkpoint)
+    if str(args.checkpoint).endswith(".pt"):  # one part's checkpoint (map, latency, npc)
+        from types import SimpleNamespace
+
+        from simsci.models.vectorworld import DeltaSim
+        from simsci.train import load_model
+
+        part = load_model(args.checkpoint)
+        model = SimpleNamespace(**{"npc" if isinstance(part, DeltaSim) else "tiles": part})
+    else:
+        model = VectorWorld.load(args.checkpoint)
     held = _held_out(args.data)
     if args.quick:
         held = held[:20]

@@ -87,6 +87,7 @@ class _Stream:
         shaping: bool,
         tile_steps: int,
         device,
+        tile_mode: str = "flow",
     ):
         from simsci.models.vectorworld import StreamingWorld, VectorWorld, small_default
 
@@ -118,6 +119,8 @@ class _Stream:
             max_agents=max_vehicles,
             shaping=shaping,
             tile_steps=tile_steps,
+            # one step: MeanFlow's average velocity; more: the flow-matching sampler
+            tile_mode="meanflow" if int(tile_steps) == 1 else tile_mode,
             device=device,
         )
         self.device = self.sim.device

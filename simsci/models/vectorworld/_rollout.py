@@ -52,7 +52,8 @@ def rollout(
     """Drive ``km`` kilometres in a streamed world of ``model`` (a :class:`VectorWorld`,
     a checkpoint directory, or None for :func:`small_default`); see the module docstring.
     ``max_steps``: a cap (default: 2 m/s on average, ``km * 1000 / 2`` s at 10 Hz);
-    ``world_kwargs``: max_agents, max_tiles, shaping, tile_steps of the world.
+    ``world_kwargs``: max_agents, max_tiles, shaping, tile_steps (1: one-step MeanFlow;
+    more: that many flow-matching Euler steps, ``tile_mode="flow"``) of the world.
     ``stop_on_failure``: end at the first collision or off-road (else keep driving and
     count them). Returns a dict: ``stats`` and, with ``record``, ``trace``
     (per-step agents ``(T, V, 7)``, ``valid``, ``uid``) and ``tiles`` (cell -> tile)."""
@@ -80,6 +81,7 @@ def rollout(
         max_tiles=world_kwargs.pop("max_tiles", 6),
         shaping=world_kwargs.pop("shaping", True),
         tile_steps=world_kwargs.pop("tile_steps", 1),
+        tile_mode=world_kwargs.pop("tile_mode", "flow"),
         device=device,
     )
     if world_kwargs:
