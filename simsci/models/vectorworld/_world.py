@@ -4,8 +4,9 @@ r"""Streaming closed-loop rollouts: the world is generated tile by tile as the e
 advances them at the driving world's 10 Hz:
 
 1. **Reset.** The tile generator makes a first tile (unconditional: a lane through its
-   centre along +x, like tile 0 of the driving data); the ego is put on the lane point
-   nearest the origin, heading along the lane at 0.8 x its speed limit (as
+   centre along +x, like tile 0 of the driving data); the ego is put on a lane near the
+   origin (each lane's point nearest it, scored by the lane length ahead of it minus
+   twice its distance), heading along the lane at 0.8 x its speed limit (as
    ``simsci/Driving-v0`` starts it); the motion-aware gated VAE fills the tile with as
    many agents as the generator put there, each with a 1 s history that agrees with its
    state (agents overlapping the ego or each other are redrawn by the VAE).
@@ -133,6 +134,8 @@ class StreamingWorld:
     ΔSim). ``max_tiles``: tiles kept per world; ``max_agents``: vehicle slots, the ego
     included; ``lookahead`` [m]; ``window`` [m]: NPCs farther from the ego leave;
     ``tile_steps`` / ``tile_mode``: the generator's sampler (1 / "meanflow" = one step);
+    ``first_steps``: flow-matching steps of a reset's first tile (once per episode, where
+    a lane through the origin matters most: 16 steps find one far more often);
     ``shaping``: ΔSim's kinematic logit shaping; ``greedy``: ΔSim's most likely actions
     instead of samples; ``seed``: the generator of tiles, agents and NPC actions.
     """
@@ -149,6 +152,7 @@ class StreamingWorld:
         spawn_clearance: float = 10.0,
         tile_steps: int = 1,
         tile_mode: str = "meanflow",
+        first_steps: int = 16,
         shaping: bool = True,
         greedy: bool = False,
         seed: int = 0,
@@ -174,6 +178,7 @@ class StreamingWorld:
         self.lookahead, self.window = float(lookahead), float(window)
         self.spawn_clearance = float(spawn_clearance)
         self.tile_steps, self.tile_mode = int(tile_steps), str(tile_mode)
+        self.first_steps = int(first_steps)
         self.shaping, self.greedy = bool(shaping), bool(greedy)
         self.generator = torch.Generator(device="cpu")
         self.generator.manual_seed(int(seed))
@@ -242,7 +247,9 @@ class StreamingWorld:
         self.driven[idx] = 0.0
         # first tiles: more draws, so that a lane through the origin along +x (where the
         # ego starts, as in the data's tile 0) is found more often
-        firsts, _ = self._generate([None] * len(idx), [None] * len(idx), max_tries=8)
+        firsts, _ = self._generate(
+            [None] * len(idx), [None] * len(idx), max_tries=8, steps=self.first_steps
+        )
         self.stats["first_tiles"] += len(idx)
         for b, tile in zip(idx, firsts):
             self._insert(b, (0, 0), tile, spawn=False)
@@ -257,8 +264,15 @@ class StreamingWorld:
             x = y = th = 0.0
             speed = 10.0
         else:
+            # on each lane the point nearest the origin; of those, the one with the most
+            # lane ahead of it (a generated lane can be short: start where there is room)
             d = np.hypot(pts[..., 0], pts[..., 1])
-            lane, k = np.unravel_index(np.argmin(d), d.shape)
+            near = d.argmin(1)
+            seg = np.hypot(*np.diff(pts, axis=1).transpose(2, 0, 1))  # (n, 19)
+            ahead = np.array([seg[i, k:].sum() for i, k in enumerate(near)])
+            score = ahead - 2.0 * d[np.arange(len(pts)), near]
+            lane = int(np.argmax(score))
+            k = int(near[lane])
             k0, k1 = (k, k + 1) if k + 1 < LANE_POINTS else (k - 1, k)
             t = pts[lane, k1] - pts[lane, k0]
             x, y = pts[lane, k]
@@ -311,12 +325,13 @@ class StreamingWorld:
             self._add_agent(b, a, accel=float(acc[j]), kappa=float(kap[j]), check=False)
 
     # ------------------------------------------------------------------ tiles
-    def _generate(self, contexts, directions, max_tries: int = 3):
+    def _generate(self, contexts, directions, max_tries: int = 3, steps: int | None = None):
+        steps = self.tile_steps if steps is None else int(steps)
         tiles, st = self.model.tiles.generate(
             contexts,
             directions,
-            steps=self.tile_steps,
-            mode=self.tile_mode,
+            steps=steps,
+            mode=self.tile_mode if steps == self.tile_steps else "flow",
             generator=self.generator,
             max_tries=max_tries,
         )
