@@ -130,9 +130,15 @@ def gfg_steps_per_second(variant: str, device: str, steps: int = 30) -> float:
 
 def driving_env_steps_per_second(device: str, num_envs: int = 4096, steps: int = 20) -> float:
     """simsci/Driving-v0 egos stepped per second on ``device`` (torch in/out, lane keeping)."""
-    from simsci.envs import DrivingVectorEnv, lane_keeping_policy
+    from simsci.envs import DrivingVectorEnv
 
     env = DrivingVectorEnv(num_envs, device=device, array_backend="torch")
+    return _lane_keeping_steps_per_second(env, device, num_envs, steps)
+
+
+def _lane_keeping_steps_per_second(env, device: str, num_envs: int, steps: int) -> float:
+    from simsci.envs import lane_keeping_policy
+
     obs, _ = env.reset(seed=0)
 
     def act(o):
@@ -154,25 +160,10 @@ def driving_env_steps_per_second(device: str, num_envs: int = 4096, steps: int =
 def vectorworld_env_steps_per_second(device: str, num_envs: int = 64, steps: int = 20) -> float:
     """simsci/VectorWorld-v0 egos stepped per second on ``device`` (the small on-the-fly
     model: tiles outpainted, ΔSim NPCs and the observation all on the device)."""
-    from simsci.envs import VectorWorldVectorEnv, lane_keeping_policy
+    from simsci.envs import VectorWorldVectorEnv
 
     env = VectorWorldVectorEnv(num_envs, device=device, array_backend="torch")
-    obs, _ = env.reset(seed=0)
-
-    def act(o):
-        host = {k: v.cpu().numpy() for k, v in o.items()}
-        return torch.as_tensor(lane_keeping_policy(host), device=device)
-
-    for _ in range(3):
-        obs = env.step(act(obs))[0]
-    if device == "cuda":
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(steps):
-        obs = env.step(act(obs))[0]
-    if device == "cuda":
-        torch.cuda.synchronize()
-    return num_envs * steps / (time.perf_counter() - start)
+    return _lane_keeping_steps_per_second(env, device, num_envs, steps)
 
 
 def main() -> int:

@@ -458,6 +458,15 @@ class DrivingVectorEnv(gymnasium.vector.VectorEnv):
             num_lanes=num_lanes,
             device=device,
         )
+        self._finish_init(
+            ENV_ID, num_envs, num_agents, num_lanes, action_bounds, array_backend, mode
+        )
+
+    def _finish_init(
+        self, env_id, num_envs, num_agents, num_lanes, action_bounds, array_backend, mode
+    ) -> None:
+        """Spaces, autoreset state and spec around ``self.world`` (shared with
+        ``simsci/VectorWorld-v0``, whose world differs but whose spaces do not)."""
         self.num_envs = int(num_envs)
         self.action_bounds = action_bounds
         self.array_backend = array_backend
@@ -476,7 +485,7 @@ class DrivingVectorEnv(gymnasium.vector.VectorEnv):
         self._was_reset = False
         own_spec(
             self,
-            ENV_ID,
+            env_id,
             {
                 **self.world.config,
                 "action_bounds": action_bounds,

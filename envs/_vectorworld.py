@@ -45,20 +45,16 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import gymnasium
 import numpy as np
 import torch
 
-from simsci.envs._core import _check_render_mode, check_vector_options, own_spec
+from simsci.envs._core import _check_render_mode, check_vector_options
 from simsci.envs._driving import (
-    ACTION_HIGH,
-    ACTION_LOW,
     FAILURE_REWARD,
     JERK_PENALTY,
     PROGRESS_REWARD,
     DrivingEnv,
     DrivingVectorEnv,
-    _dict_space,
     observe_agents,
     observe_lanes,
 )
@@ -291,31 +287,8 @@ class VectorWorldVectorEnv(DrivingVectorEnv):
             tile_steps=tile_steps,
             device=device,
         )
-        self.num_envs = int(num_envs)
-        self.action_bounds = action_bounds
-        self.array_backend = array_backend
-        self.autoreset_mode = mode
-        self.metadata = {**type(self).metadata, "autoreset_mode": mode}
-        self.single_observation_space = _dict_space(num_agents, num_lanes)
-        self.single_action_space = gymnasium.spaces.Box(ACTION_LOW, ACTION_HIGH, dtype=np.float32)
-        self.observation_space = gymnasium.vector.utils.batch_space(
-            self.single_observation_space, self.num_envs
-        )
-        self.action_space = gymnasium.vector.utils.batch_space(
-            self.single_action_space, self.num_envs
-        )
-        self._generator = torch.Generator(device="cpu")
-        self._autoreset = torch.zeros(self.num_envs, dtype=torch.bool, device=self.world.device)
-        self._was_reset = False
-        own_spec(
-            self,
-            ENV_ID,
-            {
-                **self.world.config,
-                "action_bounds": action_bounds,
-                "array_backend": array_backend,
-                "autoreset_mode": mode.value,
-            },
+        self._finish_init(
+            ENV_ID, num_envs, num_agents, num_lanes, action_bounds, array_backend, mode
         )
 
 
