@@ -234,20 +234,17 @@ def main() -> int:
             except Exception as exc:
                 rows.append((label, f"FAILED: {exc}", ""))
                 failed.append(label)
-        label = f"Driving-v0 x4096 on {device}"
-        try:
-            rate = driving_env_steps_per_second(device)
-            rows.append((label, "ok", f"{rate:.0f} env-steps/s"))
-        except Exception as exc:
-            rows.append((label, f"FAILED: {exc}", ""))
-            failed.append(label)
-        label = f"VectorWorld-v0 x64 on {device}"
-        try:
-            rate = vectorworld_env_steps_per_second(device)
-            rows.append((label, "ok", f"{rate:.0f} env-steps/s"))
-        except Exception as exc:
-            rows.append((label, f"FAILED: {exc}", ""))
-            failed.append(label)
+        for name, rate_of in (
+            ("Driving-v0 x4096", driving_env_steps_per_second),
+            ("VectorWorld-v0 x64", vectorworld_env_steps_per_second),
+        ):
+            label = f"{name} on {device}"
+            try:
+                rate = rate_of(device)
+                rows.append((label, "ok", f"{rate:.0f} env-steps/s"))
+            except Exception as exc:
+                rows.append((label, f"FAILED: {exc}", ""))
+                failed.append(label)
     print("\n".join(f"{a:36s} {b:12s} {c}" for a, b, c in rows))
     return 1 if failed else 0
 

@@ -120,6 +120,16 @@ def _to_ego_frame(x, y, ex, ey, eth):
     return c * dx + s * dy, -s * dx + c * dy
 
 
+def ego_collisions(agents: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """``(n,)`` the ego's box (slot 0 of ``agents`` ``(n, V, 7)``) overlaps another valid
+    vehicle's; tested in ego-relative coordinates (exact in float32 far from the origin)."""
+    from simsci.systems.driving.metrics import _sat
+
+    rel = agents.clone()
+    rel[..., :2] = rel[..., :2] - agents[:, :1, :2]
+    return (_sat(rel[:, :1], rel[:, 1:]) & valid[:, 1:]).any(1)
+
+
 def observe_agents(state: torch.Tensor, valid: torch.Tensor, num_agents: int):
     """The ``agents`` / ``agents_mask`` observation: ``state`` ``(n, V, 6)`` [x, y, theta,
     speed, length, width] with slot 0 the ego, ``valid`` ``(n, V)``. Returns the
@@ -295,14 +305,7 @@ class _World:
         return reward, terminated, truncated, collided, offroad
 
     def collisions(self) -> torch.Tensor:
-        """``(n,)`` the ego's box overlaps another vehicle's (ego-relative coordinates)."""
-        from simsci.systems.driving.metrics import _sat
-
-        agents, valid = self.traffic.agents()
-        rel = agents.clone()
-        rel[..., :2] = rel[..., :2] - agents[:, :1, :2]
-        hit = _sat(rel[:, :1], rel[:, 1:]) & valid[:, 1:]
-        return hit.any(1)
+        return ego_collisions(*self.traffic.agents())
 
     def observe(self) -> dict[str, torch.Tensor]:
         tr, pool = self.traffic, self.pool

@@ -55,6 +55,7 @@ from simsci.envs._driving import (
     PROGRESS_REWARD,
     DrivingEnv,
     DrivingVectorEnv,
+    ego_collisions,
     observe_agents,
     observe_lanes,
 )
@@ -171,12 +172,7 @@ class _Stream:
         return reward, terminated, truncated, collided, offroad
 
     def collisions(self) -> torch.Tensor:
-        from simsci.systems.driving.metrics import _sat
-
-        agents, valid = self.sim.agents()
-        rel = agents.clone()
-        rel[..., :2] = rel[..., :2] - agents[:, :1, :2]
-        return (_sat(rel[:, :1], rel[:, 1:]) & valid[:, 1:]).any(1)
+        return ego_collisions(*self.sim.agents())
 
     def observe(self) -> dict[str, torch.Tensor]:
         sim = self.sim

@@ -59,6 +59,7 @@ def rollout(
     (per-step agents ``(T, V, 7)``, ``valid``, ``uid``) and ``tiles`` (cell -> tile)."""
     from simsci.envs._vectorworld import _Stream
     from simsci.models.vectorworld._bundle import VectorWorld, small_default
+    from simsci.models.vectorworld._world import _cell
 
     if not (isinstance(km, (int, float)) and math.isfinite(km) and km > 0):
         raise ValueError(f"km must be a positive number of kilometres, got {km!r}")
@@ -98,7 +99,7 @@ def rollout(
         trace_a.append(a[0].double().cpu().numpy())
         trace_v.append(v[0].cpu().numpy())
         trace_u.append(sim.uid[0].cpu().numpy().copy())
-        cell = _cell_of(float(sim.x[0, 0]), float(sim.y[0, 0]))
+        cell = _cell(float(sim.x[0, 0]), float(sim.y[0, 0]))
         if cell not in visits:
             slot = sim._slot_of(0, cell)
             if slot is not None:
@@ -157,12 +158,6 @@ def rollout(
         stats["seam_gap_median_m"] = float(np.median(finite)) if len(finite) else None
         stats["seam_gap_p90_m"] = float(np.quantile(finite, 0.9)) if len(finite) else None
     return out
-
-
-def _cell_of(x, y):
-    from simsci.models.vectorworld._world import _cell
-
-    return _cell(x, y)
 
 
 def _trace_stats(agents, valid, uid, tiles) -> dict:

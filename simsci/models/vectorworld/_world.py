@@ -192,6 +192,9 @@ class StreamingWorld:
         self.lane_succ = torch.full((n, L, 2), -1, dtype=torch.long, device=dev)
         self.lane_slot = (torch.arange(L, device=dev) // self.Lt).expand(n, L)
         self.tiles: list[dict] = [{} for _ in range(n)]  # per world: slot -> tile record
+        # the same cells as tensors, for the per-step "on a kept tile" test
+        self.slot_cell = torch.zeros(n, self.S, 2, dtype=torch.long, device=dev)
+        self.slot_used = torch.zeros(n, self.S, dtype=torch.bool, device=dev)
         z = lambda: torch.zeros(n, V, device=dev, dtype=f)  # noqa: E731
         self.x, self.y, self.theta, self.v = z(), z(), z(), z()
         self.accel, self.kappa, self.length, self.width = z(), z(), z(), z()
@@ -240,6 +243,7 @@ class StreamingWorld:
             return
         for b in idx:
             self.tiles[b] = {}
+            self.slot_used[b] = False
             self.lane_valid[b] = False
             self.lane_succ[b] = -1
             self.valid[b] = False
@@ -378,6 +382,8 @@ class StreamingWorld:
             self.lane_kind[b, lo : lo + n_l] = t(tile["kind"]).long()
             self.lane_valid[b, lo : lo + n_l] = True
         recs[slot] = {"cell": tuple(cell), "tile": tile, "world_points": pts}
+        self.slot_cell[b, slot] = torch.as_tensor(cell, device=self.device)
+        self.slot_used[b, slot] = True
         # ΔSim remembers lanes by index: forget the slot's old lanes
         for name in ("lane", "origin"):
             m = self.memory[name][b]
@@ -391,6 +397,7 @@ class StreamingWorld:
 
     def _drop(self, b: int, slot: int) -> None:
         cell = self.tiles[b].pop(slot)["cell"]
+        self.slot_used[b, slot] = False
         self.lane_valid[b, slot * self.Lt : (slot + 1) * self.Lt] = False
         self.stats["dropped_tiles"] += 1
         gone = self.valid[b].clone()
@@ -562,13 +569,9 @@ class StreamingWorld:
         # on no kept tile: its cell was dropped or never generated
         cx = torch.floor(self.x / TILE_SIZE + 0.5).long()
         cy = torch.floor(self.y / TILE_SIZE + 0.5).long()
-        for b in range(self.n):
-            cells = [r["cell"] for r in self.tiles[b].values()]
-            if not cells:
-                continue
-            kept = torch.as_tensor(cells, device=self.device)
-            on = ((cx[b, :, None] == kept[:, 0]) & (cy[b, :, None] == kept[:, 1])).any(1)
-            gone[b] |= self.valid[b] & ~on
+        sc, used = self.slot_cell[:, None], self.slot_used[:, None]  # (n, 1, S, 2), (n, 1, S)
+        on = ((cx[..., None] == sc[..., 0]) & (cy[..., None] == sc[..., 1]) & used).any(-1)
+        gone |= self.valid & ~on & self.slot_used.any(1, keepdim=True)
         gone[:, 0] = False
         if bool(gone.any()):
             self.stats["despawned"] += int(gone.sum())
