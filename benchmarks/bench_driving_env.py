@@ -50,13 +50,13 @@ import numpy as np
 import torch
 
 import simsci.envs  # noqa: F401  (registers the ids)
+from simsci import driving
 from simsci.bench import code_version, out_path, time_call, write_result
-from simsci.systems.driving import _traffic
 
 RESULTS = Path(__file__).resolve().parent / "results"
 OUR_ID = "simsci/Driving-v0"
 PEER_ID = "highway-fast-v0"
-OUR_DT = _traffic.DT  # seconds of simulated time per step (10 Hz)
+OUR_DT = driving.DT  # seconds of simulated time per step (10 Hz)
 TARGET = 100.0
 ACTION_POOL = 64  # pre-drawn action batches, cycled (keeps the RNG out of the timing)
 
@@ -154,7 +154,7 @@ def reset_cost(n: int, counts, repeat: int = 3) -> dict:
     """Seconds of ``Traffic.reset(index)`` for ``k`` of ``n`` scenes (what the vector
     env's autoreset pays), against one ``Traffic.step`` of all ``n``: the env's own 4
     road networks, external ego, 32 slots (the env's defaults)."""
-    from simsci.systems import driving
+    from simsci import driving
 
     roads = [driving.make_road(seed=i, length=5000.0) for i in range(4)]
     tr = driving.Traffic(roads, n, ego="external")
@@ -269,7 +269,7 @@ def main() -> int:
         "claim": f">= {TARGET:g}x highway-fast-v0's env steps/s at 1024 egos (CPU, 1 thread)",
         "quick": quick,
         "load_average_before": os.getloadavg(),
-        "code": code_version("simsci/systems/driving", "envs"),
+        "code": code_version("simsci/driving", "envs"),
         "ours": {
             "id": OUR_ID,
             "dt_s": OUR_DT,

@@ -2,7 +2,7 @@
 kinematic feasibility, lane changes and the fundamental diagram against the analytic
 IDM equilibrium.
 
-Claim checked: ``simsci.systems.driving.Traffic`` (autopilot ego) produces collision-free
+Claim checked: ``simsci.driving.Traffic`` (autopilot ego) produces collision-free
 (rate ~ 0), kinematically feasible (0 infeasible steps) traffic at every density, whose
 mean speed follows the IDM's homogeneous equilibrium.
 
@@ -56,9 +56,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from simsci import driving
 from simsci.bench import code_version, out_path, write_result
-from simsci.systems import driving
-from simsci.systems.driving import metrics
+from simsci.driving import metrics
 
 RESULTS = Path(__file__).resolve().parent / "results"
 DENSITIES = (5, 10, 20, 30, 45, 60, 80)
@@ -419,7 +419,7 @@ def main() -> int:
         "claim": "collision rate ~ 0, no infeasible steps, mean speed vs the IDM equilibrium",
         "quick": quick,
         "load_average_before": os.getloadavg(),
-        "code": code_version("simsci/systems/driving", "envs"),
+        "code": code_version("simsci/driving", "envs"),
         "setup": {
             "scenes": B,
             "steps": steps,

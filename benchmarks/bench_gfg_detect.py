@@ -42,7 +42,7 @@ CORRUPTIONS = ("reversed", "spliced", "generated", "wrong_physics")
 
 
 def make_data(name: str, seed: int, n: int) -> Path:
-    from simsci.systems import make_dataset
+    from simsci.datasets import make_dataset
 
     out = DATA / f"{name}_detect_s{seed}_{n}.h5"
     if not out.exists():
@@ -55,9 +55,9 @@ def run_one(args) -> dict:
     name, seed, steps, n, physics_factor = args
     torch.set_num_threads(1)
     from simsci import data
+    from simsci.datasets import lifted_from_config
     from simsci.models.gfg import GFG, detect_metrics
     from simsci.models.gfg._model import episode_arrays
-    from simsci.systems import lifted_from_config
 
     traj = data.open(make_data(name, seed, n))
     flow = lifted_from_config(traj.meta["manifold"])

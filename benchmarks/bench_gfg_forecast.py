@@ -55,7 +55,7 @@ VARIANTS = tuple(MODELS)
 
 
 def make_data(name: str, seed: int, quick: bool) -> Path:
-    from simsci.systems import make_dataset
+    from simsci.datasets import make_dataset
 
     out = DATA / f"{name}_s{seed}{'_quick' if quick else ''}.h5"
     if not out.exists():
@@ -83,10 +83,10 @@ def run_one(args) -> dict:
     torch.set_num_threads(1)
     from simsci import data
     from simsci.bench import time_call
+    from simsci.datasets import lifted_from_config
     from simsci.errors import SolverError
     from simsci.models.gfg import GFG, forecast_metrics
     from simsci.models.gfg._model import episode_arrays
-    from simsci.systems import lifted_from_config
 
     traj = data.open(make_data(name, seed, quick))
     flow = lifted_from_config(traj.meta["manifold"])

@@ -19,7 +19,7 @@ minibatches of 512 cells, lr 3e-3, cosine schedule):
 - ``truth``: the true field's d(du_j/dt)/ds_i at the same cells (the ceiling, 1).
 
 Score: AUROC of the signed read-out over ordered gene pairs i != j
-(``simsci.systems.score_network``: activation vs the rest by the score, repression vs
+(``simsci.datasets.score_network``: activation vs the rest by the score, repression vs
 the rest by minus the score, their mean ``auroc_signed``), on the test cells; medians
 over seeds. Target: >= 0.9 on toggle switch and repressilator.
 
@@ -47,7 +47,7 @@ MODELS = ("tangent", "tangent-wide", "ambient")
 
 
 def make_data(name: str, seed: int, cells: int) -> Path:
-    from simsci.systems import make_dataset
+    from simsci.datasets import make_dataset
 
     out = DATA / f"{name}_s{seed}_{cells}.h5"
     if not out.exists():
@@ -60,9 +60,9 @@ def run_one(args) -> dict:
     name, seed, steps, cells = args
     torch.set_num_threads(1)
     from simsci import data
+    from simsci.datasets import network_from_config, score_network, true_motif_scores
     from simsci.models.gfg import GFG, motif_scores
     from simsci.models.gfg._model import episode_arrays
-    from simsci.systems import network_from_config, score_network, true_motif_scores
 
     traj = data.open(make_data(name, seed, cells))
     network = network_from_config(traj.meta["network"])

@@ -61,14 +61,14 @@ SIZES = {"latent_dim": 8, "hidden_dim": 64}
 
 def _make(problem: str) -> Path:
     """Build a problem's data file once (seeded, so every run sees the same data)."""
-    from simsci import data, systems
+    from simsci import data, datasets, systems
 
     DATA.mkdir(parents=True, exist_ok=True)
     path = DATA / f"{problem}.h5"
     if path.exists():
         return path
     if problem == "pendulum-images":
-        systems.make_dataset("pendulum_images", 320, out=path, seed=0)
+        datasets.make_dataset("pendulum_images", 320, out=path, seed=0)
     elif problem.startswith("pendulum-"):
         keep = int(problem.split("-")[1]) / 100
         systems.generate(
@@ -87,7 +87,7 @@ def _make(problem: str) -> Path:
             progress=False,
         )  # fmt: skip
     elif problem == "climate":
-        systems.make_dataset("climate", 160, out=path, seed=0)
+        datasets.make_dataset("climate", 160, out=path, seed=0)
     elif problem == "basicmotions":
         data.import_aeon("BasicMotions", path, keep=0.5, seed=0)
     else:

@@ -13,7 +13,7 @@ Claims checked:
 Protocol, identical for every model (``poisson_tpp``, ``rmtpp``, ``nhp``, ``thp``,
 ``cocld``, each with its registry defaults, ``Model.from_data(file)``):
 
-- data: ``simsci.systems.make_dataset(name, n, seed=s)`` with n = 600 sequences and the
+- data: ``simsci.datasets.make_dataset(name, n, seed=s)`` with n = 600 sequences and the
   builder's 80/10/10 split; seed s is both the data seed and the model's init / data
   order seed (``--seeds`` of them, default 3: s = 0, 1, 2);
 - training: :class:`simsci.train.Trainer`, Adam lr 3e-3 (constant), batch 32, gradient
@@ -128,14 +128,14 @@ def _threads() -> None:
 
 def data_path(dataset: str, n: int, seed: int) -> Path:
     """Build (once) and return the file of a data set at size n and seed."""
-    from simsci import systems
+    from simsci import datasets
 
     DATA.mkdir(parents=True, exist_ok=True)
     path = DATA / f"{dataset}_n{n}_s{seed}.h5"
     if not path.exists():
         name, kwargs = DATASETS[dataset]
         tmp = path.with_suffix(".tmp.h5")
-        systems.make_dataset(name, n, out=tmp, seed=seed, **kwargs)
+        datasets.make_dataset(name, n, out=tmp, seed=seed, **kwargs)
         tmp.replace(path)
     return path
 

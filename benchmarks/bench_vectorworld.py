@@ -2,7 +2,7 @@
 density, NPC realism, speed.
 
 Claims checked (issue "VectorWorld"), each against held-out scenes of the ground-truth
-world (``simsci.systems.driving``) with the driving world's metrics, 3 seeds:
+world (``simsci.driving``) with the driving world's metrics, 3 seeds:
 
 - **Map fidelity** (``map``): every held-out pair (tile k -> k+1) outpainted from its
   ground-truth context, first tiles from none (:func:`evaluate_tile_generator`):
@@ -78,8 +78,8 @@ def bench_map(model, data, episodes, quick):
 def _contexts(data, episodes, n):
     """``n`` (context tile dict, direction) pairs of held-out episodes."""
     from simsci import data as sdata
+    from simsci.driving import read_scene
     from simsci.models.vectorworld._tokens import DIRECTIONS
-    from simsci.systems.driving import read_scene
 
     ds = sdata.open(data)
     out = []
@@ -161,8 +161,8 @@ def bench_init(model, data, episodes, quick):
 
 
 def bench_npc(model, quick):
+    from simsci.driving import make_road
     from simsci.models.vectorworld import rollout_vs_traffic
-    from simsci.systems.driving import make_road
 
     rows = []
     for seed in SEEDS:
@@ -184,7 +184,7 @@ def bench_npc(model, quick):
 def _truth_density(data, episodes):
     """Non-ego agents per lane-km of the held-out tiles (the generated density's peer)."""
     from simsci import data as sdata
-    from simsci.systems.driving import read_scene
+    from simsci.driving import read_scene
 
     ds = sdata.open(data)
     agents = lane_km = 0.0

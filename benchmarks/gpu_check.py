@@ -63,12 +63,12 @@ def latent_ode_steps_per_second(device: str, steps: int = 60) -> float:
 
 def event_model_events_per_second(name: str, device: str, steps: int = 20) -> float:
     """Training events/s of an event model (cocld, nhp) on a population-coupled set."""
-    from simsci import data, models, systems
+    from simsci import data, datasets, models
     from simsci._device import synchronize
     from simsci.cli._train import make_dataset
 
     with tempfile.TemporaryDirectory() as tmp:
-        path = systems.make_dataset("population_events", 128, out=Path(tmp) / "p.h5", seed=0)
+        path = datasets.make_dataset("population_events", 128, out=Path(tmp) / "p.h5", seed=0)
         traj = data.open(path)
         model = models.MODELS[name].from_data(traj).to(device)
         ds = make_dataset(traj, model.data_fields)  # the model's fields the file has
@@ -95,13 +95,13 @@ def event_model_events_per_second(name: str, device: str, steps: int = 20) -> fl
 def gfg_steps_per_second(variant: str, device: str, steps: int = 30) -> float:
     """Training steps/s of GFG (variant tangent) or the plain neural ODE (ambient) on a
     lifted circle in R^64, then one grounded rollout (checks the rollout runs there)."""
-    from simsci import data, systems
+    from simsci import data, datasets
     from simsci._device import synchronize
     from simsci.models.gfg import GFG
     from simsci.models.gfg._model import episode_arrays
 
     with tempfile.TemporaryDirectory() as tmp:
-        path = systems.make_dataset("lifted_circle", 10, out=Path(tmp) / "c.h5", seed=0)
+        path = datasets.make_dataset("lifted_circle", 10, out=Path(tmp) / "c.h5", seed=0)
         traj = data.open(path)
         model = GFG.from_data(traj, variant=variant).to(device)
         items = [

@@ -1,7 +1,7 @@
 """``simsci/Driving-v0``: drive an ego car along a procedural route through IDM/MOBIL traffic.
 
 Description
-    The ego is a kinematic bicycle (:mod:`simsci.systems.driving._traffic`) on a
+    The ego is a kinematic bicycle (:func:`simsci.driving.bicycle_step`) on a
     procedurally generated road network (multi-lane roads, curves, merges, splits,
     signal-free intersections, roundabouts) with batched IDM/MOBIL traffic around it.
     It should follow its route as far as it can without colliding or leaving its
@@ -88,7 +88,7 @@ LANE_REFRESH = 5  # steps between choices of the nearest lanes
 
 @functools.lru_cache(maxsize=8)
 def _roads(road_seed: int, num_roads: int, route_length: float, options_json: str):
-    from simsci.systems.driving._roads import make_road
+    from simsci.driving import make_road
 
     options = json.loads(options_json)
     return tuple(
@@ -123,7 +123,7 @@ def _to_ego_frame(x, y, ex, ey, eth):
 def ego_collisions(agents: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     """``(n,)`` the ego's box (slot 0 of ``agents`` ``(n, V, 7)``) overlaps another valid
     vehicle's; tested in ego-relative coordinates (exact in float32 far from the origin)."""
-    from simsci.systems.driving.metrics import _sat
+    from simsci.driving.metrics import _sat
 
     rel = agents.clone()
     rel[..., :2] = rel[..., :2] - agents[:, :1, :2]
@@ -190,7 +190,7 @@ class _World:
         num_lanes: int,
         device,
     ):
-        from simsci.systems.driving import _traffic as T
+        from simsci import driving as T
 
         self.T = T
         for name, value, lo in (

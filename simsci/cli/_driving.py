@@ -9,7 +9,7 @@ from pathlib import Path
 from simsci.cli._common import HelpFormatter
 
 DESCRIPTION = """\
-The driving world (simsci.systems.driving) and its environment simsci/Driving-v0.
+The driving world (simsci.driving) and its environment simsci/Driving-v0.
 
   roads     generate road networks and summarise them (lanes by kind, junctions,
             conflicts, route length, generation time)
@@ -79,7 +79,7 @@ def run(args) -> int:
 def _roads(args) -> int:
     import numpy as np
 
-    from simsci.systems.driving import LANE_ENDS, LANE_KINDS, make_road
+    from simsci.driving import LANE_ENDS, LANE_KINDS, make_road
 
     if args.count < 1:
         raise ValueError("--count must be >= 1")
@@ -109,7 +109,7 @@ def _roads(args) -> int:
 def _metrics(args) -> int:
     if not args.target:
         raise ValueError("driving metrics needs a scene FILE (made by simsci generate driving)")
-    from simsci.systems.driving._summary import scene_metrics
+    from simsci.driving import scene_metrics
 
     _emit(scene_metrics(args.target, episodes=args.episodes), args.out)
     return 0

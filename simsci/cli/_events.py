@@ -132,7 +132,7 @@ def _generate(model, args, device) -> int:
     import torch
 
     from simsci import data
-    from simsci.systems._point_process import write_event_file
+    from simsci.processes import write_event_file
 
     gen = torch.Generator(device=device).manual_seed(args.seed)
     seqs = []

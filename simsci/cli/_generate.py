@@ -15,7 +15,7 @@ irregular subset (--keep), independently per channel (--per-channel), and noised
 (--obs-noise). Under torchrun each rank writes one shard into OUT (a directory).
 A dataset name (pendulum_images, climate, hawkes, population_events, mobility...; see
 --list) builds that data set instead
-(simsci.systems.make_dataset): it takes --n, --out, --seed, --split, --compression,
+(simsci.datasets.make_dataset): it takes --n, --out, --seed, --split, --compression,
 --keep and --t-end/--dt where the dataset has them, and its own options as --NAME VALUE.
 
 examples:
@@ -130,7 +130,7 @@ def add_to(sub) -> None:
 
 
 def run(args) -> int:
-    from simsci import systems
+    from simsci import datasets, systems
     from simsci._device import resolve_device
 
     if args.list:
@@ -139,10 +139,10 @@ def run(args) -> int:
     if not args.system or not args.out:
         raise ValueError("generate needs a SYSTEM (or DATASET) and --out FILE (or --list)")
     split = None if args.split is None else _split(args.split)
-    if args.system in systems.DATASETS:
+    if args.system in datasets.DATASETS:
         return run_dataset(args, split)
     if args.system not in systems.SYSTEMS:
-        valid = [*systems.SYSTEMS, *systems.DATASETS]
+        valid = [*systems.SYSTEMS, *datasets.DATASETS]
         raise unknown_name("system or dataset", args.system, valid)
     kwargs = {**key_values(args.option, "--option"), **system_arguments(args.extra)}
     system = systems.get(args.system, **kwargs)
@@ -196,8 +196,8 @@ _SHARED_OPTIONS = {
 
 
 def run_dataset(args, split) -> int:
-    """Build the registered dataset ``args.system`` (``simsci.systems.make_dataset``)."""
-    from simsci import systems
+    """Build the registered dataset ``args.system`` (``simsci.datasets.make_dataset``)."""
+    from simsci import datasets
 
     given = {k: getattr(args, k) for k, d in _SHARED_OPTIONS.items() if getattr(args, k) != d}
     options = {**given, **system_arguments(args.extra)}
@@ -205,7 +205,7 @@ def run_dataset(args, split) -> int:
         options["split"] = split
     if args.compression is not None:
         options["compression"] = args.compression
-    path = systems.make_dataset(
+    path = datasets.make_dataset(
         args.system,
         args.n,
         out=args.out,
@@ -230,7 +230,7 @@ def _split(text: str) -> tuple[float, ...]:
 def describe_systems() -> str:
     """One line per registered system: name, state, noise, default parameters; then one
     line per registered dataset: name and summary."""
-    from simsci import systems
+    from simsci import datasets, systems
 
     lines = []
     for name in systems.available():
@@ -241,8 +241,8 @@ def describe_systems() -> str:
         if len(state) > 40:
             state = f"{system.dim} states"
         lines.append(f"{name:28s} {noise:9s} [{state}]  {params}")
-    for name in systems.available_datasets():
-        lines.append(f"{name:28s} {'dataset':9s} {systems.DATASETS[name].summary}")
+    for name in datasets.available_datasets():
+        lines.append(f"{name:28s} {'dataset':9s} {datasets.DATASETS[name].summary}")
     return "\n".join(lines)
 
 

@@ -508,13 +508,13 @@ def _plot_sdevi(model, dataset, path: Path) -> str | None:
 def cocld_events(out: Path, quick: bool, device: torch.device) -> dict:
     """CoCLD on population-coupled event sequences, next to a Poisson process and the
     true generating process."""
-    from simsci import data, models, systems, train
+    from simsci import data, datasets, models, train
     from simsci.cli._train import make_dataset  # the fields of the model the file has
 
     n, steps = (40, 3) if quick else (300, 50)
     path = out / "population_events.h5"
     _banner("14. generate: event sequences of individuals coupled to a drifting population")
-    systems.make_dataset("population_events", n, out=path, seed=0)
+    datasets.make_dataset("population_events", n, out=path, seed=0)
     traj = data.open(path)
     _banner(f"15. train CoCLD (latent neural ODEs + population diffusion; {steps} steps)")
     torch.manual_seed(0)
@@ -553,7 +553,7 @@ def gfg_lifted_circle(out: Path, quick: bool, device: torch.device) -> dict:
     every output step. Distances to the true manifold come from the file's meta."""
     import numpy as np
 
-    from simsci import data, models, systems, train
+    from simsci import data, datasets, models, train
     from simsci.errors import SolverError
 
     # quick: a smoke run of about a second; full: about 15 s on one core
@@ -562,11 +562,11 @@ def gfg_lifted_circle(out: Path, quick: bool, device: torch.device) -> dict:
     )
     path = out / "lifted_circle.h5"
     _banner(f"16. generate: 8 trajectories of a rotation on a circle curved into R^{dim}")
-    systems.make_dataset(
+    datasets.make_dataset(
         "lifted_circle", 8, out=path, dim=dim, steps=grid_steps, split=(0.5, 0.0, 0.5), seed=0
     )
     traj = data.open(path)
-    flow = systems.lifted_from_config(traj.meta["manifold"])  # the true manifold
+    flow = datasets.lifted_from_config(traj.meta["manifold"])  # the true manifold
     split = np.asarray(traj.column("split"))
     n_train, n_test = int((split == 0).sum()), int((split == 2).sum())
     print(f"{path}: {len(traj)} episodes ({n_train} train) of {traj.lengths[0]} points")
@@ -712,9 +712,9 @@ def driving_world(out: Path, quick: bool, device: torch.device) -> dict:
     lane-keeping policy, the traffic's metrics, and tiled scenes in the format."""
     import numpy as np
 
+    from simsci import driving
+    from simsci.driving import metrics
     from simsci.envs import DrivingEnv, lane_keeping_policy
-    from simsci.systems import driving
-    from simsci.systems.driving import metrics
 
     _banner("22. a procedural road network (5 km route)")
     road = driving.make_road(seed=3, length=5000.0)
@@ -773,7 +773,7 @@ def driving_world(out: Path, quick: bool, device: torch.device) -> dict:
         n, out=out / "driving_scenes.h5", drive_length=200.0 if quick else 600.0,
         route_length=1500.0 if quick else 5000.0, episodes_per_road=4,
     )  # fmt: skip
-    from simsci.systems.driving._summary import scene_metrics
+    from simsci.driving import scene_metrics
 
     m = scene_metrics(path)
     print(
@@ -793,7 +793,7 @@ def _plot_driving(road, ego_path, agents, valid, path: Path) -> str | None:
         return None
     import numpy as np
 
-    from simsci.systems.driving.metrics import box_corners
+    from simsci.driving.metrics import box_corners
 
     corners = np.asarray(box_corners(agents[valid]))
     fig, axes = plt.subplots(1, 2, figsize=(13, 6.5))

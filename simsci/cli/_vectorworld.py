@@ -12,7 +12,7 @@ A closed-loop rollout in a world a trained VectorWorld generates as the ego driv
 (simsci.models.vectorworld): map tiles outpainted ahead in one step each, NPCs driven by
 ΔSim, the ego by --policy (lane-keeping, zero, or a PPO checkpoint .zip of `simsci driving
 ppo`). Writes OUT/rollout.h5 (the drive in the scene-tile format, readable by
-simsci.systems.driving.read_scene and `simsci driving metrics`), OUT/route.png (top-down
+simsci.driving.read_scene and `simsci driving metrics`), OUT/route.png (top-down
 plot of the route; needs matplotlib) and OUT/stats.json (distance, real-time factor,
 tiles, spawns, collisions, NPC infeasibility, seam gaps). Without --checkpoint the small
 on-the-fly model is used (trained once and cached: for trying things, not for results).

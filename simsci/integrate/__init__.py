@@ -7,10 +7,13 @@ including different start and end times, are solved in ONE batched call on the u
 all times and gathered back. Device and dtype follow y0.
 
 ``ODE_METHODS`` and ``SDE_METHODS`` say what each method is and supports; a call is
-checked against them before any work is done. Solver failures raise
+checked against them before any work is done. ``lti_transition(A, b, L, dt)`` gives
+the exact Gaussian transition of a linear SDE over ``dt`` (one matrix exponential,
+``expm``), shared by the exact SDE simulator and SDEVI. Solver failures raise
 :class:`simsci.errors.SolverError` naming the failing samples and the time.
 """
 
+from simsci.integrate._linear import expm, lti_transition
 from simsci.integrate._methods import (
     ODE_METHODS,
     SDE_METHODS,
@@ -29,4 +32,6 @@ __all__ = [
     "MethodInfo",
     "SDEMethodInfo",
     "compatible_sde_methods",
+    "expm",
+    "lti_transition",
 ]

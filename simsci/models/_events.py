@@ -78,7 +78,7 @@ def event_file_kwargs(trajectories) -> dict:
         raise ValueError(
             f"{path}: event models read kind='events' files with a step field 'mark' "
             f"(this one is kind={trajectories.kind!r}); write event data with "
-            "simsci.systems.make_dataset('hawkes', ...) or import it with "
+            "simsci.datasets.make_dataset('hawkes', ...) or import it with "
             "`simsci data import easytpp`"
         )
     ids = np.arange(len(trajectories))

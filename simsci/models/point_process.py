@@ -5,7 +5,7 @@ r"""The two reference event models of the harness: a Poisson process and the tru
   Its maximum-likelihood rates are closed form (events of mark k / observed time) and
   ``from_data`` starts from them, so training only polishes.
 - :class:`TrueProcessTPP`: the process that generated a file, rebuilt from its
-  ``meta["process"]`` (:func:`simsci.systems.process_from_config`), with its exact
+  ``meta["process"]`` (:func:`simsci.processes.process_from_config`), with its exact
   intensity (and the per-sequence random effects in ``/episodes/params`` where the
   process has them: an oracle, so an upper bound). Nothing to train; it is the
   ceiling of the benchmarks. Its log-likelihood is the process's own exact one
@@ -69,7 +69,7 @@ class TrueProcessTPP(EventModel):
 
     def __init__(self, num_marks: int, *, process: dict, **event_args):
         super().__init__(num_marks, **event_args)
-        from simsci.systems import process_from_config
+        from simsci.processes import process_from_config
 
         self.process = process_from_config(process)
         if self.process.num_marks != self.num_marks:

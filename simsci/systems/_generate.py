@@ -72,10 +72,11 @@ import numpy as np
 import torch
 
 from simsci._device import resolve_device
+from simsci._seeding import check_split, split_ids
+from simsci._seeding import generator as _generator
 from simsci._version import __version__
 from simsci.errors import SolverError, UnknownNameError, unknown_name
 from simsci.systems._base import System
-from simsci.systems._datasets import check_split
 from simsci.systems._pde import PDESystem
 from simsci.systems._registry import get
 
@@ -162,10 +163,6 @@ def _dist_info() -> tuple[int, int, bool]:
     return 0, 1, False
 
 
-def _generator(seq: np.random.SeedSequence) -> torch.Generator:
-    return torch.Generator().manual_seed(int(seq.generate_state(1, dtype=np.uint64)[0] >> 1))
-
-
 def _grid_rows(system: System, grid: Mapping, n: int) -> tuple[np.ndarray, list[dict]]:
     """Rows for a cartesian grid (n per point) and the list of grid points."""
     for key in grid:
@@ -182,16 +179,6 @@ def _grid_rows(system: System, grid: Mapping, n: int) -> tuple[np.ndarray, list[
     points = [dict(zip(keys, combo)) for combo in itertools.product(*values)]
     base = system.params_tensor({k: [pt[k] for pt in points] for k in keys}).numpy()
     return np.repeat(base, n, axis=0), points
-
-
-def _split_ids(count: int, fractions, generator: torch.Generator) -> np.ndarray:
-    n_train = round(fractions[0] * count)
-    n_val = min(round(fractions[1] * count), count - n_train)
-    labels = np.full(count, 2, dtype=np.uint8)
-    labels[:n_train] = 0
-    labels[n_train : n_train + n_val] = 1
-    perm = torch.randperm(count, generator=generator).numpy()
-    return labels[perm]
 
 
 def _channel_std(x: np.ndarray, distributed: bool) -> np.ndarray:
@@ -515,7 +502,7 @@ def generate(
     elif k < length:
         scores = torch.rand((count, length), generator=gen_keep, dtype=torch.float64)
         kept = np.sort(scores.argsort(dim=1)[:, :k].numpy(), axis=1)
-    splits = _split_ids(count, fractions, _generator(streams["split"]))
+    splits = split_ids(count, fractions, _generator(streams["split"]))
 
     # ------------------------------------------------------------------- write
     from simsci import data as sdata

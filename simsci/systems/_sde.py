@@ -163,7 +163,7 @@ class LinearSDE(System):
     :math:`z(t+\Delta) \mid z(t) \sim \mathcal N(F z(t), Q)` with
     :math:`F = e^{A\Delta}`, :math:`Q = \int_0^\Delta e^{As} L L^\top e^{A^\top s} ds`,
     computed by one matrix exponential (Van Loan 1978, IEEE TAC 23;
-    :func:`simsci.models.sdevi.lti_transition`). The default method ``"exact"`` (this
+    :func:`simsci.integrate.lti_transition`). The default method ``"exact"`` (this
     system's own, see ``own_methods``) samples these transitions between consecutive
     requested times, so data at any recording step, regular or irregular, has exactly the
     law of the SDE (no discretisation error, no sub-steps). Every integrator method
@@ -292,8 +292,8 @@ class LinearSDE(System):
         on every device. Q's square root is the symmetric one from its eigenvalues (clipped
         at 0), which stays defined where Q is singular (sigma_pos = sigma_vel = 0).
         """
+        from simsci.integrate import lti_transition
         from simsci.integrate._grid import build_grid
-        from simsci.models.sdevi._gauss_markov import lti_transition  # late: no import cycle
 
         if options:
             raise ValueError(

@@ -8,9 +8,9 @@ import pytest
 
 from simsci import data, train
 from simsci.cli import main
+from simsci.datasets import make_dataset
 from simsci.models import LatentODE
 from simsci.models.point_process import PoissonTPP
-from simsci.systems import make_dataset
 
 
 def run(capsys, *argv):

@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from simsci import data, train
+from simsci.datasets import make_dataset
 from simsci.models import MODELS
 from simsci.models._events import evaluate_events
 from simsci.models.cocld import CoCLD, LatentDiffusion
 from simsci.models.cocld._diffusion import cosine_schedule
 from simsci.models.point_process import PoissonTPP
-from simsci.systems import make_dataset
 
 torch.set_num_threads(1)
 

@@ -6,20 +6,20 @@ import math
 import pytest
 import torch
 
-from simsci import data, models, systems
+from simsci import data, datasets, models
 from simsci.cli._train import make_dataset
 
 
 @pytest.fixture(scope="module")
 def population_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("events") / "pop.h5"
-    return systems.make_dataset("population_events", 12, out=path, seed=3)
+    return datasets.make_dataset("population_events", 12, out=path, seed=3)
 
 
 @pytest.fixture(scope="module")
 def mobility_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("events") / "mob.h5"
-    return systems.make_dataset("mobility", 8, out=path, seed=3, days=2)
+    return datasets.make_dataset("mobility", 8, out=path, seed=3, days=2)
 
 
 @pytest.mark.parametrize("name", ["cocld", "rmtpp", "nhp", "thp", "poisson_tpp"])

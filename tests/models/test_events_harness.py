@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from simsci import data
+from simsci.datasets import make_dataset
 from simsci.models._events import (
     EventModel,
     evaluate_events,
@@ -19,7 +20,7 @@ from simsci.models._events import (
     generation_distances,
 )
 from simsci.models.point_process import PoissonTPP, TrueProcessTPP
-from simsci.systems import HawkesProcess, make_dataset
+from simsci.processes import HawkesProcess
 
 torch.set_num_threads(1)
 

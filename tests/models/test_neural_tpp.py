@@ -15,7 +15,7 @@ from simsci.models import MODELS
 from simsci.models._events import EventModel, evaluate_events
 from simsci.models.neural_tpp import RMTPP, NeuralHawkes, TransformerHawkes
 from simsci.models.point_process import PoissonTPP
-from simsci.systems._point_process import write_event_file
+from simsci.processes import write_event_file
 
 torch.set_num_threads(1)
 

@@ -11,6 +11,7 @@ import math
 import pytest
 import torch
 
+from simsci.integrate import lti_transition
 from simsci.models.sdevi._complex import (
     _phi1,
     complex_chain_kl,
@@ -22,7 +23,7 @@ from simsci.models.sdevi._complex import (
     complex_propagate,
 )
 from simsci.models.sdevi._elbo import linear_gaussian_elbo
-from simsci.models.sdevi._gauss_markov import chain_kl, gaussian_kl, lti_transition, propagate
+from simsci.models.sdevi._gauss_markov import chain_kl, gaussian_kl, propagate
 
 C128 = torch.complex128
 

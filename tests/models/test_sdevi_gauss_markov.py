@@ -143,7 +143,7 @@ def test_gradients_flow_through_the_transition():
 
 
 def test_expm_matches_torch_matrix_exp_for_small_and_large_norms():
-    from simsci.models.sdevi._gauss_markov import expm
+    from simsci.integrate import expm
 
     M = (
         torch.randn(6, 5, 5, dtype=torch.float64)
@@ -241,7 +241,7 @@ def test_propagate_gradient_of_one_output_and_of_expanded_inputs():
 
 # --------------------------------------------------------------- expm, shared prior, KL
 def test_expm_taylor_polynomial_is_exact_for_every_degree():
-    from simsci.models.sdevi._gauss_markov import _taylor
+    from simsci.integrate._linear import _taylor
 
     X = 0.1 * torch.randn(3, 6, 6, dtype=torch.float64)
     for degree in range(1, 15):
@@ -250,7 +250,7 @@ def test_expm_taylor_polynomial_is_exact_for_every_degree():
 
 
 def test_shared_prior_transitions_are_computed_once_per_distinct_step():
-    from simsci.models.sdevi._gauss_markov import _lti_transition
+    from simsci.integrate._linear import _lti_transition
 
     d = 3
     A = (_stable(d) * 0.5).requires_grad_()

@@ -21,7 +21,7 @@ The baselines (``variant=``), trained and rolled out by the same code:
   ||W(z) - dE/dx v||^2 (``latent_weight``), so its latent flow is the one the data's
   motion induces through the encoder.
 - ``"known"``: the ceiling where the manifold is known (the lifted systems of
-  :mod:`simsci.systems._manifolds`): dx/dt = P_M(x) f(x) with the true tangent projector
+  :mod:`simsci.datasets._manifolds`): dx/dt = P_M(x) f(x) with the true tangent projector
   P_M at the nearest point of the true manifold, re-projection onto the true manifold.
 
 Training (``training_step``): velocity matching on (x, v) pairs, the velocities either
@@ -305,7 +305,7 @@ class GFG(nn.Module):
     def flow(self):
         """The true lifted flow (``variant="known"``), rebuilt from ``known_manifold``."""
         if self._flow is None and self.known_manifold is not None:
-            from simsci.systems._manifolds import lifted_from_config
+            from simsci.datasets._manifolds import lifted_from_config
 
             self._flow = lifted_from_config(self.known_manifold)
         return self._flow
@@ -587,7 +587,7 @@ def latent_dim_hint(traj, stats: dict) -> int:
     D = stats["state_dim"]
     meta = traj.meta
     if "manifold" in meta:
-        from simsci.systems._manifolds import lifted_from_config
+        from simsci.datasets._manifolds import lifted_from_config
 
         return min(D - 1, int(lifted_from_config(meta["manifold"]).base_dim))
     if "network" in meta and D % 2 == 0:

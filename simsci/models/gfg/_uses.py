@@ -83,8 +83,8 @@ CORRUPTIONS = ("reversed", "spliced", "generated", "wrong_physics")
 
 def auroc(positive, negative) -> float:
     """P(score of a positive > score of a negative), ties counted half (Mann-Whitney);
-    NaN when a class is empty. The rank statistic of ``simsci.systems._grn``."""
-    from simsci.systems._grn import _auroc
+    NaN when a class is empty. The rank statistic of ``simsci.datasets._grn``."""
+    from simsci.datasets._grn import _auroc
 
     pos = np.asarray(positive, dtype=np.float64).ravel()
     neg = np.asarray(negative, dtype=np.float64).ravel()
@@ -377,7 +377,7 @@ def evaluate_file(
         raise ValueError(f"{path}: no episodes in split {split!r}")
     flow = None
     if "manifold" in traj.meta:
-        from simsci.systems._manifolds import lifted_from_config
+        from simsci.datasets._manifolds import lifted_from_config
 
         flow = lifted_from_config(traj.meta["manifold"])
     if task == "forecast":
@@ -391,7 +391,7 @@ def evaluate_file(
             f"{path}: motifs need the true network in the file's meta ('network', written "
             "by the grn_* datasets) to score against"
         )
-    from simsci.systems._grn import network_from_config, score_network, true_motif_scores
+    from simsci.datasets._grn import network_from_config, score_network, true_motif_scores
 
     network = network_from_config(network_cfg)
     x = torch.as_tensor(np.concatenate([e["x"] for e in episodes]), device=device)

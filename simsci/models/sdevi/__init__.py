@@ -15,6 +15,7 @@ complex-domain counterparts (:func:`complex_diag_transition` ... :func:`complex_
 
 from __future__ import annotations
 
+from simsci.integrate import lti_transition
 from simsci.models.sdevi._complex import (
     complex_chain_kl,
     complex_diag_transition,
@@ -26,7 +27,6 @@ from simsci.models.sdevi._elbo import linear_gaussian_elbo
 from simsci.models.sdevi._gauss_markov import (
     chain_kl,
     gaussian_kl,
-    lti_transition,
     propagate,
     safe_cholesky,
 )

@@ -30,7 +30,8 @@ import math
 import torch
 from torch import Tensor
 
-from simsci.models.sdevi._gauss_markov import chain_kl, lti_transition, propagate, safe_cholesky
+from simsci.integrate import lti_transition
+from simsci.models.sdevi._gauss_markov import chain_kl, propagate, safe_cholesky
 
 __all__ = [
     "linear_gaussian_elbo",

@@ -21,7 +21,8 @@ import math
 import torch
 from torch import Tensor
 
-from simsci.models.sdevi._gauss_markov import lti_transition, safe_cholesky
+from simsci.integrate import lti_transition
+from simsci.models.sdevi._gauss_markov import safe_cholesky
 
 __all__ = ["kalman_log_likelihood"]
 

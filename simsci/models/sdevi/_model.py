@@ -73,6 +73,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from simsci.integrate import lti_transition
 from simsci.models._series import SeriesModel, series_data_kwargs
 from simsci.models.sdevi._elbo import (
     _gaussian_expected,
@@ -80,7 +81,7 @@ from simsci.models.sdevi._elbo import (
     pad_identity,
     unscented_expected_loglik,
 )
-from simsci.models.sdevi._gauss_markov import chain_kl, lti_transition, propagate
+from simsci.models.sdevi._gauss_markov import chain_kl, propagate
 
 __all__ = ["SDEVI", "VARIANTS"]
 

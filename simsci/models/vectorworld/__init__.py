@@ -1,6 +1,6 @@
 """VectorWorld: a streaming vector-graph world model for closed-loop driving rollouts.
 
-Built on the driving world of :mod:`simsci.systems.driving` (its scene tiles are the
+Built on the driving world of :mod:`simsci.driving` (its scene tiles are the
 training data, its metrics the yardstick). Three trained parts and the world they make:
 
 - :class:`TileGenerator` (:mod:`._outpaint`, over :mod:`._dit` and :mod:`._tokens`): an

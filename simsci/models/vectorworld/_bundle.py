@@ -257,7 +257,7 @@ def _cache_root() -> Path:
 def small_default(*, cache_dir=None, rebuild: bool = False) -> VectorWorld:
     """The small VectorWorld trained on the fly (module docstring); built once per code
     version and cached under ``cache_dir`` (default ``$SIMSCI_CACHE`` or ``~/.cache/simsci``)."""
-    from simsci.systems.driving import make_scenes
+    from simsci.driving import make_scenes
 
     root = Path(cache_dir) if cache_dir is not None else _cache_root()
     key = f"vectorworld-small-v{_SMALL_VERSION}-{_source_hash()}"

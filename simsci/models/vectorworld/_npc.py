@@ -4,13 +4,13 @@ whose logits are shaped by a differentiable kinematic-feasibility term.
 ΔSim drives the non-player vehicles of a streaming world of generated lanes. Its inputs
 are generic -- a :class:`LaneSet` of 20-point centrelines with widths, speed limits and
 successor links, and an :class:`AgentState` of boxes with speed and previous controls --
-so the same policy runs on :class:`~simsci.systems.driving.RoadNetwork` roads
+so the same policy runs on :class:`~simsci.driving.RoadNetwork` roads
 (:func:`lanes_from_road`), on tiles and on what a generative model emits. It is trained
 by behaviour cloning on the ground-truth IDM/MOBIL traffic
-(:class:`~simsci.systems.driving.Traffic`, :func:`collect_bc`, :func:`train_delta_sim`)
+(:class:`~simsci.driving.Traffic`, :func:`collect_bc`, :func:`train_delta_sim`)
 and compared with it in closed loop (:func:`rollout_vs_traffic`).
 
->>> from simsci.systems import driving
+>>> from simsci import driving
 >>> from simsci.models.vectorworld import _npc as npc
 >>> road = driving.straight_road(300.0, lanes=2)
 >>> lanes = npc.lanes_from_road(road)                       # LaneSet, B = 1
@@ -102,7 +102,7 @@ fine gap outside loses ~5 β (β = 20: 100 nats), and the term is smooth in the 
 gradient reaches ``v``, ``a_prev``, ``κ_prev``). The sampled control is finally clamped
 into the box (the residual may cross the boundary by less than half a bin), so with
 shaping every step is feasible by construction, and the limits (|a| <= 8, κ <= 0.25,
-both rates) sit inside what :func:`simsci.systems.driving.metrics.infeasible_steps` calls
+both rates) sit inside what :func:`simsci.driving.metrics.infeasible_steps` calls
 infeasible (10.4 m/s^2, 0.3 1/m). ``shaping=False`` drops the penalties and the clamp.
 
 Manoeuvre logits are shaped too: a lane change needs the neighbour lane (``-10^4``
@@ -129,7 +129,7 @@ than the jerk limit: counted by :func:`collect_bc`).
 
 Behaviour-cloning labels (:func:`collect_bc`)
 ---------------------------------------------
-From :class:`~simsci.systems.driving.Traffic` with an autopilot ego, on
+From :class:`~simsci.driving.Traffic` with an autopilot ego, on
 :func:`lanes_from_road` of its roads (cropped around each ego), one sample per non-ego
 vehicle present before and after a step: features of the state before, targets ``a =
 state.accel``, ``κ = state.kappa`` after the step (the realised controls, which
@@ -176,14 +176,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from simsci.errors import unknown_name
-from simsci.systems.driving._traffic import (
+from simsci.driving import (
     DT,
     MAX_ACCEL,
     MAX_BRAKE,
     MAX_CURVATURE,
     MAX_CURVATURE_RATE,
 )
+from simsci.errors import unknown_name
 
 __all__ = [
     "ACCEL_BINS",
@@ -461,7 +461,7 @@ def _lane_geometry(lanes: LaneSet) -> dict:
 
 
 def lanes_from_road(road, device=None, dtype=torch.float32, *, max_succ: int = 2) -> LaneSet:
-    """A :class:`LaneSet` with B = 1 of a :class:`~simsci.systems.driving.RoadNetwork`:
+    """A :class:`LaneSet` with B = 1 of a :class:`~simsci.driving.RoadNetwork`:
     every lane resampled to 20 points evenly in arc length (lanes are <= 100 m: <= 5.3 m
     apart), lane ids kept (index ``l`` is the road's lane ``l``). ``max_succ``: successors
     kept per lane (the road has up to 4; the tile contract 2)."""
@@ -499,7 +499,7 @@ def lanes_from_tiles(
     ``speed_limit``; ``edges`` ``index`` (E, 2), ``type`` (E,) into ``EDGE_TYPES``) and
     the episode's ``tile_pose`` (T, 3): pieces in the world frame, ``succ`` from the
     graph's succ edges (the first ``max_succ`` per piece), node ids kept."""
-    from simsci.systems.driving.metrics import EDGE_TYPES, tile_to_world
+    from simsci.driving.metrics import EDGE_TYPES, tile_to_world
 
     try:
         nodes, edges = graph["nodes"], graph["edges"]
@@ -672,7 +672,7 @@ class AgentState:
 
     @classmethod
     def from_traffic(cls, traffic, dtype=None) -> AgentState:
-        """The vehicles of a :class:`~simsci.systems.driving.Traffic` (slot 0 the ego);
+        """The vehicles of a :class:`~simsci.driving.Traffic` (slot 0 the ego);
         ``route`` picks each vehicle's next lane in the ground truth."""
         st = traffic.state
         if st is None:
@@ -1713,12 +1713,12 @@ def collect_bc(
     dtype=torch.float32,
     progress: bool = False,
 ) -> BCDataset:
-    """Behaviour-cloning samples from ground-truth :class:`~simsci.systems.driving.Traffic`
+    """Behaviour-cloning samples from ground-truth :class:`~simsci.driving.Traffic`
     (autopilot ego) on ``roads`` (a RoadNetwork or a list; each scene drives one, drawn
     at random): ``steps`` steps of ``n_scenes`` scenes, a sample of every non-ego vehicle
     present before and after a step, every ``every`` steps, skipping the first ``warmup``
     steps of every scene (spawn transients). Traffic parameters: ``params`` or
-    :func:`~simsci.systems.driving.sample_params` drawn with ``seed`` (again for a scene
+    :func:`~simsci.driving.sample_params` drawn with ``seed`` (again for a scene
     reset when its ego nears the route's end). Labels: module docstring.
 
     **Noise injection** (DART, Laskey et al. 2017): before a step, each non-ego vehicle
@@ -1726,7 +1726,7 @@ def collect_bc(
     turned by N(0, (0.03 noise)^2) rad, its speed changed by N(0, noise^2) m/s -- so the
     data show the ground truth's corrections from off-centre states, which the policy
     reaches in closed loop and plain logs never show. ``noise=0``: plain logs."""
-    from simsci.systems.driving import Traffic, sample_params
+    from simsci.driving import Traffic, sample_params
 
     roads = _road_list(roads)
     n_scenes = _int_arg("n_scenes", n_scenes, 1)
@@ -1907,7 +1907,7 @@ def rollout_vs_traffic(
     (features + act + integration for the batch). ``details``: also ``"trajectories"``,
     the frames (B, T+1, V, 7) of both rollouts, the ``compared`` mask (B, V, T+1) and
     ΔSim's manoeuvres (B, V, T)."""
-    from simsci.systems.driving import Traffic, metrics, sample_params
+    from simsci.driving import Traffic, metrics, sample_params
 
     if not isinstance(policy, DeltaSim):
         raise TypeError(f"policy must be a DeltaSim, got {type(policy).__name__}")
@@ -2018,7 +2018,7 @@ def rollout_vs_traffic(
 
 # ----------------------------------------------------------------------------- training
 def _roads_for(seeds, length_range, seed: int):
-    from simsci.systems.driving import make_road
+    from simsci.driving import make_road
 
     rng = np.random.default_rng(int(seed))
     lo, hi = (

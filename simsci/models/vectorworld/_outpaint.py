@@ -536,7 +536,7 @@ class TileSamples(torch.utils.data.Dataset):
 
     def __init__(self, path, episodes=None, layout=None, p_first: float = 0.15):
         from simsci import data as sdata
-        from simsci.systems.driving import read_scene
+        from simsci.driving import read_scene
 
         _check_number("p_first", p_first, 0.0, 0.99)
         self.layout = _layout_from(layout)
@@ -743,7 +743,7 @@ def train_tile_generator(
 
 # ------------------------------------------------------------------ metrics
 def _graph_stats(tiles):
-    from simsci.systems.driving.metrics import lane_graph_stats
+    from simsci.driving.metrics import lane_graph_stats
 
     pts, ei, batch, off = [], [], [], 0
     for g, t in enumerate(tiles):
@@ -800,9 +800,9 @@ def tile_metrics(
     """Map fidelity of generated tiles against ground-truth tiles (both own frames).
 
     Lane graphs (edges from :func:`lane_successors` on both sides, so they compare
-    alike) are summarised by :func:`~simsci.systems.driving.metrics.lane_graph_stats`
+    alike) are summarised by :func:`~simsci.driving.metrics.lane_graph_stats`
     and compared per statistic by
-    :func:`~simsci.systems.driving.metrics.compare_lane_stats` (squared Fréchet and MMD²);
+    :func:`~simsci.driving.metrics.compare_lane_stats` (squared Fréchet and MMD²);
     ``lane_stats_distance`` = the mean over statistics of Fréchet² / Var(truth) (scale-free;
     0 = identical Gaussians). ``agent_count_frechet``: Fréchet² of agents per tile.
     With ``contexts`` / ``directions`` (None entries = first tiles): seam statistics over
@@ -813,7 +813,7 @@ def tile_metrics(
     2nd point continues smoothly), ``seam_angle_median`` (deg); the same for the truth as
     ``truth_seam_*``; first tiles: ``ego_lane`` (share with :func:`has_ego_lane`).
     """
-    from simsci.systems.driving.metrics import compare_lane_stats, frechet_distance
+    from simsci.driving.metrics import compare_lane_stats, frechet_distance
 
     lay = _layout_from(layout)
     if len(generated) != len(truth) or not generated:
@@ -900,7 +900,7 @@ def evaluate_tile_generator(
     plus the summed ``generate`` stats (``resampled``, ``empty``, ``no_ego_lane``) and
     ``seconds``."""
     from simsci import data as sdata
-    from simsci.systems.driving import read_scene
+    from simsci.driving import read_scene
 
     ds = sdata.open(os.fspath(path))
     ctxs, dirs, truth = [], [], []

@@ -6,7 +6,7 @@ by default, or any ``policy(obs) -> action`` on batched observations), and retur
 rollout's statistics (distance, steps, wall time and real-time factor, tiles generated
 and resampled, spawns, collisions, off-road, NPC kinematic infeasibility, agents per km,
 seam gaps) and, with ``record=True``, the episode in the scene-tile format
-(:func:`simsci.systems.driving.write_scenes`), cut exactly as the ground-truth drives
+(:func:`simsci.driving.write_scenes`), cut exactly as the ground-truth drives
 are: the visited cells' generated lanes become the lane graph, agents with a 1 s history
 in each tile's frame, so the driving world's readers, metrics and VectorWorld's own
 training read a generated drive like a simulated one. :func:`plot_route` draws the whole
@@ -162,7 +162,7 @@ def rollout(
 
 def _trace_stats(agents, valid, uid, tiles) -> dict:
     """NPC collisions / infeasibility over the rollout and agents per km of lane."""
-    from simsci.systems.driving import metrics
+    from simsci.driving import metrics
 
     T, V, _ = agents.shape
     # per-vehicle tracks: a slot's frames belong to one vehicle while its uid holds
@@ -244,7 +244,7 @@ def _pseudo_road(tiles) -> SimpleNamespace:
 
 def write_rollout(result: dict, path, *, meta: dict | None = None):
     """Write :func:`rollout`'s recorded episode to ``path`` in the scene-tile format."""
-    from simsci.systems.driving import scene_episode, write_scenes
+    from simsci.driving import scene_episode, write_scenes
 
     if "trace" not in result:
         raise ValueError("the rollout was not recorded: run rollout(..., record=True)")
@@ -252,7 +252,7 @@ def write_rollout(result: dict, path, *, meta: dict | None = None):
     T = len(tr["agents"])
     if T < 2:
         raise ValueError("the rollout has fewer than 2 frames; nothing to write")
-    from simsci.systems.driving._tiles import tile_cells
+    from simsci.driving import tile_cells
 
     road = _pseudo_road(result["tiles"])
     # the format needs a lane in every tile: a drive that left the generated lanes into

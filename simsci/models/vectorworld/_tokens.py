@@ -1,6 +1,6 @@
 r"""Scene tiles as token sets for the relational DiT, and outpainting training pairs.
 
-A tile of :mod:`simsci.systems.driving` (64 m x 64 m, lane pieces of 20 points and agents
+A tile of :mod:`simsci.driving` (64 m x 64 m, lane pieces of 20 points and agents
 of ``AGENT_FEATURES``) becomes ``N = n_lanes + n_agents`` tokens of :data:`TOKEN_DIM`
 features (lanes first, then agents), an integer relation matrix ``rel`` ``(N, N)`` with
 values in ``[0, len(RELATIONS))`` and a mask; :func:`tokens_to_tile` decodes tokens back.
@@ -99,9 +99,8 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-from simsci.systems.driving._roads import LANE_KINDS
-from simsci.systems.driving._tiles import LANE_POINTS, TILE_SIZE
-from simsci.systems.driving.metrics import AGENT_FEATURES, EDGE_TYPES
+from simsci.driving import LANE_KINDS, LANE_POINTS, TILE_SIZE
+from simsci.driving.metrics import AGENT_FEATURES, EDGE_TYPES
 
 __all__ = [
     "AGENT_SLICE",
@@ -619,7 +618,7 @@ def check_scene_layout(ds) -> None:
             if key in need:
                 raise ValueError(
                     f"{ds.path}: the scene file's meta lacks {key!r} (need {want!r}); the "
-                    "tokens need a file written by simsci.systems.driving.make_scenes"
+                    "tokens need a file written by simsci.driving.make_scenes"
                 )
             continue
         if meta[key] != want:
@@ -649,7 +648,7 @@ class TilePairs(_dataset_class()):
 
     def __init__(self, path, episodes: Iterable[int] | None = None, layout=None):
         from simsci import data as sdata
-        from simsci.systems.driving import read_scene
+        from simsci.driving import read_scene
 
         self.layout = TokenLayout() if layout is None else _check_layout_arg(layout)
         self.path = os.fspath(path)
@@ -688,7 +687,7 @@ class TilePairs(_dataset_class()):
 
     def _episode(self, i):
         from simsci import data as sdata
-        from simsci.systems.driving import read_scene
+        from simsci.driving import read_scene
 
         if self._cache[0] == i:
             return self._cache[1]
@@ -895,7 +894,7 @@ def check_tile(tile, name: str = "tile") -> dict:
 
 
 def episode_tile(episode, k: int) -> dict:
-    """Tile ``k`` of a :func:`~simsci.systems.driving.read_scene` episode as a plain tile
+    """Tile ``k`` of a :func:`~simsci.driving.read_scene` episode as a plain tile
     dict (points, width, speed_limit, kind, agents): the agents are the valid ones at the
     last history frame **without the ego** (agent 0; the world inserts its own)."""
     lanes = episode["lanes"][k]
@@ -1100,7 +1099,7 @@ def generation_block(context, direction, layout=None, target=None) -> dict:
 
 def generation_pair(episode, k: int, layout=None) -> dict:
     """:func:`generation_block` for tile ``k`` (context, ego removed) -> tile ``k + 1``
-    (target) of a :func:`~simsci.systems.driving.read_scene` episode, or for ``k=None``
+    (target) of a :func:`~simsci.driving.read_scene` episode, or for ``k=None``
     tile 0 as a first tile (no context). Adds ``episode_step`` (k or -1)."""
     T = _check_episode(episode)
     if k is None:

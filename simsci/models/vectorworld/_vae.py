@@ -109,9 +109,8 @@ from torch import nn
 from torch_geometric.nn import MessagePassing
 from torch_geometric.utils import scatter, to_dense_batch
 
-from simsci.systems.driving._roads import LANE_KINDS
-from simsci.systems.driving._tiles import HISTORY, LANE_POINTS, MIN_PIECE, TILE_SIZE
-from simsci.systems.driving.metrics import AGENT_FEATURES
+from simsci.driving import HISTORY, LANE_KINDS, LANE_POINTS, MIN_PIECE, TILE_SIZE
+from simsci.driving.metrics import AGENT_FEATURES
 
 __all__ = [
     "DT",
@@ -583,7 +582,7 @@ def _episodes(source, episodes):
             yield int(i), source[int(i)]
         return
     from simsci import data as sdata
-    from simsci.systems.driving import read_scene
+    from simsci.driving import read_scene
 
     own = isinstance(source, (str, os.PathLike))
     ds = sdata.open(source) if own else source
@@ -1186,7 +1185,7 @@ class MotionGatedVAE(nn.Module):
     @staticmethod
     def _accept(cand, accepted, need, lanes, ego, min_gap, headway, stats):
         """Greedy acceptance of candidate histories (c, H, 7) after the accepted ones."""
-        from simsci.systems.driving.metrics import offroad_distance
+        from simsci.driving.metrics import offroad_distance
 
         cur = cand[:, -1]
         reason = np.full(len(cand), -1)
@@ -1229,7 +1228,7 @@ class MotionGatedVAE(nn.Module):
 def _overlap(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``metrics.boxes_overlap`` without its input checks (candidates are finite boxes of
     positive size by construction): the same separating-axis test, numpy in and out."""
-    from simsci.systems.driving.metrics import _sat
+    from simsci.driving.metrics import _sat
 
     return _sat(torch.from_numpy(np.asarray(a)), torch.from_numpy(np.asarray(b))).numpy()
 
@@ -1357,7 +1356,7 @@ class _Tally:
         }
 
     def add(self, hist, hv, lanes, ego):
-        from simsci.systems.driving.metrics import collisions, infeasible_steps, offroad
+        from simsci.driving.metrics import collisions, infeasible_steps, offroad
 
         cur = hist[:, -1]
         m = len(cur)
@@ -1438,7 +1437,7 @@ def scene_init_metrics(
     neighbour distance (m, the ego included) and 1 s ``displacement`` (full histories);
     ``rejection`` (summed ``sample`` stats), ``ms_per_tile`` (median and mean wall time of
     one ``sample`` call) and ``tiles``."""
-    from simsci.systems.driving.metrics import frechet_distance, mmd
+    from simsci.driving.metrics import frechet_distance, mmd
 
     gen = torch.Generator().manual_seed(int(seed))
     sets = {"generated": _Tally(), "ground_truth": _Tally()}

@@ -26,7 +26,7 @@ advances them at the driving world's 10 Hz:
    the end of their lane (``npc_lost``): a generated lane can end anywhere.
 4. **The ego** is driven by the caller (acceleration, steering: the action of
    ``simsci/Driving-v0``) through the same kinematic bicycle as the driving world
-   (:func:`simsci.systems.driving._traffic.bicycle_step`).
+   (:func:`simsci.driving.bicycle_step`).
 
 Lanes of all kept tiles live in one padded store ``(n, max_tiles * max_lanes, 20, 2)``
 (world frame = tile 0's frame; cell (i, j) is centred at ``64 (i, j)``); successor edges
@@ -61,8 +61,14 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from simsci.systems.driving._tiles import LANE_POINTS, TILE_SIZE
-from simsci.systems.driving._traffic import DT, EGO_SIZE, OFFROAD_MARGIN, bicycle_step
+from simsci.driving import (
+    DT,
+    EGO_SIZE,
+    LANE_POINTS,
+    OFFROAD_MARGIN,
+    TILE_SIZE,
+    bicycle_step,
+)
 
 __all__ = ["StreamingWorld", "seam_gaps"]
 
@@ -477,7 +483,7 @@ class StreamingWorld:
     # ------------------------------------------------------------------ agents
     def _add_agent(self, b, row, *, accel=0.0, kappa=0.0, check=True) -> bool:
         """Add one vehicle ``row`` = AGENT_FEATURES (world frame) to world ``b``."""
-        from simsci.systems.driving.metrics import _sat
+        from simsci.driving.metrics import _sat
 
         free = torch.nonzero(~self.valid[b]).flatten()
         free = free[free > 0]

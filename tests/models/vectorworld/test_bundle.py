@@ -85,8 +85,8 @@ def test_cli_errors_are_one_clear_line(tmp_path, capsys):
 @pytest.mark.slow
 def test_small_default_drives_and_cli_rollout(tmp_path, monkeypatch):
     """The on-the-fly model end to end: built, cached, driven, written, from the CLI."""
+    from simsci.driving import read_scene
     from simsci.models.vectorworld import rollout, small_default
-    from simsci.systems.driving import read_scene
 
     monkeypatch.setenv("SIMSCI_CACHE", str(tmp_path / "cache"))
     model = small_default()

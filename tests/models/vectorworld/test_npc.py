@@ -6,16 +6,16 @@ import math
 import pytest
 import torch
 
-from simsci.models.vectorworld import _npc as npc
-from simsci.systems import driving
-from simsci.systems.driving import metrics
-from simsci.systems.driving._traffic import (
+from simsci import driving
+from simsci.driving import metrics
+from simsci.driving._traffic import (
     MAX_ACCEL,
     MAX_BRAKE,
     MAX_CURVATURE,
     MAX_CURVATURE_RATE,
     Traffic,
 )
+from simsci.models.vectorworld import _npc as npc
 from simsci.train import load_model, save_model
 
 D = torch.float64
@@ -173,7 +173,7 @@ def test_lanes_from_road_and_crop():
 
 
 def test_lanes_from_tiles_world_frame_and_links():
-    from simsci.systems.driving._tiles import cut_lanes, lane_graph
+    from simsci.driving._tiles import cut_lanes, lane_graph
 
     road = driving.straight_road(200.0, lanes=2)
     poses = torch.tensor([[32.0, 0.0, 0.0], [96.0, 0.0, 0.0]], dtype=D).numpy()

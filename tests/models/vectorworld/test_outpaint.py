@@ -6,6 +6,8 @@ import torch
 from torch import nn
 
 from simsci import data as sdata
+from simsci.driving import make_scenes, read_scene
+from simsci.driving.metrics import seam_gaps
 from simsci.models.vectorworld._outpaint import (
     TileGenerator,
     TileSamples,
@@ -23,8 +25,6 @@ from simsci.models.vectorworld._tokens import (
     generation_pair,
     pair_steps,
 )
-from simsci.systems.driving import make_scenes, read_scene
-from simsci.systems.driving.metrics import seam_gaps
 from simsci.train import load_model, save_model
 
 TINY = dict(width=16, depth=1, heads=2, freq_dim=8, mlp_ratio=2.0)

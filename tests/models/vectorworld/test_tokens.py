@@ -9,6 +9,8 @@ import pytest
 import torch
 
 from simsci import data as sdata
+from simsci.driving import make_scenes, read_scene
+from simsci.driving.metrics import EDGE_TYPES
 from simsci.models.vectorworld._dit import (
     EdgeGatedRelationalDiT,
     meanflow_loss,
@@ -34,8 +36,6 @@ from simsci.models.vectorworld._tokens import (
     tile_tokens,
     tokens_to_tile,
 )
-from simsci.systems.driving import make_scenes, read_scene
-from simsci.systems.driving.metrics import EDGE_TYPES
 
 R = {name: i for i, name in enumerate(RELATIONS)}
 

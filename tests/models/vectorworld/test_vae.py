@@ -6,6 +6,12 @@ import numpy as np
 import pytest
 import torch
 
+from simsci.driving.metrics import (
+    boxes_overlap,
+    collisions,
+    infeasible_steps,
+    offroad_distance,
+)
 from simsci.models.vectorworld._vae import (
     DT,
     EDGE_KINDS,
@@ -23,12 +29,6 @@ from simsci.models.vectorworld._vae import (
     project_to_lanes,
     scene_init_metrics,
     train_vae,
-)
-from simsci.systems.driving.metrics import (
-    boxes_overlap,
-    collisions,
-    infeasible_steps,
-    offroad_distance,
 )
 from simsci.train import load_model, save_model
 
@@ -371,7 +371,7 @@ def test_scene_init_metrics_and_train_vae(tmp_path, episodes):
         assert np.isfinite(res["distances"][key]["frechet"])
     assert res["ms_per_tile"]["median"] > 0
 
-    from simsci.systems.driving import make_scenes
+    from simsci.driving import make_scenes
 
     path = tmp_path / "scenes.h5"
     make_scenes(2, out=path, drive_length=150.0, route_length=600.0, episodes_per_road=2)

@@ -16,9 +16,9 @@ import pytest
 import torch
 from gymnasium.utils.env_checker import check_env
 
+from simsci.driving import metrics, read_scene
 from simsci.models.vectorworld import DeltaSim, StreamingWorld, TokenLayout, seam_gaps
 from simsci.models.vectorworld._rollout import rollout, write_rollout
-from simsci.systems.driving import metrics, read_scene
 
 Y_LANES = (-1.75, 1.75)  # two lanes along +x, both driving east
 

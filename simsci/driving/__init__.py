@@ -1,6 +1,6 @@
 """The driving world: procedural lane graphs, batched IDM/MOBIL traffic, vector tiles.
 
->>> from simsci.systems import driving
+>>> from simsci import driving
 >>> road = driving.make_road(seed=0, length=5000.0)          # a RoadNetwork (lane graph)
 >>> traffic = driving.Traffic([road], 16)                    # 16 scenes on that road
 >>> traffic.reset(); traffic.step()                          # 10 Hz, batched in torch
@@ -19,13 +19,16 @@
   typed edges, agents with history, written as kind="scene" (:func:`write_scenes`,
   :func:`read_scene`); :func:`make_scenes` / ``simsci generate driving`` simulates the
   drives and writes them (:mod:`._scenes`).
+- Kinematics shared by every driver in these worlds: ``DT`` (10 Hz), the limits
+  ``MAX_ACCEL``, ``MAX_BRAKE``, ``MAX_CURVATURE``, ``MAX_CURVATURE_RATE``, ``EGO_SIZE``,
+  ``OFFROAD_MARGIN`` and :func:`bicycle_step`, the kinematic bicycle.
 - :mod:`.metrics`: collisions, off-road, kinematic infeasibility, ADE/FDE, density,
   lane-graph statistics, seam gaps, Fréchet and MMD distances.
 - The RL environment is ``gymnasium.make("simsci/Driving-v0")`` (:mod:`simsci.envs`).
 """
 
-from simsci.systems.driving import metrics
-from simsci.systems.driving._roads import (
+from simsci.driving import metrics
+from simsci.driving._roads import (
     LANE_ENDS,
     LANE_KINDS,
     RoadConfig,
@@ -33,25 +36,38 @@ from simsci.systems.driving._roads import (
     make_road,
     straight_road,
 )
-from simsci.systems.driving._scenes import driving_scenes as make_scenes
-from simsci.systems.driving._scenes import simulate_drives
-from simsci.systems.driving._tiles import (
+from simsci.driving._scenes import driving_scenes as make_scenes
+from simsci.driving._scenes import simulate_drives
+from simsci.driving._summary import lane_stats, scene_metrics
+from simsci.driving._tiles import (
     HISTORY,
     LANE_POINTS,
+    MIN_PIECE,
     TILE_SIZE,
+    cut_lanes,
+    lane_graph,
     read_scene,
     scene_episode,
+    tile_cells,
     write_scenes,
 )
-from simsci.systems.driving._traffic import (
+from simsci.driving._traffic import (
     DEFAULT_PARAMS,
+    DT,
+    EGO_SIZE,
+    MAX_ACCEL,
+    MAX_BRAKE,
+    MAX_CURVATURE,
+    MAX_CURVATURE_RATE,
+    OFFROAD_MARGIN,
     PARAM_NAMES,
     RoadPool,
     Traffic,
+    bicycle_step,
     default_params,
     sample_params,
 )
-from simsci.systems.driving.metrics import AGENT_FEATURES, EDGE_TYPES
+from simsci.driving.metrics import AGENT_FEATURES, EDGE_TYPES
 
 __all__ = [
     "metrics",
@@ -63,6 +79,14 @@ __all__ = [
     "RoadNetwork",
     "make_road",
     "straight_road",
+    "DT",
+    "MAX_ACCEL",
+    "MAX_BRAKE",
+    "MAX_CURVATURE",
+    "MAX_CURVATURE_RATE",
+    "EGO_SIZE",
+    "OFFROAD_MARGIN",
+    "bicycle_step",
     "RoadPool",
     "Traffic",
     "PARAM_NAMES",
@@ -72,6 +96,12 @@ __all__ = [
     "TILE_SIZE",
     "LANE_POINTS",
     "HISTORY",
+    "MIN_PIECE",
+    "tile_cells",
+    "cut_lanes",
+    "lane_graph",
+    "lane_stats",
+    "scene_metrics",
     "scene_episode",
     "write_scenes",
     "read_scene",

@@ -40,6 +40,8 @@ from typing import ClassVar
 
 import numpy as np
 
+from simsci import data as sdata
+from simsci._seeding import check_split, split_ids, streams
 from simsci.errors import unknown_name
 
 #: registry name -> PointProcess subclass
@@ -152,12 +154,9 @@ def write_event_file(
     and ``"loc_id"`` (L,)
     and per-sequence values (``"params"``, ``"group"``, ... any key whose value is not
     of length L is an episode field). Splits: exact counts by a permutation seeded by
-    ``seed`` (:func:`simsci.systems._datasets.split_ids`). ``meta`` gets
+    ``seed`` (:func:`simsci._seeding.split_ids`). ``meta`` gets
     ``"process"`` (``process.config()``) when a process is given. Returns the path.
     """
-    from simsci import data as sdata
-    from simsci.systems._datasets import check_split, split_ids, streams
-
     fractions = check_split(split_fractions)
     if not sequences:
         raise ValueError(f"{out}: no sequences to write")

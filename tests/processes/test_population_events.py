@@ -9,10 +9,11 @@ import pytest
 from scipy import stats
 
 import simsci.data
-import simsci.systems as systems
+import simsci.datasets as datasets
+import simsci.processes as processes
 from simsci.errors import UnknownNameError
-from simsci.systems import MobilityProcess, PopulationCoupledProcess, process_from_config
-from simsci.systems._population_events import HOME, WORK, weekend_weight
+from simsci.processes import MobilityProcess, PopulationCoupledProcess, process_from_config
+from simsci.processes._population import HOME, WORK, weekend_weight
 
 SPAN = 28 * 24.0
 WINDOW = 72.0
@@ -331,7 +332,7 @@ def test_mobility_bad_input():
 
 # ===================================================================== data sets
 def test_builders_round_trip(tmp_path):
-    path = systems.make_dataset("population_events", 24, out=tmp_path / "p.h5", seed=3)
+    path = datasets.make_dataset("population_events", 24, out=tmp_path / "p.h5", seed=3)
     ds = simsci.data.open(path)
     assert ds.kind == "events" and ds.system == "population_events" and ds.num_marks == 3
     meta = ds.meta
@@ -351,12 +352,12 @@ def test_builders_round_trip(tmp_path):
         assert process.log_likelihood(ep["t"], ep["mark"], **kw) == pytest.approx(
             again.log_likelihood(ep["t"], ep["mark"], **kw), rel=1e-13
         )
-    same = systems.make_dataset("population_events", 24, out=tmp_path / "q.h5", seed=3)
+    same = datasets.make_dataset("population_events", 24, out=tmp_path / "q.h5", seed=3)
     ds2 = simsci.data.open(same)
     assert all(np.array_equal(ds[i]["t"], ds2[i]["t"]) for i in range(len(ds)))
 
     cut = simsci.data.open(
-        systems.make_dataset(
+        datasets.make_dataset(
             "population_events",
             20,
             out=tmp_path / "c.h5",
@@ -377,7 +378,7 @@ def test_builders_round_trip(tmp_path):
     assert len(short) == cut.meta["truncated"]
     assert all(len(ep["t"]) == 10 and ep["window"][1] == ep["t"][-1] for ep in short)
 
-    mob = simsci.data.open(systems.make_dataset("mobility", 10, out=tmp_path / "m.h5", days=2))
+    mob = simsci.data.open(datasets.make_dataset("mobility", 10, out=tmp_path / "m.h5", days=2))
     assert set(mob.step_fields) == {"t", "mark", "loc", "loc_id"} and mob.num_marks == 5
     static = mob.static
     process = process_from_config(mob.meta["process"])
@@ -400,27 +401,27 @@ def test_builders_round_trip(tmp_path):
 
 def test_processes_are_registered_and_configs_round_trip():
     for cls in (PopulationCoupledProcess, MobilityProcess):
-        assert systems.PROCESSES[cls.name] is cls
+        assert processes.PROCESSES[cls.name] is cls
         p = cls()
         q = process_from_config(json.loads(json.dumps(p.config())))
         assert q.config() == p.config()
-    assert systems.get_process("population_coupled", groups=3).groups == 3
+    assert processes.get_process("population_coupled", groups=3).groups == 3
 
 
 def test_builders_reject_bad_options(tmp_path):
     out = tmp_path / "x.h5"
     with pytest.raises(UnknownNameError, match="no option 'keep'.*groups=2"):
-        systems.make_dataset("population_events", 2, out=out, keep=0.5)
+        datasets.make_dataset("population_events", 2, out=out, keep=0.5)
     with pytest.raises(UnknownNameError, match="no option 'groups'.*locations=36"):
-        systems.make_dataset("mobility", 2, out=out, groups=2)
+        datasets.make_dataset("mobility", 2, out=out, groups=2)
     with pytest.raises(ValueError, match="must fit in the calendar span"):
-        systems.make_dataset("population_events", 2, out=out, span_days=1, window_hours=48)
+        datasets.make_dataset("population_events", 2, out=out, span_days=1, window_hours=48)
     with pytest.raises(ValueError, match="max_events must be"):
-        systems.make_dataset("population_events", 2, out=out, max_events=1, min_events=2)
+        datasets.make_dataset("population_events", 2, out=out, max_events=1, min_events=2)
     with pytest.raises(ValueError, match="min_events must be"):
-        systems.make_dataset("mobility", 2, out=out, min_events=-1)
+        datasets.make_dataset("mobility", 2, out=out, min_events=-1)
     with pytest.raises(ValueError, match="split must be three"):
-        systems.make_dataset("mobility", 2, out=out, split=(0.9, 0.2, 0.0))
+        datasets.make_dataset("mobility", 2, out=out, split=(0.9, 0.2, 0.0))
     with pytest.raises(ValueError, match="start_hour must lie in"):
-        systems.make_dataset("mobility", 2, out=out, start_hour=30.0)
+        datasets.make_dataset("mobility", 2, out=out, start_hour=30.0)
     assert not out.exists()

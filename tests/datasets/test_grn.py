@@ -1,4 +1,4 @@
-"""Gene regulatory networks (simsci.systems._grn): the RNA-velocity field and its
+"""Gene regulatory networks (simsci.datasets._grn): the RNA-velocity field and its
 Jacobian, the three networks' dynamics (bistable, oscillating, random), the snapshot
 data sets, the AUROC scoring and its ceiling, bad input."""
 
@@ -11,10 +11,9 @@ import pytest
 import torch
 
 import simsci.data
-import simsci.systems as systems
-from simsci.errors import UnknownNameError
-from simsci.systems import _grn as grn  # importing registers the grn_* data sets
-from simsci.systems._grn import (
+import simsci.datasets as datasets
+from simsci.datasets import _grn as grn  # importing registers the grn_* data sets
+from simsci.datasets._grn import (
     NETWORKS,
     GeneNetwork,
     get_network,
@@ -23,6 +22,7 @@ from simsci.systems._grn import (
     score_network,
     true_motif_scores,
 )
+from simsci.errors import UnknownNameError
 
 
 def _networks():
@@ -226,8 +226,8 @@ def test_datasets_layout_velocity_and_meta(tmp_path):
         ("grn_random", "random", {"genes": 10, "network_seed": 4}),
     ]
     for name, network, opts in cases:
-        assert name in systems.DATASETS
-        path = systems.make_dataset(name, 60, out=tmp_path / f"{name}.h5", seed=1, **opts)
+        assert name in datasets.DATASETS
+        path = datasets.make_dataset(name, 60, out=tmp_path / f"{name}.h5", seed=1, **opts)
         ds, c = _cells(path)
         assert ds.kind == "state" and ds.system == f"grn_{network}" and len(ds) == 60
         assert np.all(ds.lengths == 1)
@@ -261,7 +261,7 @@ def test_datasets_layout_velocity_and_meta(tmp_path):
 def test_noise_shrinks_with_counts_scale_and_seeds_repeat(tmp_path):
     files = {}
     for scale in (5.0, 500.0, math.inf):
-        files[scale] = systems.make_dataset(
+        files[scale] = datasets.make_dataset(
             "grn_toggle", 300, out=tmp_path / f"c{scale}.h5", seed=3, counts_scale=scale
         )
     cells = {k: _cells(p)[1] for k, p in files.items()}
@@ -278,10 +278,10 @@ def test_noise_shrinks_with_counts_scale_and_seeds_repeat(tmp_path):
     assert 0.75 < resid.sum() / (clean.sum() / 5.0) < 1.3
     assert _cells(files[math.inf])[0].meta["counts_scale"] == "inf"
     # same seed same data, another seed other cells
-    again = systems.make_dataset(
+    again = datasets.make_dataset(
         "grn_toggle", 300, out=tmp_path / "again.h5", seed=3, counts_scale=5.0
     )
-    other = systems.make_dataset("grn_toggle", 150, out=tmp_path / "other.h5", seed=4)
+    other = datasets.make_dataset("grn_toggle", 150, out=tmp_path / "other.h5", seed=4)
     a, b = _cells(files[5.0])[1], _cells(again)[1]
     for key in ("t", "x", "x_clean", "v"):
         np.testing.assert_array_equal(a[key], b[key])
@@ -299,7 +299,7 @@ def test_bad_input_is_rejected(tmp_path):
         with pytest.raises(ValueError, match=r"genes must be an integer in 10\.\.20"):
             random_network(genes)
         with pytest.raises(ValueError, match=r"genes must be an integer in 10\.\.20"):
-            systems.make_dataset("grn_random", 5, out=tmp_path / "r.h5", genes=genes)
+            datasets.make_dataset("grn_random", 5, out=tmp_path / "r.h5", genes=genes)
     A = get_network("toggle_switch").adjacency()
     with pytest.raises(ValueError, match=r"scores must have the adjacency's shape \(4, 4\)"):
         score_network(np.zeros((3, 4)), A)
@@ -313,13 +313,13 @@ def test_bad_input_is_rejected(tmp_path):
         score_network(np.zeros((2, 3)), np.zeros((2, 3)))
     for scale in (-1.0, 0.0, math.nan):
         with pytest.raises(ValueError, match="counts_scale must be > 0"):
-            systems.make_dataset("grn_toggle", 5, out=tmp_path / "t.h5", counts_scale=scale)
+            datasets.make_dataset("grn_toggle", 5, out=tmp_path / "t.h5", counts_scale=scale)
     with pytest.raises(ValueError, match="t_max must be a finite number > 0"):
-        systems.make_dataset("grn_repressilator", 5, out=tmp_path / "t.h5", t_max=0.0)
+        datasets.make_dataset("grn_repressilator", 5, out=tmp_path / "t.h5", t_max=0.0)
     with pytest.raises(ValueError, match=r"u_spread must lie in \[0, 1\]"):
-        systems.make_dataset("grn_toggle", 5, out=tmp_path / "t.h5", u_spread=1.5)
+        datasets.make_dataset("grn_toggle", 5, out=tmp_path / "t.h5", u_spread=1.5)
     with pytest.raises(UnknownNameError, match="no option 'genes'"):
-        systems.make_dataset("grn_toggle", 5, out=tmp_path / "t.h5", genes=12)
+        datasets.make_dataset("grn_toggle", 5, out=tmp_path / "t.h5", genes=12)
     assert not (tmp_path / "t.h5").exists()
     # networks and states
     with pytest.raises(ValueError, match="sign must be \\+1 \\(activation\\) or -1"):

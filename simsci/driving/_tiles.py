@@ -79,8 +79,8 @@ import numpy as np
 
 from simsci.data._schema import problem, to_numpy
 from simsci.data._writer import TrajectoryWriter
-from simsci.systems.driving._roads import LANE_KINDS
-from simsci.systems.driving.metrics import AGENT_FEATURES, EDGE_TYPES
+from simsci.driving._roads import LANE_KINDS
+from simsci.driving.metrics import AGENT_FEATURES, EDGE_TYPES
 
 TILE_SIZE = 64.0
 LANE_POINTS = 20

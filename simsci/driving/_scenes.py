@@ -1,6 +1,6 @@
 """The ``driving`` data set: drives through procedural roads, cut into vector tiles.
 
-``make_dataset("driving", n, out=...)`` / ``simsci generate driving --n 2000 --out
+``simsci.datasets.make_dataset("driving", n, out=...)`` / ``simsci generate driving --n 2000 --out
 scenes.h5`` writes ``n`` episodes of kind "scene" (the layout: :mod:`._tiles` and
 shared/design/trajectory-format.md). Each episode is one drive of ``drive_length`` m by an
 autopilot ego (IDM along its route) through IDM/MOBIL traffic, recorded at 10 Hz and cut
@@ -34,13 +34,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from simsci.systems._datasets import (
-    check_count,
-    check_positive,
-    progress_bar,
-    register_dataset,
-    split_ids,
-    streams,
+from simsci._seeding import check_count, check_positive, progress_bar, split_ids, streams
+from simsci.driving._roads import make_road
+from simsci.driving._tiles import scene_episode, write_scenes
+from simsci.driving._traffic import (
+    DT,
+    PARAM_NAMES,
+    RoadPool,
+    Traffic,
+    default_params,
+    sample_params,
 )
 
 __all__ = ["driving_scenes", "simulate_drives"]
@@ -66,7 +69,6 @@ def simulate_drives(
     ``warmup``; a drive that has not reached ``drive_length`` when 90% of the batch has
     (plus 30% more time) ends shorter.
     """
-    from simsci.systems.driving._traffic import DT, RoadPool, Traffic
 
     pool = RoadPool(roads, device=device)
     n = len(nets)
@@ -127,11 +129,6 @@ def _ego_progress(xy: np.ndarray) -> np.ndarray:
     return np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(xy, axis=0), axis=1))])
 
 
-@register_dataset(
-    "driving",
-    "drives through procedural roads with IDM/MOBIL traffic, cut into ego-centric 64 m "
-    "vector tiles (kind scene: lane graphs, agents with history)",
-)
 def driving_scenes(
     n: int,
     *,
@@ -150,9 +147,6 @@ def driving_scenes(
 ) -> Path:
     """Write ``n`` drives as tiled scenes to ``out`` (see the module docstring); returns
     the path. ``density`` fixes the vehicles per km and lane (else drawn per episode)."""
-    from simsci.systems.driving._roads import make_road
-    from simsci.systems.driving._tiles import scene_episode, write_scenes
-    from simsci.systems.driving._traffic import PARAM_NAMES, default_params, sample_params
 
     n = check_count(n)
     drive_length = check_positive("drive_length", drive_length)
@@ -210,7 +204,7 @@ def driving_scenes(
                 yield ep
 
     meta = {
-        "generator": "simsci.systems.driving.driving_scenes",
+        "generator": "simsci.driving.driving_scenes",
         "seed": seed,
         "drive_length": drive_length,
         "route_length": route_length,

@@ -1,4 +1,4 @@
-"""The procedural road networks (simsci/systems/driving/_roads.py): the contract checks,
+"""The procedural road networks (simsci/driving/_roads.py): the contract checks,
 determinism, the route, links and neighbours, every element type, curvature and spacing,
 no self-overlap, conflicts, storage round trips, bad input and edited networks."""
 
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from scipy.spatial import cKDTree
 
-from simsci.systems.driving import _geometry as geo
-from simsci.systems.driving._roads import (
+from simsci.driving import _geometry as geo
+from simsci.driving._roads import (
     LANE_ENDS,
     LANE_KINDS,
     RoadConfig,
@@ -459,7 +459,7 @@ def test_generation_is_fast():
 
 
 def test_overlap_check_rejects_and_rolls_back(monkeypatch):
-    from simsci.systems.driving import _roads
+    from simsci.driving import _roads
 
     b = _roads._Builder(3.5)
     st = b.plain(_roads._State(0.0, 0.0, 0.0, [-1], [-1]), 200.0, 0.0, 20.0, 20.0)

@@ -57,17 +57,19 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from simsci._version import __version__
-from simsci.systems._datasets import (
+from simsci import data as sdata
+from simsci._seeding import (
     check_fraction,
     check_positive,
     check_split,
     kept_indices,
     progress_bar,
-    register_dataset,
     split_ids,
     streams,
 )
+from simsci._version import __version__
+from simsci.datasets._registry import register_dataset
+from simsci.systems import get
 
 _STREAMS = ("params", "initial", "keep", "noise", "split")
 #: episodes per batched pendulum solve
@@ -114,10 +116,7 @@ def pendulum_images(
 ) -> Path:
     """Write ``n`` pendulum image sequences to ``out`` (module docstring: the model, the
     noise and the file layout); returns the path. Call through
-    ``simsci.systems.make_dataset("pendulum_images", n, out=...)``."""
-    from simsci import data as sdata
-    from simsci.systems._registry import get
-
+    ``simsci.datasets.make_dataset("pendulum_images", n, out=...)``."""
     keep = check_fraction("keep", keep, what="fraction of the grid frames observed")
     size = check_positive("size", size, integer=True, minimum=8)
     t_end = check_positive("t_end", t_end)
@@ -154,7 +153,7 @@ def pendulum_images(
     noise = gens["noise"]
 
     meta = {
-        "generator": "simsci.systems.make_dataset",
+        "generator": "simsci.datasets.make_dataset",
         "dataset": "pendulum_images",
         "simsci_version": __version__,
         "n": n,

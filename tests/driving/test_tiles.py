@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from simsci import data as sdata
-from simsci.systems.driving._roads import RoadNetwork, make_road, straight_road
-from simsci.systems.driving._tiles import (
+from simsci.driving._roads import RoadNetwork, make_road, straight_road
+from simsci.driving._tiles import (
     AGENT_FEATURES,
     EDGE_TYPES,
     HISTORY,

@@ -1,4 +1,4 @@
-"""Lifted flows on known manifolds (simsci.systems._manifolds): the embedding and its
+"""Lifted flows on known manifolds (simsci.datasets._manifolds): the embedding and its
 Jacobian, bi-Lipschitz bound, tangency, projectors, nearest points, invariants of the
 simulated flows, config round trips, "wrong physics", the four data sets, bad input."""
 
@@ -10,9 +10,10 @@ import pytest
 import torch
 
 import simsci.data
+import simsci.datasets as datasets
 import simsci.systems as systems
+from simsci.datasets import _manifolds as mf
 from simsci.errors import UnknownNameError
-from simsci.systems import _manifolds as mf
 
 NAMES = ("circle", "torus", "rigid_body", "lorenz63")
 DIMS = {"circle": (1, 2), "torus": (2, 4), "rigid_body": (2, 3), "lorenz63": (3, 3)}
@@ -50,7 +51,7 @@ def test_registry_dimensions_and_defaults(flows):
     assert mf.lifted_flow("rigid_body").params == {"I1": 2.0, "I2": 1.0, "I3": 2.0 / 3.0}
     assert mf.lifted_flow("lorenz63").params == {"sigma": 10.0, "rho": 28.0, "beta": 8.0 / 3.0}
     assert {"lifted_circle", "lifted_torus", "lifted_rigid_body", "lifted_lorenz63"} <= set(
-        systems.DATASETS
+        datasets.DATASETS
     )
 
 
@@ -268,7 +269,7 @@ def _open(path):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_dataset_files_and_velocity_against_finite_differences(tmp_path, name):
-    path = systems.make_dataset(
+    path = datasets.make_dataset(
         f"lifted_{name}",
         2,
         out=tmp_path / "d.h5",
@@ -306,13 +307,13 @@ def test_dataset_files_and_velocity_against_finite_differences(tmp_path, name):
 
 
 def test_dataset_defaults_noise_keep_and_seeds(tmp_path):
-    opts = systems.DATASETS["lifted_lorenz63"].options()
+    opts = datasets.DATASETS["lifted_lorenz63"].options()
     assert (opts["dim"], opts["steps"], opts["t_end"], opts["keep"]) == (64, 50, 2.0, 1.0)
     assert opts["split"] == (0.6, 0.2, 0.2) and opts["noise"] == 0.0
     kw = {"dim": 12, "steps": 40, "keep": 0.5, "noise": 0.01}
-    a = systems.make_dataset("lifted_circle", 5, out=tmp_path / "a.h5", seed=3, **kw)
-    b = systems.make_dataset("lifted_circle", 5, out=tmp_path / "b.h5", seed=3, **kw)
-    c = systems.make_dataset("lifted_circle", 5, out=tmp_path / "c.h5", seed=4, **kw)
+    a = datasets.make_dataset("lifted_circle", 5, out=tmp_path / "a.h5", seed=3, **kw)
+    b = datasets.make_dataset("lifted_circle", 5, out=tmp_path / "b.h5", seed=3, **kw)
+    c = datasets.make_dataset("lifted_circle", 5, out=tmp_path / "c.h5", seed=4, **kw)
     (da, ea), (_, eb), (_, ec) = _open(a), _open(b), _open(c)
     assert all(
         x.keys() == y.keys() and all(np.array_equal(x[f], y[f]) for f in x) for x, y in zip(ea, eb)
@@ -327,7 +328,7 @@ def test_dataset_defaults_noise_keep_and_seeds(tmp_path):
         assert len(e["t"]) == 20 and np.all(np.diff(e["t"]) > 0)
         np.testing.assert_allclose(e["x_clean"], flow.embed(torch.as_tensor(e["u"])).numpy())
         np.testing.assert_allclose(e["v"], flow.ambient_velocity(torch.as_tensor(e["u"])))
-    other = systems.make_dataset("lifted_circle", 2, out=tmp_path / "e.h5", embed_seed=1, dim=12)
+    other = datasets.make_dataset("lifted_circle", 2, out=tmp_path / "e.h5", embed_seed=1, dim=12)
     assert _open(other)[0].meta["manifold"]["seed"] == 1
     assert "x" in da.stats
 
@@ -360,8 +361,8 @@ def test_bad_input_is_rejected_with_clear_messages(flows, tmp_path):
     with pytest.raises(ValueError, match="not a lifted-flow config.*missing keys"):
         mf.lifted_from_config({"flow": "circle"})
     with pytest.raises(UnknownNameError, match="no option 'omega'"):
-        systems.make_dataset("lifted_torus", 2, out=tmp_path / "t.h5", omega=1.0)
+        datasets.make_dataset("lifted_torus", 2, out=tmp_path / "t.h5", omega=1.0)
     with pytest.raises(ValueError, match="steps must be"):
-        systems.make_dataset("lifted_circle", 2, out=tmp_path / "t.h5", steps=1)
+        datasets.make_dataset("lifted_circle", 2, out=tmp_path / "t.h5", steps=1)
     with pytest.raises(ValueError, match="dim .* must exceed"):
-        systems.make_dataset("lifted_lorenz63", 2, out=tmp_path / "t.h5", dim=3)
+        datasets.make_dataset("lifted_lorenz63", 2, out=tmp_path / "t.h5", dim=3)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simsci.systems.driving import metrics
+from simsci.driving import metrics
 
 __all__ = ["scene_metrics", "lane_stats"]
 
@@ -29,7 +29,7 @@ def _open(path_or_dataset):
 def lane_stats(path_or_dataset, *, episodes: int | None = None) -> dict[str, np.ndarray]:
     """Per-node lane statistics pooled over episodes: ``length``, ``curvature``,
     ``degree``, ``lateral_degree`` (1-D arrays, one entry per lane piece)."""
-    from simsci.systems.driving._tiles import read_scene
+    from simsci.driving._tiles import read_scene
 
     ds = _open(path_or_dataset)
     n = len(ds) if episodes is None else min(int(episodes), len(ds))
@@ -46,7 +46,7 @@ def lane_stats(path_or_dataset, *, episodes: int | None = None) -> dict[str, np.
 
 def scene_metrics(path_or_dataset, *, episodes: int | None = 32) -> dict:
     """Metrics of (up to ``episodes``) episodes of a scene file, as a JSON-able dict."""
-    from simsci.systems.driving._tiles import read_scene
+    from simsci.driving._tiles import read_scene
 
     ds = _open(path_or_dataset)
     if len(ds) == 0:

@@ -76,7 +76,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from simsci.systems.driving.metrics import AGENT_FEATURES
+from simsci.driving.metrics import AGENT_FEATURES
 
 __all__ = [
     "AGENT_FEATURES",

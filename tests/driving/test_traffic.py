@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from simsci.systems.driving import (
+from simsci.driving import (
     PARAM_NAMES,
     Traffic,
     default_params,
@@ -15,7 +15,7 @@ from simsci.systems.driving import (
     sample_params,
     straight_road,
 )
-from simsci.systems.driving._traffic import DT
+from simsci.driving._traffic import DT
 
 
 def _params(n=1, **kw):

@@ -70,17 +70,18 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from simsci._version import __version__
-from simsci.systems._datasets import (
+from simsci import data as sdata
+from simsci._seeding import (
     check_fraction,
     check_positive,
     check_split,
     kept_indices,
     progress_bar,
-    register_dataset,
     split_ids,
     streams,
 )
+from simsci._version import __version__
+from simsci.datasets._registry import register_dataset
 
 CHANNELS = ("temperature", "pressure", "humidity", "wind", "precipitation")
 UNITS = ("degC", "hPa", "%", "m/s", "mm/day")
@@ -186,9 +187,7 @@ def climate(
 ) -> Path:
     """Write ``n`` station-years to ``out`` (module docstring: the model, the gaps and the
     file layout); returns the path. Call through
-    ``simsci.systems.make_dataset("climate", n, out=...)``."""
-    from simsci import data as sdata
-
+    ``simsci.datasets.make_dataset("climate", n, out=...)``."""
     keep = check_fraction("keep", keep, what="fraction of the days a station reports")
     missing = check_positive("missing", missing, minimum=0.0)
     if missing >= 1.0:
@@ -217,7 +216,7 @@ def climate(
     day = np.arange(days, dtype=np.float64)
 
     meta = {
-        "generator": "simsci.systems.make_dataset",
+        "generator": "simsci.datasets.make_dataset",
         "dataset": "climate",
         "simsci_version": __version__,
         "n": n,

@@ -75,7 +75,7 @@ every output state (dividing by the norm), which leaves the rigid body's energy
 conserved to solver accuracy.
 
 **Data sets** ``lifted_circle``, ``lifted_torus``, ``lifted_rigid_body``,
-``lifted_lorenz63`` (:func:`simsci.systems.make_dataset`): few sparse trajectories,
+``lifted_lorenz63`` (:func:`simsci.datasets.make_dataset`): few sparse trajectories,
 kind "state", system ``"lifted_<flow>"``. Per step: ``t``; ``x`` (S, D) the lifted state
 (plus i.i.d. N(0, noise^2) when ``noise > 0``, then the clean state as ``x_clean``);
 ``v`` (S, D) the true ambient velocity :math:`J_\Phi(u)\dot u` at the clean state;
@@ -101,19 +101,21 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from simsci._version import __version__
-from simsci.errors import UnknownNameError, unknown_name
-from simsci.systems._base import Interval
-from simsci.systems._datasets import (
+from simsci import data as sdata
+from simsci._seeding import (
     check_fraction,
     check_positive,
     check_split,
     kept_indices,
     progress_bar,
-    register_dataset,
     split_ids,
     streams,
 )
+from simsci._version import __version__
+from simsci.datasets._registry import register_dataset
+from simsci.errors import UnknownNameError, unknown_name
+from simsci.integrate import odeint
+from simsci.systems import Interval, get
 
 #: rtol, atol of the dopri5 solves
 RTOL, ATOL = 1e-8, 1e-10
@@ -418,8 +420,6 @@ class LiftedFlow:
     def simulate(self, u0, t, *, rtol: float = RTOL, atol: float = ATOL) -> torch.Tensor:
         """Trajectories (B, T, m) from u0 (B, m) on M0 at times ``t`` ((T,) or (B, T), as
         for :func:`simsci.integrate.odeint`); every output state is retracted onto M0."""
-        from simsci.integrate import odeint
-
         u0 = self._base(u0, "u0")
         if u0.ndim != 2:
             raise ValueError(
@@ -594,8 +594,6 @@ class _SystemFlow(LiftedFlow):
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        from simsci.systems._registry import get
-
         self.system = get(self.system_name, **self.params)
 
     def _drift(self, x):
@@ -756,8 +754,6 @@ def _write(
     split,
     compression,
 ) -> Path:
-    from simsci import data as sdata
-
     steps = check_positive("steps", steps, integer=True, minimum=2)
     t_end = check_positive("t_end", t_end)
     keep = check_fraction("keep", keep, what="fraction of the grid points kept per episode")
@@ -776,7 +772,7 @@ def _write(
     splits = split_ids(n, fractions, gens["split"])
     system = f"lifted_{flow.name}"
     meta = {
-        "generator": "simsci.systems.make_dataset",
+        "generator": "simsci.datasets.make_dataset",
         "dataset": system,
         "simsci_version": __version__,
         "n": n,
@@ -826,9 +822,9 @@ def _write(
 
 
 _DOC = """Write ``n`` trajectories of the lifted {flow} flow to ``out`` (module docstring of
-:mod:`simsci.systems._manifolds`: the flow, the embedding, the file); returns the path.
+:mod:`simsci.datasets._manifolds`: the flow, the embedding, the file); returns the path.
 ``dim`` D, ``embed_seed``/``hidden``/``freq``/``bend`` the embedding, the other keywords the flow
-parameters. Call through ``simsci.systems.make_dataset("lifted_{flow}", n, out=...)``."""
+parameters. Call through ``simsci.datasets.make_dataset("lifted_{flow}", n, out=...)``."""
 
 
 @register_dataset(

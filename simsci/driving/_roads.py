@@ -90,7 +90,7 @@ import math
 
 import numpy as np
 
-from simsci.systems.driving import _geometry as geo
+from simsci.driving import _geometry as geo
 
 __all__ = [
     "LANE_ENDS",

@@ -1,4 +1,4 @@
-"""Driving metrics (simsci.systems.driving.metrics): boxes and collisions against a
+"""Driving metrics (simsci.driving.metrics): boxes and collisions against a
 brute-force polygon test, off-road distances, kinematic feasibility on circles and
 brakes, ADE/FDE, density, lane-graph statistics, seam gaps, Fréchet and MMD, bad input,
 and the same numbers on the test device."""
@@ -10,7 +10,7 @@ import pytest
 import scipy.linalg
 import torch
 
-from simsci.systems.driving import metrics as M
+from simsci.driving import metrics as M
 
 
 def _agent(x, y, heading=0.0, length=4.0, width=2.0, speed=0.0):

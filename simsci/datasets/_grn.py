@@ -99,16 +99,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from simsci import data as sdata
+from simsci._seeding import check_positive, check_split, progress_bar, split_ids, streams
 from simsci._version import __version__
+from simsci.datasets._registry import register_dataset
 from simsci.errors import unknown_name
-from simsci.systems._datasets import (
-    check_positive,
-    check_split,
-    progress_bar,
-    register_dataset,
-    split_ids,
-    streams,
-)
+from simsci.integrate import odeint
 
 _PARAMS = ("alpha", "basal", "beta", "gamma")
 
@@ -371,8 +367,6 @@ class GeneNetwork:
         """Solve from ``x0`` ``(B, 2G)`` through :func:`simsci.integrate.odeint`; ``t``
         ``(T,)`` shared or ``(B, T)`` per cell (or ragged). Returns ``(B, T, 2G)``.
         ``solver_options`` go to odeint (method, rtol, atol, ...)."""
-        from simsci.integrate import odeint
-
         x0 = self._check_x(x0, "x0")
         if x0.ndim != 2:
             raise ValueError(f"x0 must be (B, {self.dim}), got shape {tuple(x0.shape)}")
@@ -660,9 +654,6 @@ def _snapshots(
     dataset: str,
     extra_meta: dict,
 ) -> Path:
-    from simsci import data as sdata
-    from simsci.integrate import odeint
-
     t_max = check_positive("t_max", t_max)
     counts_scale = _check_counts_scale(counts_scale)
     u_spread = _check_spread(u_spread)
@@ -686,7 +677,7 @@ def _snapshots(
 
     names = network.state_names()
     meta = {
-        "generator": "simsci.systems.make_dataset",
+        "generator": "simsci.datasets.make_dataset",
         "dataset": dataset,
         "simsci_version": __version__,
         "n": n,

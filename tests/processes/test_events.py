@@ -9,8 +9,8 @@ import pytest
 from scipy import integrate, stats
 
 import simsci.data
-import simsci.systems as systems
-from simsci.systems import (
+import simsci.datasets as datasets
+from simsci.processes import (
     PROCESSES,
     HawkesProcess,
     PoissonProcess,
@@ -18,7 +18,7 @@ from simsci.systems import (
     get_process,
     process_from_config,
 )
-from simsci.systems._events import default_hawkes_params, default_self_correcting_params
+from simsci.datasets import default_hawkes_params, default_self_correcting_params
 
 HAWKES2 = {"mu": [0.4, 0.3], "alpha": [[0.3, 0.2], [0.4, 0.1]], "beta": [[1.0, 2.0], [3.0, 1.5]]}
 
@@ -347,7 +347,7 @@ def test_bad_parameters_are_rejected():
 
 # ---------------------------------------------------------------- builders
 def test_hawkes_builder_round_trip(tmp_path):
-    path = systems.make_dataset("hawkes", 20, out=tmp_path / "h.h5", seed=0)
+    path = datasets.make_dataset("hawkes", 20, out=tmp_path / "h.h5", seed=0)
     ds = simsci.data.open(path)
     assert ds.kind == "events" and ds.system == "hawkes" and len(ds) == 20
     assert ds.num_marks == 1
@@ -368,12 +368,12 @@ def test_hawkes_builder_round_trip(tmp_path):
         assert np.isfinite(ll) and np.isfinite(first_given)
     assert sorted(np.bincount(ds.column("split"), minlength=3)) == [2, 2, 16]
     # same seed, same file contents
-    again = simsci.data.open(systems.make_dataset("hawkes", 20, out=tmp_path / "g.h5", seed=0))
+    again = simsci.data.open(datasets.make_dataset("hawkes", 20, out=tmp_path / "g.h5", seed=0))
     assert all(np.array_equal(ds[i]["t"], again[i]["t"]) for i in range(20))
 
 
 def test_hawkes_builder_options(tmp_path):
-    path = systems.make_dataset(
+    path = datasets.make_dataset(
         "hawkes", 30, out=tmp_path / "h5.h5", seed=1, marks=5, max_events=40, min_events=5
     )
     ds = simsci.data.open(path)
@@ -386,7 +386,7 @@ def test_hawkes_builder_options(tmp_path):
     for i in np.flatnonzero(lengths == 40):
         assert float(ds[int(i)]["t_end"]) == ds[int(i)]["t"][-1]
     # CLI-style text options
-    path = systems.make_dataset(
+    path = datasets.make_dataset(
         "hawkes",
         5,
         out=tmp_path / "c.h5",
@@ -403,17 +403,17 @@ def test_hawkes_builder_options(tmp_path):
         "beta": [[2.0, 2.0], [2.0, 2.0]],
     }
     with pytest.raises(ValueError, match="not stationary"):
-        systems.make_dataset("hawkes", 5, out=tmp_path / "x.h5", alpha=1.2)
+        datasets.make_dataset("hawkes", 5, out=tmp_path / "x.h5", alpha=1.2)
     with pytest.raises(ValueError, match="2 x 2"):
-        systems.make_dataset("hawkes", 5, out=tmp_path / "x.h5", marks=2, alpha="0.1,0.2,0.3")
+        datasets.make_dataset("hawkes", 5, out=tmp_path / "x.h5", marks=2, alpha="0.1,0.2,0.3")
     with pytest.raises(ValueError, match="min_events"):
-        systems.make_dataset("hawkes", 5, out=tmp_path / "x.h5", min_events=400, t_end=5.0)
+        datasets.make_dataset("hawkes", 5, out=tmp_path / "x.h5", min_events=400, t_end=5.0)
     assert not (tmp_path / "x.h5").exists()
 
 
 def test_min_events_conditions_the_data_set(tmp_path):
     # mean 3 events: many sequences fall short and are redrawn
-    path = systems.make_dataset(
+    path = datasets.make_dataset(
         "poisson_events", 50, out=tmp_path / "p.h5", seed=0, t_end=3.0, min_events=4
     )
     ds = simsci.data.open(path)
@@ -422,7 +422,7 @@ def test_min_events_conditions_the_data_set(tmp_path):
 
 
 def test_poisson_and_self_correcting_builders(tmp_path):
-    p = systems.make_dataset(
+    p = datasets.make_dataset(
         "poisson_events", 10, out=tmp_path / "p.h5", marks=2, rate="1,0.5", amplitude=0.5
     )
     ds = simsci.data.open(p)
@@ -430,7 +430,7 @@ def test_poisson_and_self_correcting_builders(tmp_path):
     assert isinstance(proc, PoissonProcess) and ds.num_marks == 2
     assert proc.params()["rate"] == [1.0, 0.5] and proc.params()["amplitude"] == [0.5, 0.5]
     assert ds.meta["t_end"] == pytest.approx(50.0 / 1.5)
-    s = systems.make_dataset("self_correcting", 10, out=tmp_path / "s.h5", marks=3, seed=2)
+    s = datasets.make_dataset("self_correcting", 10, out=tmp_path / "s.h5", marks=3, seed=2)
     ds = simsci.data.open(s)
     proc = process_from_config(ds.meta["process"])
     assert isinstance(proc, SelfCorrectingProcess) and ds.num_marks == 3
@@ -439,5 +439,5 @@ def test_poisson_and_self_correcting_builders(tmp_path):
         assert np.isfinite(
             proc.log_likelihood(ep["t"], ep["mark"], t_start=0.0, t_end=ds.meta["t_end"])
         )
-    opts = systems.DATASETS["hawkes"].options()
+    opts = datasets.DATASETS["hawkes"].options()
     assert opts["marks"] == 1 and opts["min_events"] == 2 and opts["max_events"] is None

@@ -1,4 +1,4 @@
-"""``simsci.systems.make_dataset``: the pendulum image sequences and the climate stations
+"""``simsci.datasets.make_dataset``: the pendulum image sequences and the climate stations
 (layout, masks, labels, splits, the noise and weather models, seeds, bad input)."""
 
 import math
@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 
 import simsci.data
+import simsci.datasets as datasets
 import simsci.systems as systems
+from simsci.datasets._climate import CORRELATION, LATITUDE_RANGE, climatology
+from simsci.datasets._pendulum_images import render_pendulum
 from simsci.errors import UnknownNameError
-from simsci.systems._climate import CORRELATION, LATITUDE_RANGE, climatology
-from simsci.systems._pendulum_images import render_pendulum
 
 FAST_PEND = {"t_end": 2.0, "dt": 0.1}  # 21 grid frames
 
@@ -31,13 +32,13 @@ def _same_files(a, b) -> bool:
 
 # ------------------------------------------------------------------ registry
 def test_registry_lists_the_datasets_and_their_options():
-    names = systems.available_datasets()
+    names = datasets.available_datasets()
     assert names == sorted(names)
     assert {"climate", "pendulum_images", "hawkes", "population_events", "mobility"} <= set(names)
-    opts = systems.DATASETS["pendulum_images"].options()
+    opts = datasets.DATASETS["pendulum_images"].options()
     assert opts["keep"] == 0.5 and opts["size"] == 24 and "out" not in opts
-    assert systems.DATASETS["climate"].options()["years"] == 2
-    assert not set(systems.DATASETS) & set(systems.SYSTEMS)
+    assert datasets.DATASETS["climate"].options()["years"] == 2
+    assert not set(datasets.DATASETS) & set(systems.SYSTEMS)
 
 
 def test_bad_dataset_arguments_are_rejected(tmp_path):
@@ -45,40 +46,40 @@ def test_bad_dataset_arguments_are_rejected(tmp_path):
     with pytest.raises(
         UnknownNameError, match="unknown dataset 'pendulum_image'.*'pendulum_images'"
     ):
-        systems.make_dataset("pendulum_image", 2, out=out)
+        datasets.make_dataset("pendulum_image", 2, out=out)
     with pytest.raises(UnknownNameError, match="'lorenz63' is a system.*generate"):
-        systems.make_dataset("lorenz63", 2, out=out)
+        datasets.make_dataset("lorenz63", 2, out=out)
     with pytest.raises(UnknownNameError, match="no option 'method'.*its options: keep=0.7"):
-        systems.make_dataset("climate", 2, out=out, method="rk4")
+        datasets.make_dataset("climate", 2, out=out, method="rk4")
     for n in (0, -3, 2.5, True):
         with pytest.raises(ValueError, match="n must be a positive integer"):
-            systems.make_dataset("climate", n, out=out)
+            datasets.make_dataset("climate", n, out=out)
     for name in ("climate", "pendulum_images"):
         for keep in (0.0, 1.5, -0.1, math.nan):
             with pytest.raises(ValueError, match=r"keep must lie in \(0, 1\]"):
-                systems.make_dataset(name, 2, out=out, keep=keep)
+                datasets.make_dataset(name, 2, out=out, keep=keep)
         with pytest.raises(ValueError, match="split must be three non-negative fractions"):
-            systems.make_dataset(name, 2, out=out, split=(0.5, 0.6, 0.1))
+            datasets.make_dataset(name, 2, out=out, split=(0.5, 0.6, 0.1))
         with pytest.raises(ValueError, match="seed must be a non-negative integer"):
-            systems.make_dataset(name, 2, out=out, seed=-1)
+            datasets.make_dataset(name, 2, out=out, seed=-1)
     with pytest.raises(ValueError, match="t_end must be a positive multiple of dt"):
-        systems.make_dataset("pendulum_images", 2, out=out, t_end=1.05, dt=0.1)
+        datasets.make_dataset("pendulum_images", 2, out=out, t_end=1.05, dt=0.1)
     with pytest.raises(ValueError, match="size must be a finite number >= 8"):
-        systems.make_dataset("pendulum_images", 2, out=out, size=4)
+        datasets.make_dataset("pendulum_images", 2, out=out, size=4)
     with pytest.raises(ValueError, match=r"corrupt_prob must lie in \[0, 1\]"):
-        systems.make_dataset("pendulum_images", 2, out=out, corrupt_prob=1.2)
+        datasets.make_dataset("pendulum_images", 2, out=out, corrupt_prob=1.2)
     with pytest.raises(ValueError, match=r"missing must lie in \[0, 1\)"):
-        systems.make_dataset("climate", 2, out=out, missing=1.0)
+        datasets.make_dataset("climate", 2, out=out, missing=1.0)
     with pytest.raises(ValueError, match="years must be an integer"):
-        systems.make_dataset("climate", 2, out=out, years=1.5)
+        datasets.make_dataset("climate", 2, out=out, years=1.5)
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        systems.make_dataset("climate", 2, out=tmp_path / "no" / "d.h5")
+        datasets.make_dataset("climate", 2, out=tmp_path / "no" / "d.h5")
     assert not out.exists()
 
 
 # ------------------------------------------------------------ pendulum images
 def test_pendulum_images_layout(tmp_path):
-    path = systems.make_dataset("pendulum_images", 10, out=tmp_path / "p.h5", seed=1, **FAST_PEND)
+    path = datasets.make_dataset("pendulum_images", 10, out=tmp_path / "p.h5", seed=1, **FAST_PEND)
     assert simsci.data.check_file(path) == []
     ds, eps = _episodes(path)
     assert ds.kind == "state" and ds.system == "pendulum_images" and len(ds) == 10
@@ -107,7 +108,7 @@ def test_pendulum_images_layout(tmp_path):
 
 
 def test_pendulum_frames_show_the_bob_at_its_angle(tmp_path):
-    path = systems.make_dataset(
+    path = datasets.make_dataset(
         "pendulum_images", 4, out=tmp_path / "p.h5", noise_std=0.0, corrupt_prob=0.0, **FAST_PEND
     )
     _, eps = _episodes(path)
@@ -131,7 +132,7 @@ def test_pendulum_frames_show_the_bob_at_its_angle(tmp_path):
 
 
 def test_pendulum_noise_and_corrupted_frames(tmp_path):
-    path = systems.make_dataset(
+    path = datasets.make_dataset(
         "pendulum_images", 20, out=tmp_path / "p.h5", noise_std=0.05, corrupt_prob=0.3, **FAST_PEND
     )
     _, eps = _episodes(path)
@@ -154,12 +155,12 @@ def test_pendulum_noise_and_corrupted_frames(tmp_path):
 
 
 def test_pendulum_images_are_seeded(tmp_path):
-    a = systems.make_dataset("pendulum_images", 4, out=tmp_path / "a.h5", seed=3, **FAST_PEND)
-    b = systems.make_dataset("pendulum_images", 4, out=tmp_path / "b.h5", seed=3, **FAST_PEND)
-    c = systems.make_dataset("pendulum_images", 4, out=tmp_path / "c.h5", seed=4, **FAST_PEND)
+    a = datasets.make_dataset("pendulum_images", 4, out=tmp_path / "a.h5", seed=3, **FAST_PEND)
+    b = datasets.make_dataset("pendulum_images", 4, out=tmp_path / "b.h5", seed=3, **FAST_PEND)
+    c = datasets.make_dataset("pendulum_images", 4, out=tmp_path / "c.h5", seed=4, **FAST_PEND)
     assert _same_files(a, b) and not _same_files(a, c)
     # keep draws its own stream: the simulated pendulums do not change with it
-    d = systems.make_dataset(
+    d = datasets.make_dataset(
         "pendulum_images", 4, out=tmp_path / "d.h5", seed=3, keep=1.0, **FAST_PEND
     )
     np.testing.assert_array_equal(
@@ -172,7 +173,7 @@ def test_pendulum_images_are_seeded(tmp_path):
 
 # -------------------------------------------------------------------- climate
 def test_climate_layout_masks_and_station_splits(tmp_path):
-    path = systems.make_dataset("climate", 9, out=tmp_path / "c.h5", seed=2, missing=0.2)
+    path = datasets.make_dataset("climate", 9, out=tmp_path / "c.h5", seed=2, missing=0.2)
     assert simsci.data.check_file(path) == []
     ds, eps = _episodes(path)
     assert ds.kind == "state" and ds.system == "climate" and len(ds) == 9
@@ -204,7 +205,7 @@ def test_climate_layout_masks_and_station_splits(tmp_path):
 
 
 def test_climate_splits_count_stations(tmp_path):
-    path = systems.make_dataset(
+    path = datasets.make_dataset(
         "climate", 40, out=tmp_path / "c.h5", days=30, split=(0.5, 0.25, 0.25)
     )
     ds = simsci.data.open(path)
@@ -215,7 +216,7 @@ def test_climate_splits_count_stations(tmp_path):
 def test_climate_weather_model(tmp_path):
     """Full daily records: the annual cycle flips between hemispheres and the anomalies
     have the documented cross-channel correlation and unit variance."""
-    path = systems.make_dataset(
+    path = datasets.make_dataset(
         "climate", 40, out=tmp_path / "c.h5", seed=1, keep=1.0, missing=0.0, outages=0.0
     )
     ds, eps = _episodes(path)
@@ -237,7 +238,7 @@ def test_climate_weather_model(tmp_path):
 
 def test_climate_is_seeded(tmp_path):
     kwargs = {"days": 60, "missing": 0.2}
-    a = systems.make_dataset("climate", 5, out=tmp_path / "a.h5", seed=1, **kwargs)
-    b = systems.make_dataset("climate", 5, out=tmp_path / "b.h5", seed=1, **kwargs)
-    c = systems.make_dataset("climate", 5, out=tmp_path / "c.h5", seed=2, **kwargs)
+    a = datasets.make_dataset("climate", 5, out=tmp_path / "a.h5", seed=1, **kwargs)
+    b = datasets.make_dataset("climate", 5, out=tmp_path / "b.h5", seed=1, **kwargs)
+    c = datasets.make_dataset("climate", 5, out=tmp_path / "c.h5", seed=2, **kwargs)
     assert _same_files(a, b) and not _same_files(a, c)
