@@ -12,7 +12,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 PYTEST_FLAGS ?= -q
 
-.PHONY: venv tour test test-all lint format bench gpu-check clean
+.PHONY: venv tour test test-all lint lint-imports format bench gpu-check clean
 
 venv: $(STAMP)
 
@@ -38,9 +38,13 @@ test: venv
 test-all: venv
 	$(PY) -m pytest $(PYTEST_FLAGS) -m ""
 
-lint: venv
+lint: venv lint-imports
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+
+# the layers and the private-module rule of shared/design/architecture.md (import-linter)
+lint-imports: venv
+	bash .ci/lint_imports.sh
 
 format: venv
 	$(VENV)/bin/ruff format .

@@ -17,7 +17,7 @@ class SimsciError(Exception):
 
 
 class FormatError(SimsciError, ValueError):
-    """A trajectory file breaks the format contract (shared/design/trajectory-format.md).
+    """A trajectory file breaks the format contract (docs/format.md).
 
     Attributes name where: ``path``, ``field`` (e.g. ``"steps/t"``), ``episode`` (int or
     None) and ``rule`` (a short id such as ``"t-increasing"``).

@@ -249,7 +249,7 @@ def _minari_missing(args, exc: ImportError) -> int:
 
 
 def run_export_minari(args) -> int:
-    from simsci.envs._minari import to_minari
+    from simsci.envs import to_minari
 
     try:
         dataset = to_minari(
@@ -273,7 +273,7 @@ def run_export_minari(args) -> int:
 
 
 def run_import_minari(args) -> int:
-    from simsci.envs._minari import from_minari
+    from simsci.envs import from_minari
 
     try:
         path = from_minari(args.dataset_id, args.out, compression=args.compression)

@@ -30,6 +30,7 @@ from simsci.datasets._grn import (
     GeneNetwork,
     get_network,
     network_from_config,
+    rank_auroc,
     score_network,
     true_motif_scores,
 )
@@ -62,6 +63,7 @@ __all__ = [
     "get_network",
     "network_from_config",
     "score_network",
+    "rank_auroc",
     "true_motif_scores",
     "default_hawkes_params",
     "default_self_correcting_params",

@@ -528,7 +528,7 @@ def get_network(name: str, **options) -> GeneNetwork:
 
 
 # ------------------------------------------------------------------- scoring
-def _auroc(score: np.ndarray, positive: np.ndarray) -> float:
+def rank_auroc(score: np.ndarray, positive: np.ndarray) -> float:
     """Mann-Whitney AUROC of ``score`` for the boolean labels, ties counted half; NaN
     when a class is empty."""
     P = int(positive.sum())
@@ -594,8 +594,8 @@ def score_network(scores, adjacency) -> dict:
     A = A.astype(np.int64)
     off = ~np.eye(A.shape[0], dtype=bool)
     s, a = S[off], A[off]
-    act = _auroc(s, a > 0)
-    rep = _auroc(-s, a < 0)
+    act = rank_auroc(s, a > 0)
+    rep = rank_auroc(-s, a < 0)
     defined = [v for v in (act, rep) if not math.isnan(v)]
     edge = a != 0
     n_edges = int(edge.sum())
@@ -603,7 +603,7 @@ def score_network(scores, adjacency) -> dict:
         "auroc_activation": act,
         "auroc_repression": rep,
         "auroc_signed": float(np.mean(defined)) if defined else math.nan,
-        "auroc_edge": _auroc(np.abs(s), edge),
+        "auroc_edge": rank_auroc(np.abs(s), edge),
         "sign_accuracy": float(np.mean(np.sign(s[edge]) == a[edge])) if n_edges else math.nan,
         "n_pairs": int(s.size),
         "n_edges": n_edges,

@@ -2,7 +2,7 @@
 
 ``simsci.datasets.make_dataset("driving", n, out=...)`` / ``simsci generate driving --n 2000 --out
 scenes.h5`` writes ``n`` episodes of kind "scene" (the layout: :mod:`._tiles` and
-shared/design/trajectory-format.md). Each episode is one drive of ``drive_length`` m by an
+docs/format.md). Each episode is one drive of ``drive_length`` m by an
 autopilot ego (IDM along its route) through IDM/MOBIL traffic, recorded at 10 Hz and cut
 into the 64 m tiles the ego passes.
 

@@ -13,6 +13,7 @@ the exact Gaussian transition of a linear SDE over ``dt`` (one matrix exponentia
 :class:`simsci.errors.SolverError` naming the failing samples and the time.
 """
 
+from simsci.integrate._grid import build_grid
 from simsci.integrate._linear import expm, lti_transition
 from simsci.integrate._methods import (
     ODE_METHODS,
@@ -20,6 +21,8 @@ from simsci.integrate._methods import (
     MethodInfo,
     SDEMethodInfo,
     compatible_sde_methods,
+    get_ode_method,
+    get_sde_method,
 )
 from simsci.integrate._odeint import odeint
 from simsci.integrate._sdeint import sdeint
@@ -32,6 +35,9 @@ __all__ = [
     "MethodInfo",
     "SDEMethodInfo",
     "compatible_sde_methods",
+    "get_ode_method",
+    "get_sde_method",
+    "build_grid",
     "expm",
     "lti_transition",
 ]

@@ -1,4 +1,4 @@
-"""``generate``: simulate a system into a trajectory file (shared/design/trajectory-format.md).
+"""``generate``: simulate a system into a trajectory file (docs/format.md).
 
 Design choices the task left open, and why:
 
@@ -76,6 +76,7 @@ from simsci._seeding import check_split, split_ids
 from simsci._seeding import generator as _generator
 from simsci._version import __version__
 from simsci.errors import SolverError, UnknownNameError, unknown_name
+from simsci.integrate import SDE_METHODS, get_ode_method, get_sde_method
 from simsci.systems._base import System
 from simsci.systems._pde import PDESystem
 from simsci.systems._registry import get
@@ -134,8 +135,6 @@ def parse_param_spec(text: str) -> str | dict[str, list[float]]:
 def _is_fixed_step(method: str) -> bool:
     """Whether an ODE method steps with ``step_size``; an unknown name raises the
     registry's error (valid names, closest match) before any work is done."""
-    from simsci.integrate._methods import get_ode_method
-
     return not get_ode_method(method).adaptive
 
 
@@ -363,8 +362,6 @@ def generate(
         method = system._check_method(method)  # unknown name: fails before any work
         fixed_step = False
     elif system.is_sde:
-        from simsci.integrate._methods import SDE_METHODS, get_sde_method
-
         try:
             get_sde_method(method)  # an unknown name fails here, before any simulation
         except UnknownNameError:

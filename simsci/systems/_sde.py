@@ -18,6 +18,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from simsci.integrate import build_grid, lti_transition
 from simsci.systems._base import System
 from simsci.systems._ode import Lorenz63, _check_int, _uniform
 from simsci.systems._registry import register
@@ -292,8 +293,6 @@ class LinearSDE(System):
         on every device. Q's square root is the symmetric one from its eigenvalues (clipped
         at 0), which stays defined where Q is singular (sigma_pos = sigma_vel = 0).
         """
-        from simsci.integrate import lti_transition
-        from simsci.integrate._grid import build_grid
 
         if options:
             raise ValueError(

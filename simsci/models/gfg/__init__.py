@@ -11,7 +11,8 @@
   forecast|motifs|detect`` (:func:`evaluate_file`).
 """
 
-from simsci.models.gfg._model import GFG, VARIANTS, finite_difference_velocity
+from simsci.models.gfg._data import VARIANTS, episode_arrays, finite_difference_velocity
+from simsci.models.gfg._model import GFG
 from simsci.models.gfg._tangent import (
     TangentProjection,
     decoder_jacobian,
@@ -32,6 +33,7 @@ from simsci.models.gfg._uses import (
 )
 
 __all__ = [
+    "episode_arrays",
     "GFG",
     "VARIANTS",
     "TASKS",

@@ -50,20 +50,26 @@ AUROC of real vs each corruption for each score (1: perfectly separated).
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from torch import Tensor
 from torch.func import jvp
 
-from simsci.errors import unknown_name
-from simsci.models.gfg._model import (
-    CHART_VARIANTS,
-    GFG,
-    episode_arrays,
-    finite_difference_velocity,
+from simsci.datasets import (
+    lifted_from_config,
+    network_from_config,
+    rank_auroc,
+    score_network,
+    true_motif_scores,
 )
+from simsci.errors import unknown_name
+from simsci.models.gfg._data import CHART_VARIANTS, episode_arrays, finite_difference_velocity
 from simsci.models.gfg._tangent import decoder_jacobian, project, tangent_velocity
+
+if TYPE_CHECKING:  # annotations only: the model module imports this one
+    from simsci.models.gfg._model import GFG
 
 __all__ = [
     "TASKS",
@@ -83,13 +89,11 @@ CORRUPTIONS = ("reversed", "spliced", "generated", "wrong_physics")
 
 def auroc(positive, negative) -> float:
     """P(score of a positive > score of a negative), ties counted half (Mann-Whitney);
-    NaN when a class is empty. The rank statistic of ``simsci.datasets._grn``."""
-    from simsci.datasets._grn import _auroc
-
+    NaN when a class is empty. The rank statistic of :func:`simsci.datasets.rank_auroc`."""
     pos = np.asarray(positive, dtype=np.float64).ravel()
     neg = np.asarray(negative, dtype=np.float64).ravel()
     labels = np.concatenate([np.ones(pos.size, bool), np.zeros(neg.size, bool)])
-    return _auroc(np.concatenate([pos, neg]), labels)
+    return rank_auroc(np.concatenate([pos, neg]), labels)
 
 
 def _tensor(a, device, dtype=torch.float32) -> Tensor:
@@ -237,7 +241,7 @@ def detection_scores(model: GFG, t: Tensor, x: Tensor) -> dict[str, Tensor]:
 def _poor_model(model: GFG, train_episodes: list[dict], steps: int, seed: int) -> GFG:
     """A plain neural ODE trained for only ``steps`` Adam steps (a bad world model)."""
     torch.manual_seed(seed)
-    poor = GFG(**{**model.init_args, "variant": "ambient", "known_manifold": None})
+    poor = type(model)(**{**model.init_args, "variant": "ambient", "known_manifold": None})
     poor = poor.to(model.x_mean.device)
     items = [
         {k: torch.as_tensor(e[k]).float() for k in ("x", "v") if k in e}
@@ -377,8 +381,6 @@ def evaluate_file(
         raise ValueError(f"{path}: no episodes in split {split!r}")
     flow = None
     if "manifold" in traj.meta:
-        from simsci.datasets._manifolds import lifted_from_config
-
         flow = lifted_from_config(traj.meta["manifold"])
     if task == "forecast":
         return forecast_metrics(model, episodes, flow=flow, **options)
@@ -391,8 +393,6 @@ def evaluate_file(
             f"{path}: motifs need the true network in the file's meta ('network', written "
             "by the grn_* datasets) to score against"
         )
-    from simsci.datasets._grn import network_from_config, score_network, true_motif_scores
-
     network = network_from_config(network_cfg)
     x = torch.as_tensor(np.concatenate([e["x"] for e in episodes]), device=device)
     scores = motif_scores(model, x.to(model._dtype()))
