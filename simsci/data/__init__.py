@@ -31,7 +31,7 @@ from simsci.data._easytpp import import_easytpp, is_easytpp_source
 from simsci.data._import import import_pdebench, import_thewell
 from simsci.data._info import info
 from simsci.data._reader import Trajectories, open
-from simsci.data._schema import FORMAT, FORMAT_VERSION, KINDS, FieldInfo
+from simsci.data._schema import FORMAT, FORMAT_VERSION, KINDS, SPLITS, FieldInfo
 from simsci.data._writer import TrajectoryWriter, rank_shard_path, shard_path, write
 
 _TORCH = {"TrajectoryDataset", "pad_collate", "union_collate"}
@@ -40,6 +40,7 @@ __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
     "KINDS",
+    "SPLITS",
     "FieldInfo",
     "TrajectoryWriter",
     "Trajectories",
