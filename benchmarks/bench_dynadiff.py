@@ -31,16 +31,25 @@ Usage: ``python benchmarks/bench_dynadiff.py [--systems a,b] [--seeds 3] [--jobs
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import multiprocessing as mp
 import statistics
 import time
 import warnings
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
+from _runner import (
+    RESULTS,
+    ROOT,
+    map_jobs,
+    median_ratio,
+    medians,
+    quick,
+    ratio,
+    read_log,
+    seed_jobs,
+    write,
+)
+
 WORK = ROOT / "runs" / "dynadiff_bench"
 SYSTEMS = (
     "lotka_volterra",
@@ -50,6 +59,11 @@ SYSTEMS = (
     "navier_stokes_2d",
 )
 ODE = {"lotka_volterra", "glycolytic_oscillator", "damped_pendulum"}
+
+
+def work_dir(quick: bool) -> Path:
+    """The runs' folder (and its runs.jsonl log); quick runs keep out of the full ones'."""
+    return WORK.with_name(WORK.name + "_quick") if quick else WORK
 
 
 def deploy_time(gen, zoo, x, context_steps, target_rmse, max_steps, lr=1e-3):
@@ -82,31 +96,17 @@ def deploy_time(gen, zoo, x, context_steps, target_rmse, max_steps, lr=1e-3):
 
 
 def run_one(job) -> dict:
-    """One (system, seed); a failure is recorded (and logged) instead of losing the rest."""
-    try:
-        return _run_one(job)
-    except Exception as exc:  # noqa: BLE001 - the benchmark reports every failure
-        import traceback
-
-        out = {"system": job[0], "seed": job[1], "error": f"{type(exc).__name__}: {exc}"}
-        print(
-            f"{job[0]} seed {job[1]} FAILED: {out['error']}\n{traceback.format_exc()}", flush=True
-        )
-        return out
-
-
-def _run_one(job) -> dict:
+    """One (system, seed); the runner records a failure and logs a finished run."""
     system, seed, cfg = job
     import torch
 
-    torch.set_num_threads(1)
     warnings.simplefilter("ignore")
     from simsci.models import dynadiff as dd
     from simsci.models.dynadiff._predictor import rollout_errors
 
     field = system not in ODE
     steps = cfg["pde_steps"] if field else cfg["zoo_steps"]
-    work = (WORK.with_name(WORK.name + "_quick") if cfg["quick"] else WORK) / f"{system}_s{seed}"
+    work = work_dir(cfg["quick"]) / f"{system}_s{seed}"
     t_start = time.perf_counter()
     paths = dd.make_environments(system, work / "data", seed=seed, quick=cfg["quick"], device="cpu")
     torch.manual_seed(seed)
@@ -142,8 +142,6 @@ def _run_one(job) -> dict:
                         "reached": reached, "target_rmse": target})  # fmt: skip
     out["deploy"] = deploys
     out["wall_seconds"] = time.perf_counter() - t_start
-    with open(work.parent / "runs.jsonl", "a") as f:
-        f.write(json.dumps(out) + "\n")
     rmse = " ".join(f"{k} {v['rmse']:.4g}" for k, v in out["in_domain"].items())
     print(f"{system} seed {seed}: in-domain rmse {rmse}", flush=True)
     return out
@@ -159,25 +157,22 @@ def summarise(runs, systems) -> dict:
         row = {"seeds": len(mine)}
         for which in ("in_domain", "out_of_domain"):
             methods = list(mine[0][which])
-            row[which] = {
-                m: {k: statistics.median(r[which][m][k] for r in mine) for k in ("rmse", "mse")}
-                for m in methods
-            }
+            row[which] = {m: medians((r[which][m] for r in mine), ("rmse", "mse")) for m in methods}
             base = {m: v["rmse"] for m, v in row[which].items() if not m.startswith("dynadiff")}
             best = min(base, key=base.get)
             row[which]["best_baseline"] = best
             for ours in ("dynadiff", "dynadiff_refine"):
                 value = row[which][ours]["rmse"]
-                row[which][f"{ours}_rmse_reduction_vs_best"] = (
-                    1 - value / base[best] if base[best] > 0 else math.nan
-                )
+                row[which][f"{ours}_rmse_reduction_vs_best"] = 1 - ratio(value, base[best])
         dep = [d for r in mine for d in r["deploy"]]
         gen_s = statistics.median(d["generate_s"] for d in dep)
         reached = [d for d in dep if d["reached"]]
         row["deploy"] = {
             "generate_s_median": gen_s,
             "finetune_s_median": statistics.median(d["finetune_s"] for d in dep),
-            "speedup_median": statistics.median(d["finetune_s"] / d["generate_s"] for d in dep),
+            "speedup_median": median_ratio(
+                (d["finetune_s"] for d in dep), (d["generate_s"] for d in dep)
+            ),
             "finetune_reached_fraction": len(reached) / len(dep),
         }
         summary[system] = row
@@ -207,30 +202,24 @@ def main() -> int:
         "--from-log", action="store_true", help="summarise runs/dynadiff_bench/runs.jsonl only"
     )
     args = parser.parse_args()
+    quick(args, systems="lotka_volterra", seeds=1, zoo_steps=40, pde_steps=10, ae_steps=20,
+          diffusion_steps=40, max_finetune=50)  # fmt: skip
     systems = [s for s in args.systems.split(",") if s]
     cfg = dict(zoo_steps=args.zoo_steps, pde_steps=args.pde_steps, ae_steps=args.ae_steps,
                diffusion_steps=args.diffusion_steps, max_finetune=args.max_finetune,
                quick=args.quick)  # fmt: skip
-    seeds = 1 if args.quick else args.seeds
-    if args.quick:
-        cfg.update(zoo_steps=40, pde_steps=10, ae_steps=20, diffusion_steps=40, max_finetune=50)
-        systems = ["lotka_volterra"]
+    seeds = args.seeds
     pde_seeds = seeds if args.pde_seeds is None else args.pde_seeds
     # the PDE systems are the long jobs: start them first
-    jobs = [(s, k, cfg) for s in systems if s not in ODE for k in range(pde_seeds)]
-    jobs += [(s, k, cfg) for s in systems if s in ODE for k in range(seeds)]
+    jobs = seed_jobs([s for s in systems if s not in ODE], pde_seeds, cfg)
+    jobs += seed_jobs([s for s in systems if s in ODE], seeds, cfg)
     start = time.perf_counter()
     if args.from_log:  # the runs logged so far (latest run per system and seed)
-        logged = {}
-        for line in (WORK / "runs.jsonl").read_text().splitlines():
-            r = json.loads(line)
-            logged[(r["system"], r["seed"])] = r
-        runs = [r for r in logged.values() if r["system"] in systems]
-    elif args.jobs > 1:
-        with mp.get_context("spawn").Pool(args.jobs) as pool:
-            runs = pool.map(run_one, jobs, chunksize=1)
-    else:
-        runs = [run_one(j) for j in jobs]
+        logged = read_log(WORK / "runs.jsonl", key=lambda r: (r["system"], r["seed"]))
+        runs = [r for r in logged if r["system"] in systems]
+    else:  # each finished run is appended to the log as it completes
+        log = work_dir(args.quick) / "runs.jsonl"
+        runs = map_jobs(run_one, jobs, workers=args.jobs, log=log, record_as=("system", "seed"))
     result = {
         "benchmark": "dynadiff",
         "peer": "pooled model, nearest expert, zoo average, fine-tuning (100 steps), CoDA "
@@ -245,11 +234,7 @@ def main() -> int:
             else time.perf_counter() - start
         ),
     }
-    from simsci.bench import write_result
-
-    path = write_result(args.out, result)
-    print(json.dumps(result["summary"], indent=1))
-    print(f"wrote {path}")
+    write(args.out, result, echo=True)
     return 0
 
 

@@ -17,14 +17,12 @@ benchmarks/results/dynadiff_zoo_<device>.json.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import statistics
 import warnings
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
+from _runner import RESULTS, ROOT, quick, write
+
 WORK = ROOT / "runs" / "dynadiff_zoo_bench"
 
 
@@ -43,8 +41,8 @@ def main() -> int:
     warnings.simplefilter("ignore")
     from simsci.models import dynadiff as dd
 
-    systems = ["lotka_volterra"] if args.quick else args.systems.split(",")
-    steps, repeats = (10, 1) if args.quick else (args.steps, args.repeats)
+    quick(args, systems="lotka_volterra", steps=10, repeats=1)
+    systems, steps, repeats = args.systems.split(","), args.steps, args.repeats
     rows = {}
     for system in systems:
         data = WORK / system / "data"
@@ -89,12 +87,7 @@ def main() -> int:
         "config": {"steps": steps, "repeats": repeats, "systems": systems},
         "summary": rows,
     }
-    from simsci.bench import write_result
-
-    out = args.out or RESULTS / f"dynadiff_zoo_{args.device}.json"
-    path = write_result(out, result)
-    print(json.dumps(rows, indent=1))
-    print(f"wrote {path}")
+    write(args.out or RESULTS / f"dynadiff_zoo_{args.device}.json", result, echo=True)
     return 0
 
 

@@ -26,16 +26,13 @@ Usage: ``python benchmarks/bench_gfg_detect.py [--seeds 3] [--steps 1500] [--job
 from __future__ import annotations
 
 import argparse
-import json
-import multiprocessing as mp
 import statistics
 import time
 from pathlib import Path
 
 import torch
+from _runner import RESULTS, ROOT, map_jobs, quick, seed_jobs, write
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
 DATA = ROOT / "runs" / "gfg_bench_data"
 SYSTEMS = ("lifted_circle", "lifted_rigid_body", "lifted_lorenz63")
 CORRUPTIONS = ("reversed", "spliced", "generated", "wrong_physics")
@@ -53,11 +50,9 @@ def make_data(name: str, seed: int, n: int) -> Path:
 
 def run_one(args) -> dict:
     name, seed, steps, n, physics_factor = args
-    torch.set_num_threads(1)
     from simsci import data
     from simsci.datasets import lifted_from_config
-    from simsci.models.gfg import GFG, detect_metrics
-    from simsci.models.gfg._model import episode_arrays
+    from simsci.models.gfg import GFG, detect_metrics, episode_arrays
 
     traj = data.open(make_data(name, seed, n))
     flow = lifted_from_config(traj.meta["manifold"])
@@ -108,19 +103,17 @@ def main() -> int:
     parser.add_argument("--out", default=str(RESULTS / "gfg_detect_cpu.json"))
     args = parser.parse_args()
     systems = SYSTEMS[:1] if args.quick else SYSTEMS
-    seeds, steps, n = (1, 100, 20) if args.quick else (args.seeds, args.steps, 40)
-    jobs = [
-        (name, seed, steps, n, args.physics_factor) for name in systems for seed in range(seeds)
-    ]
+    quick(args, seeds=1, steps=100)
+    seeds, steps = args.seeds, args.steps
+    n = 20 if args.quick else 40
+    jobs = seed_jobs(systems, seeds, steps, n, args.physics_factor)
     start = time.perf_counter()
-    if args.jobs > 1:
-        with mp.get_context("spawn").Pool(args.jobs) as pool:
-            runs = pool.map(run_one, jobs, chunksize=1)
-    else:
-        runs = [run_one(j) for j in jobs]
+    runs = map_jobs(run_one, jobs, workers=args.jobs, record_as=("system", "seed"))
     summary = {}
     for name in systems:
-        mine = [r["rows"] for r in runs if r["system"] == name]
+        mine = [r["rows"] for r in runs if r["system"] == name and "error" not in r]
+        if not mine:
+            continue
         entry = {}
         for c in CORRUPTIONS:
             entry[c] = {
@@ -149,11 +142,7 @@ def main() -> int:
         "runs": runs,
         "wall_seconds": time.perf_counter() - start,
     }
-    from simsci.bench import write_result
-
-    path = write_result(args.out, result)
-    print(json.dumps(summary, indent=1))
-    print(f"wrote {path}")
+    write(args.out, result, echo=True)
     return 0
 
 

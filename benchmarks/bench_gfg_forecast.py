@@ -30,16 +30,12 @@ Usage: ``python benchmarks/bench_gfg_forecast.py [--seeds 3] [--steps 1500] [--j
 from __future__ import annotations
 
 import argparse
-import json
-import multiprocessing as mp
-import statistics
 import time
 from pathlib import Path
 
 import torch
+from _runner import RESULTS, ROOT, map_jobs, median_ratio, medians, quick, seed_jobs, write
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
 DATA = ROOT / "runs" / "gfg_bench_data"
 SYSTEMS = ("lifted_circle", "lifted_torus", "lifted_rigid_body", "lifted_lorenz63")
 #: label -> (variant, extra constructor arguments); every variant but known has GFG's
@@ -79,16 +75,14 @@ def train(model, items, steps: int, seed: int) -> float:
 
 
 def run_one(args) -> dict:
-    name, seed, steps, quick = args
-    torch.set_num_threads(1)
+    name, seed, steps, quick_data = args
     from simsci import data
     from simsci.bench import time_call
     from simsci.datasets import lifted_from_config
     from simsci.errors import SolverError
-    from simsci.models.gfg import GFG, forecast_metrics
-    from simsci.models.gfg._model import episode_arrays
+    from simsci.models.gfg import GFG, episode_arrays, forecast_metrics
 
-    traj = data.open(make_data(name, seed, quick))
+    traj = data.open(make_data(name, seed, quick_data))
     flow = lifted_from_config(traj.meta["manifold"])
     train_eps = episode_arrays(traj, "train")
     items = [
@@ -136,38 +130,34 @@ def run_one(args) -> dict:
             f"({seconds:.0f} s)",
             flush=True,
         )
-    result = {"system": name, "seed": seed, "rows": rows}
-    with open(DATA / "forecast_runs.jsonl", "a") as log:  # a crash elsewhere loses nothing
-        log.write(json.dumps(result) + "\n")
-    return result
+    return {"system": name, "seed": seed, "rows": rows}
 
 
 def summarise(runs: list[dict]) -> dict:
     table = {}
     for name in SYSTEMS:
-        mine = [r for r in runs if r["system"] == name]
+        mine = [r for r in runs if r["system"] == name and "error" not in r]
         if not mine:
             continue
         entry = {}
         for variant in VARIANTS:
-            vals = [r["rows"][variant] for r in mine]
-            entry[variant] = {
-                k: statistics.median(v[k] for v in vals)
-                for k in (
+            entry[variant] = medians(
+                (r["rows"][variant] for r in mine),
+                (
                     "drift_mean",
                     "drift_final",
                     "long_rel_error",
                     "rollout_rel_error",
                     "field_eval_s",
                     "train_step_s",
-                )
-            }
+                ),
+            )
         amb = entry["ambient"]
         for peer in ("plain", "ambient"):
-            ratio = [
-                r["rows"]["tangent"]["drift_mean"] / r["rows"][peer]["drift_mean"] for r in mine
-            ]
-            entry[f"drift_ratio_tangent_vs_{peer}"] = statistics.median(ratio)
+            entry[f"drift_ratio_tangent_vs_{peer}"] = median_ratio(
+                (r["rows"]["tangent"]["drift_mean"] for r in mine),
+                (r["rows"][peer]["drift_mean"] for r in mine),
+            )
             entry[f"drift_target_met_vs_{peer}"] = entry[f"drift_ratio_tangent_vs_{peer}"] <= 0.05
         others = [entry[k]["long_rel_error"] for k in ("ambient", "plain", "latent")]
         entry["long_error_lowest"] = entry["tangent"]["long_rel_error"] < min(others)
@@ -187,14 +177,18 @@ def main() -> int:
     parser.add_argument("--out", default=str(RESULTS / "gfg_forecast_cpu.json"))
     args = parser.parse_args()
     systems = args.only or (SYSTEMS[:2] if args.quick else SYSTEMS)
-    seeds, steps = (1, 100) if args.quick else (args.seeds, args.steps)
-    jobs = [(name, seed, steps, args.quick) for name in systems for seed in range(seeds)]
+    quick(args, seeds=1, steps=100)
+    seeds, steps = args.seeds, args.steps
+    jobs = seed_jobs(systems, seeds, steps, args.quick)
     start = time.perf_counter()
-    if args.jobs > 1:
-        with mp.get_context("spawn").Pool(args.jobs) as pool:
-            runs = pool.map(run_one, jobs, chunksize=1)
-    else:
-        runs = [run_one(j) for j in jobs]
+    # each finished run is appended to the log: a crash elsewhere loses nothing
+    runs = map_jobs(
+        run_one,
+        jobs,
+        workers=args.jobs,
+        log=DATA / "forecast_runs.jsonl",
+        record_as=("system", "seed"),
+    )
     result = {
         "benchmark": "gfg_forecast",
         "peer": "neural ODE (ambient, with and without the restoring term) and latent "
@@ -204,11 +198,7 @@ def main() -> int:
         "runs": runs,
         "wall_seconds": time.perf_counter() - start,
     }
-    from simsci.bench import write_result
-
-    path = write_result(args.out, result)
-    print(json.dumps(result["summary"], indent=1))
-    print(f"wrote {path}")
+    write(args.out, result, echo=True)
     return 0
 
 

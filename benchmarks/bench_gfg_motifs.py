@@ -30,17 +30,13 @@ Usage: ``python benchmarks/bench_gfg_motifs.py [--seeds 3] [--steps 1500] [--job
 from __future__ import annotations
 
 import argparse
-import json
-import multiprocessing as mp
-import statistics
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
+from _runner import RESULTS, ROOT, map_jobs, medians, quick, seed_jobs, write
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
 DATA = ROOT / "runs" / "gfg_bench_data"
 NETWORKS = ("grn_toggle", "grn_repressilator", "grn_random")
 MODELS = ("tangent", "tangent-wide", "ambient")
@@ -58,11 +54,9 @@ def make_data(name: str, seed: int, cells: int) -> Path:
 
 def run_one(args) -> dict:
     name, seed, steps, cells = args
-    torch.set_num_threads(1)
     from simsci import data
     from simsci.datasets import network_from_config, score_network, true_motif_scores
-    from simsci.models.gfg import GFG, motif_scores
-    from simsci.models.gfg._model import episode_arrays
+    from simsci.models.gfg import GFG, episode_arrays, motif_scores
 
     traj = data.open(make_data(name, seed, cells))
     network = network_from_config(traj.meta["network"])
@@ -117,23 +111,19 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="1 seed, 100 steps, 300 cells")
     parser.add_argument("--out", default=str(RESULTS / "gfg_motifs_cpu.json"))
     args = parser.parse_args()
-    seeds, steps, cells = (1, 100, 300) if args.quick else (args.seeds, args.steps, args.cells)
-    jobs = [(name, seed, steps, cells) for name in NETWORKS for seed in range(seeds)]
+    quick(args, seeds=1, steps=100, cells=300)
+    seeds, steps, cells = args.seeds, args.steps, args.cells
+    jobs = seed_jobs(NETWORKS, seeds, steps, cells)
     start = time.perf_counter()
-    if args.jobs > 1:
-        with mp.get_context("spawn").Pool(args.jobs) as pool:
-            runs = pool.map(run_one, jobs, chunksize=1)
-    else:
-        runs = [run_one(j) for j in jobs]
+    runs = map_jobs(run_one, jobs, workers=args.jobs, record_as=("network", "seed"))
     summary = {}
     for name in NETWORKS:
-        mine = [r["rows"] for r in runs if r["network"] == name]
+        mine = [r["rows"] for r in runs if r["network"] == name and "error" not in r]
+        if not mine:
+            continue
+        keys = ("auroc_signed", "auroc_edge", "sign_accuracy")
         summary[name] = {
-            label: {
-                k: statistics.median(m[label][k] for m in mine)
-                for k in ("auroc_signed", "auroc_edge", "sign_accuracy")
-            }
-            for label in ("truth", *MODELS)
+            label: medians((m[label] for m in mine), keys) for label in ("truth", *MODELS)
         }
         summary[name]["target_met"] = summary[name]["tangent"]["auroc_signed"] >= 0.9
     result = {
@@ -144,11 +134,7 @@ def main() -> int:
         "runs": runs,
         "wall_seconds": time.perf_counter() - start,
     }
-    from simsci.bench import write_result
-
-    path = write_result(args.out, result)
-    print(json.dumps(summary, indent=1))
-    print(f"wrote {path}")
+    write(args.out, result, echo=True)
     return 0
 
 

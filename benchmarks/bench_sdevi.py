@@ -34,18 +34,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import multiprocessing as mp
-import statistics
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import torch
+from _runner import RESULTS, ROOT, Failure, group, mean_std, quick, run_jobs, show, write
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
 DATA = ROOT / "runs" / "sdevi_bench_data"
 
 MODELS = {
@@ -142,7 +139,6 @@ def _trivial_label_scores(traj, task: str) -> dict:
 
 def run_one(spec: dict) -> dict:
     """Train one model on one problem with one seed; test-split scores."""
-    torch.set_num_threads(1)
     from simsci import data, models, train
 
     problem, model_key, seed, steps = spec["problem"], spec["model"], spec["seed"], spec["steps"]
@@ -176,7 +172,6 @@ def run_one(spec: dict) -> dict:
 def linear_sde_elbo(seed: int, steps: int) -> dict:
     """SDEVI (linear) on the exact linear-SDE set: its ELBO per observed value on the
     test split vs the exact log evidence under the true process (Kalman filter)."""
-    torch.set_num_threads(1)
     from simsci import data, models, systems, train
     from simsci.models._series import observed_mask
     from simsci.models.sdevi import kalman_log_likelihood, lti_transition
@@ -224,17 +219,13 @@ def linear_sde_elbo(seed: int, steps: int) -> dict:
 
 def _summary(runs: list[dict]) -> dict:
     """mean ± std over seeds per (problem, model) and metric."""
-    groups: dict[tuple, list[dict]] = {}
-    for r in runs:
-        groups.setdefault((r["problem"], r["model"]), []).append(r)
     table = {}
-    for (problem, model), rs in sorted(groups.items()):
+    for (problem, model), rs in group(runs, "problem", "model").items():
         metrics = {}
         for key in rs[0]:
             values = [r[key] for r in rs if isinstance(r.get(key), float)]
             if len(values) == len(rs) and key not in ("seed", "steps"):
-                std = statistics.stdev(values) if len(values) > 1 else 0.0
-                metrics[key] = {"mean": statistics.fmean(values), "std": std}
+                metrics[key] = mean_std(values)
         table[f"{problem} / {model}"] = {"seeds": len(rs), **metrics}
     return table
 
@@ -297,11 +288,7 @@ def main() -> None:
     if args.table:
         print(markdown_table(json.loads(Path(args.out).read_text())))
         return
-    if args.quick:
-        args.seeds, args.steps = 1, 10
-        args.only = args.only or ["pendulum-50", "linear-sde"]
-    from simsci.bench import write_result
-
+    quick(args, seeds=1, steps=10, only=args.only or ["pendulum-50", "linear-sde"])
     problems = args.only or [*PROBLEMS, "linear-sde"]
     if "basicmotions" in problems:
         try:
@@ -327,7 +314,7 @@ def main() -> None:
     elbo_seeds = [s for s in range(args.seeds) if ("linear-sde", "sdevi-linear", s) not in done]
 
     def save():
-        write_result(
+        write(
             out,
             {
                 "benchmark": "sdevi",
@@ -338,24 +325,17 @@ def main() -> None:
             },
         )
 
-    with mp.get_context("spawn").Pool(args.jobs) as pool:
-        pending = [pool.apply_async(run_one, (spec,)) for spec in specs]
-        if "linear-sde" in problems:
-            steps = 5 * args.steps  # the ELBO-vs-exact comparison wants a converged fit
-            pending += [pool.apply_async(linear_sde_elbo, (s, steps)) for s in elbo_seeds]
-        for job in pending:
-            try:
-                result = job.get()
-            except Exception as exc:  # one failed run is reported, the rest go on
-                print("run failed:", repr(exc))
-                continue
-            runs.append(result)
-            shown = {
-                k: (round(v, 4) if isinstance(v, float) and math.isfinite(v) else v)
-                for k, v in result.items()
-            }
-            print(json.dumps(shown), flush=True)
-            save()
+    tasks = [partial(run_one, spec) for spec in specs]
+    if "linear-sde" in problems:
+        steps = 5 * args.steps  # the ELBO-vs-exact comparison wants a converged fit
+        tasks += [partial(linear_sde_elbo, s, steps) for s in elbo_seeds]
+    # always in worker processes (even --jobs 1); a failed run is reported, the rest go on
+    for _, result in run_jobs(tasks, workers=args.jobs, in_process=False):
+        if isinstance(result, Failure):
+            continue
+        runs.append(result)
+        print(show(result), flush=True)
+        save()
     save()
 
 

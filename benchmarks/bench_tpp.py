@@ -60,9 +60,7 @@ import functools
 import inspect
 import json
 import math
-import multiprocessing as mp
 import os
-import statistics
 import subprocess
 import tempfile
 import time
@@ -72,9 +70,18 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from _runner import (  # noqa: E402
+    RESULTS,
+    ROOT,
+    Failure,
+    group,
+    mean_std,
+    quick,
+    run_jobs,
+    show,
+    write,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
 DATA = ROOT / "runs" / "tpp_bench_data"
 
 #: data set key -> (builder, builder kwargs)
@@ -285,11 +292,8 @@ def throughput(spec: dict) -> dict:
 # ---------------------------------------------------------------- summaries
 def _summary(runs: list[dict]) -> dict:
     """mean ± std over seeds per (data set, model) and metric."""
-    groups: dict[tuple, list[dict]] = {}
-    for r in runs:
-        groups.setdefault((r["dataset"], r["model"]), []).append(r)
     table = {}
-    for (dataset, model), rs in sorted(groups.items()):
+    for (dataset, model), rs in group(runs, "dataset", "model").items():
         metrics = {}
         extra = [k for k in rs[0] if k.startswith("altstart_") or k == "ll_per_event_q64"]
         keys = [*METRICS, *extra, "train_s", "eval_s", "diagnostics_s", "wall_s"]
@@ -297,8 +301,7 @@ def _summary(runs: list[dict]) -> dict:
             values = [r[key] for r in rs if isinstance(r.get(key), (int, float))]
             values = [float(v) for v in values if math.isfinite(v)]
             if values and len(values) == len(rs):
-                std = statistics.stdev(values) if len(values) > 1 else 0.0
-                metrics[key] = {"mean": statistics.fmean(values), "std": std}
+                metrics[key] = mean_std(values)
         table[f"{dataset} / {model}"] = {"seeds": len(rs), **metrics}
     return table
 
@@ -463,13 +466,10 @@ def main() -> None:
     if args.table:
         print(markdown_tables(json.loads(Path(args.out).read_text())))
         return
-    if args.quick:
-        args.seeds, args.steps, args.val_every, args.n = 1, 5, 5, 60
-        args.hawkes_seeds = 1
-        args.only = args.only or ["hawkes-1", "mobility"]
-        args.throughput_batches, args.throughput_repeat = 1, 1
+    quick(args, seeds=1, steps=5, val_every=5, n=60, hawkes_seeds=1,
+          only=args.only or ["hawkes-1", "mobility"], throughput_batches=1,
+          throughput_repeat=1)  # fmt: skip
     _threads()
-    from simsci.bench import write_result
 
     datasets = args.only or list(DATASETS)
     names = args.models or [*MODELS, TRUTH]
@@ -535,7 +535,7 @@ def main() -> None:
 
     def save():
         summary = _summary(runs)
-        write_result(
+        write(
             out,
             {
                 "benchmark": "tpp",
@@ -556,22 +556,15 @@ def main() -> None:
         )
 
     start = time.perf_counter()
-    with mp.get_context("spawn").Pool(args.jobs) as pool:
-        pending = [(pool.apply_async(run_one, (spec,)), "run") for spec in specs]
-        pending += [(pool.apply_async(throughput, (spec,)), "tput") for spec in tput_specs]
-        for job, kind in pending:
-            try:
-                result = job.get()
-            except Exception as exc:  # one failed run is reported, the rest go on
-                print("run failed:", repr(exc), flush=True)
-                continue
-            (runs if kind == "run" else tput).append(result)
-            shown = {
-                k: (round(v, 4) if isinstance(v, float) and math.isfinite(v) else v)
-                for k, v in result.items()
-            }
-            print(f"[{time.perf_counter() - start:.0f} s]", json.dumps(shown), flush=True)
-            save()
+    tasks = [functools.partial(run_one, spec) for spec in specs]
+    tasks += [functools.partial(throughput, spec) for spec in tput_specs]
+    # always in worker processes (even --jobs 1); a failed run is reported, the rest go on
+    for task, result in run_jobs(tasks, workers=args.jobs, in_process=False):
+        if isinstance(result, Failure):
+            continue
+        (runs if task.func is run_one else tput).append(result)
+        print(f"[{time.perf_counter() - start:.0f} s]", show(result), flush=True)
+        save()
     save()
     print(markdown_tables(json.loads(out.read_text())))
 

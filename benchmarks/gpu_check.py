@@ -97,8 +97,7 @@ def gfg_steps_per_second(variant: str, device: str, steps: int = 30) -> float:
     lifted circle in R^64, then one grounded rollout (checks the rollout runs there)."""
     from simsci import data, datasets
     from simsci._device import synchronize
-    from simsci.models.gfg import GFG
-    from simsci.models.gfg._model import episode_arrays
+    from simsci.models.gfg import GFG, episode_arrays
 
     with tempfile.TemporaryDirectory() as tmp:
         path = datasets.make_dataset("lifted_circle", 10, out=Path(tmp) / "c.h5", seed=0)
