@@ -22,12 +22,29 @@
 - Kinematics shared by every driver in these worlds: ``DT`` (10 Hz), the limits
   ``MAX_ACCEL``, ``MAX_BRAKE``, ``MAX_CURVATURE``, ``MAX_CURVATURE_RATE``, ``EGO_SIZE``,
   ``OFFROAD_MARGIN`` and :func:`bicycle_step`, the kinematic bicycle.
+- The agent contract (:mod:`._lanes`, :mod:`._agents`) that VectorWorld's ΔSim and any
+  other policy drive on: :class:`LaneSet` (:func:`lanes_from_road`,
+  :func:`lanes_from_tiles`, :func:`crop_lanes`), :class:`AgentState` (``MANOEUVRES``,
+  :func:`manoeuvre_index`), :func:`step_agents` (the bicycle in curvature form) and the
+  feasibility limits ``MAX_JERK``, ``MAX_LATERAL_ACCEL``, :func:`curvature_limit`,
+  :func:`feasible_box`.
 - :mod:`.metrics`: collisions, off-road, kinematic infeasibility, ADE/FDE, density,
   lane-graph statistics, seam gaps, Fréchet and MMD distances.
 - The RL environment is ``gymnasium.make("simsci/Driving-v0")`` (:mod:`simsci.envs`).
 """
 
 from simsci.driving import metrics
+from simsci.driving._agents import (
+    MANOEUVRES,
+    MAX_JERK,
+    MAX_LATERAL_ACCEL,
+    AgentState,
+    curvature_limit,
+    feasible_box,
+    manoeuvre_index,
+    step_agents,
+)
+from simsci.driving._lanes import LaneSet, crop_lanes, lanes_from_road, lanes_from_tiles
 from simsci.driving._roads import (
     LANE_ENDS,
     LANE_KINDS,
@@ -107,4 +124,16 @@ __all__ = [
     "read_scene",
     "make_scenes",
     "simulate_drives",
+    "LaneSet",
+    "lanes_from_road",
+    "lanes_from_tiles",
+    "crop_lanes",
+    "AgentState",
+    "MANOEUVRES",
+    "manoeuvre_index",
+    "step_agents",
+    "MAX_JERK",
+    "MAX_LATERAL_ACCEL",
+    "curvature_limit",
+    "feasible_box",
 ]

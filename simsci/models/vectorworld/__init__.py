@@ -14,7 +14,11 @@ training data, its metrics the yardstick). Three trained parts and the world the
   histories integrated backwards by the kinematic bicycle).
 - :class:`DeltaSim` (:mod:`._npc`): the NPC policy, a discrete manoeuvre (keep, left,
   right, yield) and binned continuous controls whose logits are shaped by a
-  differentiable kinematic-feasibility term, cloned from the ground-truth traffic.
+  differentiable kinematic-feasibility term, over :func:`features` (:mod:`._features`),
+  cloned from the ground-truth traffic (:func:`collect_bc`, :func:`train_delta_sim`:
+  :mod:`._bc`) and compared with it in closed loop (:func:`rollout_vs_traffic`:
+  :mod:`._npc_eval`). Its inputs are the lane contract of :mod:`simsci.driving`
+  (:class:`LaneSet`, :class:`AgentState`, :func:`step_agents`, re-exported here).
 - :class:`StreamingWorld` (:mod:`._world`): ``n`` closed-loop worlds that generate tiles
   ahead of the ego and drop those behind, spawn the generated agents and drive them with
   ΔSim; ``gymnasium.make("simsci/VectorWorld-v0")`` wraps it with the spaces of
@@ -31,6 +35,8 @@ training data, its metrics the yardstick). Three trained parts and the world the
 >>> out["stats"]["real_time_factor"]                            # doctest: +SKIP
 """
 
+from simsci.driving import MANOEUVRES, AgentState, LaneSet, lanes_from_road, step_agents
+from simsci.models.vectorworld._bc import collect_bc, train_delta_sim
 from simsci.models.vectorworld._bundle import (
     VectorWorld,
     small_default,
@@ -45,18 +51,9 @@ from simsci.models.vectorworld._dit import (
     sample_one_step,
     sample_times,
 )
-from simsci.models.vectorworld._npc import (
-    MANOEUVRES,
-    AgentState,
-    DeltaSim,
-    LaneSet,
-    collect_bc,
-    features,
-    lanes_from_road,
-    rollout_vs_traffic,
-    step_agents,
-    train_delta_sim,
-)
+from simsci.models.vectorworld._features import features
+from simsci.models.vectorworld._npc import DeltaSim
+from simsci.models.vectorworld._npc_eval import rollout_vs_traffic
 from simsci.models.vectorworld._outpaint import (
     TileGenerator,
     evaluate_tile_generator,

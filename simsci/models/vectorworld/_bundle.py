@@ -182,7 +182,7 @@ def train_vectorworld(
     """Train the three parts on the scene file ``data``; writes the VectorWorld directory
     ``out`` (parts' training runs under ``out/runs/{tiles,vae,npc}``) and returns it."""
     from simsci import data as sdata
-    from simsci.models.vectorworld._npc import train_delta_sim
+    from simsci.models.vectorworld._bc import train_delta_sim
     from simsci.models.vectorworld._outpaint import train_tile_generator
     from simsci.models.vectorworld._tokens import check_scene_layout
     from simsci.models.vectorworld._vae import train_vae
@@ -241,11 +241,18 @@ _SMALL_VERSION = 1
 def _source_hash() -> str:
     """A hash of the code that makes the small model (a change retrains it)."""
     import hashlib
+    import inspect
+
+    from simsci.driving import AgentState, LaneSet
 
     here = Path(__file__).resolve().parent
     h = hashlib.sha256()
-    for name in ("_bundle.py", "_dit.py", "_tokens.py", "_outpaint.py", "_vae.py", "_npc.py"):
+    names = ("_bundle.py", "_dit.py", "_tokens.py", "_outpaint.py", "_vae.py", "_npc.py")
+    names += ("_checks.py", "_features.py", "_bc.py")
+    for name in names:
         h.update((here / name).read_bytes())
+    for contract in (LaneSet, AgentState):  # ΔSim's inputs, defined in simsci.driving
+        h.update(Path(inspect.getsourcefile(contract)).read_bytes())
     return h.hexdigest()[:12]
 
 

@@ -26,7 +26,7 @@ __all__ = ["rollout", "write_rollout", "plot_route"]
 
 
 def _policy_fn(policy):
-    from simsci.envs._driving import lane_keeping_policy
+    from simsci.envs import lane_keeping_policy
 
     if policy is None or policy == "lane_keeping":
         return lane_keeping_policy
@@ -144,19 +144,27 @@ def rollout(
     }
     out = {"stats": stats}
     if record:
-        agents = np.stack(trace_a)
-        valid = np.stack(trace_v)
-        uid = np.stack(trace_u)
-        stats.update(_trace_stats(agents, valid, uid, visits))
-        out["trace"] = {"agents": agents, "valid": valid, "uid": uid}
-        out["tiles"] = visits
-        out["seam_gaps"] = _seams(visits)
-        gaps = out["seam_gaps"]
-        finite = gaps[np.isfinite(gaps)]
-        stats["seam_endpoints"] = int(len(gaps))
-        stats["seam_unmatched"] = int((~np.isfinite(gaps)).sum())
-        stats["seam_gap_median_m"] = float(np.median(finite)) if len(finite) else None
-        stats["seam_gap_p90_m"] = float(np.quantile(finite, 0.9)) if len(finite) else None
+        out.update(_recorded(stats, trace_a, trace_v, trace_u, visits))
+    return out
+
+
+def _recorded(stats: dict, trace_a, trace_v, trace_u, visits: dict) -> dict:
+    """The recorded drive (``trace``, ``tiles``, ``seam_gaps``) of :func:`rollout`; adds
+    the NPC and seam statistics to ``stats``."""
+    out = {}
+    agents = np.stack(trace_a)
+    valid = np.stack(trace_v)
+    uid = np.stack(trace_u)
+    stats.update(_trace_stats(agents, valid, uid, visits))
+    out["trace"] = {"agents": agents, "valid": valid, "uid": uid}
+    out["tiles"] = visits
+    out["seam_gaps"] = _seams(visits)
+    gaps = out["seam_gaps"]
+    finite = gaps[np.isfinite(gaps)]
+    stats["seam_endpoints"] = int(len(gaps))
+    stats["seam_unmatched"] = int((~np.isfinite(gaps)).sum())
+    stats["seam_gap_median_m"] = float(np.median(finite)) if len(finite) else None
+    stats["seam_gap_p90_m"] = float(np.quantile(finite, 0.9)) if len(finite) else None
     return out
 
 

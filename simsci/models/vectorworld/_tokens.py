@@ -972,6 +972,70 @@ def generation_block(context, direction, layout=None, target=None) -> dict:
     ``free``: ground-truth lanes placed in free slots; training only).
     """
     layout = GENERATOR_LAYOUT if layout is None else _check_layout_arg(layout)
+    _check_block_args(context, direction)
+    L, A = layout.max_lanes, layout.max_agents
+    M = L + A
+    N, D = 2 * M, TOKEN_DIM
+    blk = {
+        "x": np.zeros((N, D), np.float32),
+        "rel": np.full((N, N), _R["none"], np.int64),
+        "mask": np.ones(N, bool),
+        "pinned": np.zeros((N, D), bool),
+        "cond": np.zeros(GEN_COND_DIM, np.float32),
+        "seam_end": np.full(M, -1, np.int64),
+        "seam_pin": np.full((M, 2), np.nan),
+        "counts": {"context": {"lanes": 0, "agents": 0}, "target": {"lanes": 0, "agents": 0}},
+        "truncated": {"context": {"lanes": 0, "agents": 0}, "target": {"lanes": 0, "agents": 0}},
+    }
+    slots = []
+    nc = 0
+    if context is None:
+        blk["cond"][FIRST_TILE] = 1.0
+        blk["mask"][:M] = False
+    else:
+        slots, nc = _block_context(blk, context, int(direction), layout)
+    x, rel, pinned, seam_end, seam_pin = (
+        blk[k] for k in ("x", "rel", "pinned", "seam_end", "seam_pin")
+    )
+    t = np.arange(M, N)
+    rel[t, t] = _R["self"]
+    lane_slots, agent_slots = np.arange(M, M + L), np.arange(M + L, N)
+    pinned[lane_slots, AGENT_SLICE] = True
+    pinned[lane_slots, IS_AGENT] = True
+    pinned[agent_slots, LANE_SLICE] = True
+    pinned[agent_slots, IS_LANE] = True
+    S = len(slots)
+    for s in range(S):
+        cols = _FIRST if seam_end[s] == 0 else _LAST
+        pinned[M + s, cols] = True
+    matching = {"seam_matched": 0, "seam_empty": S, "free": 0}
+    if target is not None:
+        matching = _block_target(blk, target, layout, S)
+    for s in range(S):  # pinned seam endpoints carry the context's value (exact)
+        cols = _FIRST if seam_end[s] == 0 else _LAST
+        x[M + s, cols] = (seam_pin[s] / layout.scale).astype(np.float32)
+    x[lane_slots, AGENT_SLICE] = 0.0
+    x[lane_slots, IS_AGENT] = 0.0
+    return {
+        "x": x,
+        "rel": rel,
+        "mask": blk["mask"],
+        "pinned": pinned,
+        "known": x.copy(),
+        "cond": blk["cond"],
+        "seam_end": seam_end,
+        "seam_pin": seam_pin,
+        "seam_context": [ids for _, _, ids in slots],
+        "n_seam": S,
+        "n_context": nc,
+        "counts": blk["counts"],
+        "truncated": blk["truncated"],
+        "matching": matching,
+        "capacity": N,
+    }
+
+
+def _check_block_args(context, direction) -> None:
     if (context is None) != (direction is None):
         raise ValueError(
             "context and direction go together: a first tile has context=None and "
@@ -987,113 +1051,77 @@ def generation_block(context, direction, layout=None, target=None) -> dict:
             f"direction must be an int in [0, {len(DIRECTIONS)}) indexing DIRECTIONS "
             f"{DIRECTIONS} (or None for a first tile), got {direction!r}"
         )
-    L, A = layout.max_lanes, layout.max_agents
-    M = L + A
-    N, D = 2 * M, TOKEN_DIM
-    x = np.zeros((N, D), np.float32)
-    rel = np.full((N, N), _R["none"], np.int64)
-    mask = np.ones(N, bool)
-    pinned = np.zeros((N, D), bool)
-    cond = np.zeros(GEN_COND_DIM, np.float32)
-    seam_end = np.full(M, -1, np.int64)
-    seam_pin = np.full((M, 2), np.nan)
-    counts = {"context": {"lanes": 0, "agents": 0}, "target": {"lanes": 0, "agents": 0}}
-    truncated = {"context": {"lanes": 0, "agents": 0}, "target": {"lanes": 0, "agents": 0}}
-    slots = []
-    nc = 0
-    if context is None:
-        cond[FIRST_TILE] = 1.0
-        mask[:M] = False
-    else:
-        ctx = check_tile(context, "context")
-        direction = int(direction)
-        cond[direction] = 1.0
-        step = np.asarray(DIRECTIONS[direction], np.float64)
-        tok = _geometric_tokens(ctx, layout, offset=-TILE_SIZE * step)
-        nc = len(tok["x"])
-        x[:nc] = tok["x"]
-        rel[:nc, :nc] = tok["rel"]
-        mask[nc:M] = False
-        pinned[:nc] = True
-        counts["context"], truncated["context"] = tok["counts"], tok["truncated"]
-        cp = ctx["points"][tok["lane_index"]] - TILE_SIZE * step  # target frame, float64
-        slots = _seam_slots(cp, direction, layout)
-        for s, (end, pin, ids) in enumerate(slots):
-            seam_end[s], seam_pin[s] = end, pin
-            for i in ids:
-                rel[i, M + s] = rel[M + s, i] = _R["seam"]
-        rel[:nc, M:] = np.where(rel[:nc, M:] == _R["seam"], _R["seam"], _R["context"])
-        rel[M:, :nc] = rel[:nc, M:].T
-        # context lane ids -> the caller's lane ids
-        slots = [(e, p, [int(tok["lane_index"][i]) for i in ids]) for e, p, ids in slots]
-    t = np.arange(M, N)
-    rel[t, t] = _R["self"]
-    lane_slots, agent_slots = np.arange(M, M + L), np.arange(M + L, N)
-    pinned[lane_slots, AGENT_SLICE] = True
-    pinned[lane_slots, IS_AGENT] = True
-    pinned[agent_slots, LANE_SLICE] = True
-    pinned[agent_slots, IS_LANE] = True
-    S = len(slots)
+
+
+def _block_context(blk: dict, context, direction: int, layout) -> tuple[list, int]:
+    """Fill the context half of a :func:`generation_block` (tokens in the target frame,
+    pinned) and its seam slots; returns the seam slots ``(end, pin, context lane ids)``
+    and the number of context tokens."""
+    M = layout.max_lanes + layout.max_agents
+    x, rel, mask, pinned = blk["x"], blk["rel"], blk["mask"], blk["pinned"]
+    ctx = check_tile(context, "context")
+    blk["cond"][direction] = 1.0
+    step = np.asarray(DIRECTIONS[direction], np.float64)
+    tok = _geometric_tokens(ctx, layout, offset=-TILE_SIZE * step)
+    nc = len(tok["x"])
+    x[:nc] = tok["x"]
+    rel[:nc, :nc] = tok["rel"]
+    mask[nc:M] = False
+    pinned[:nc] = True
+    blk["counts"]["context"], blk["truncated"]["context"] = tok["counts"], tok["truncated"]
+    cp = ctx["points"][tok["lane_index"]] - TILE_SIZE * step  # target frame, float64
+    slots = _seam_slots(cp, direction, layout)
+    for s, (end, pin, ids) in enumerate(slots):
+        blk["seam_end"][s], blk["seam_pin"][s] = end, pin
+        for i in ids:
+            rel[i, M + s] = rel[M + s, i] = _R["seam"]
+    rel[:nc, M:] = np.where(rel[:nc, M:] == _R["seam"], _R["seam"], _R["context"])
+    rel[M:, :nc] = rel[:nc, M:].T
+    # context lane ids -> the caller's lane ids
+    slots = [(e, p, [int(tok["lane_index"][i]) for i in ids]) for e, p, ids in slots]
+    return slots, nc
+
+
+def _block_target(blk: dict, target, layout, S: int) -> dict:
+    """Place the ground-truth ``target`` tile in the target slots of a
+    :func:`generation_block` (lanes at seam ``S`` slots matched to the nearest seam pin,
+    the rest nearest the centre first); returns the matching counts."""
+    L = layout.max_lanes
+    M = L + layout.max_agents
+    x, seam_end, seam_pin = blk["x"], blk["seam_end"], blk["seam_pin"]
+    tgt = _geometric_tokens(check_tile(target, "target"), layout)
+    ntl, nta = tgt["counts"]["lanes"], tgt["counts"]["agents"]
+    tp = tgt["x"][:ntl, POINTS_SLICE].astype(np.float64).reshape(ntl, LANE_POINTS, 2)
+    tp = tp * layout.scale
+    cand = []
     for s in range(S):
-        cols = _FIRST if seam_end[s] == 0 else _LAST
-        pinned[M + s, cols] = True
-    matching = {"seam_matched": 0, "seam_empty": S, "free": 0}
-    if target is not None:
-        tgt = _geometric_tokens(check_tile(target, "target"), layout)
-        ntl, nta = tgt["counts"]["lanes"], tgt["counts"]["agents"]
-        tp = tgt["x"][:ntl, POINTS_SLICE].astype(np.float64).reshape(ntl, LANE_POINTS, 2)
-        tp = tp * layout.scale
-        cand = []
-        for s in range(S):
-            ends = tp[:, 0] if seam_end[s] == 0 else tp[:, -1]
-            d = np.sqrt(((ends - seam_pin[s]) ** 2).sum(-1))
-            cand += [(float(d[j]), s, int(j)) for j in np.flatnonzero(d <= layout.seam_tol)]
-        slot_of = np.full(ntl, -1, np.int64)
-        used = np.zeros(S, bool)
-        for _, s, j in sorted(cand):
-            if not used[s] and slot_of[j] < 0:
-                used[s], slot_of[j] = True, s
-        free = [j for j in range(ntl) if slot_of[j] < 0]
-        room = L - S
-        if len(free) > room:  # keep the nearest to the centre (tile_tokens' order is kept)
-            dist = _polyline_dist(np.zeros((1, 2)), tp[free])[0]
-            free = [free[i] for i in _nearest(dist, room)]
-        for n_free, j in enumerate(free):
-            slot_of[j] = S + n_free
-        placed = slot_of >= 0
-        x[M + slot_of[placed]] = tgt["x"][np.flatnonzero(placed)]
-        x[M + L : M + L + nta] = tgt["x"][ntl:]
-        matching = {
-            "seam_matched": int(used.sum()),
-            "seam_empty": int(S - used.sum()),
-            "free": len(free),
-        }
-        counts["target"] = {"lanes": int(placed.sum()), "agents": nta}
-        truncated["target"] = {
-            "lanes": tgt["truncated"]["lanes"] + int((~placed).sum()),
-            "agents": tgt["truncated"]["agents"],
-        }
-    for s in range(S):  # pinned seam endpoints carry the context's value (exact)
-        cols = _FIRST if seam_end[s] == 0 else _LAST
-        x[M + s, cols] = (seam_pin[s] / layout.scale).astype(np.float32)
-    x[lane_slots, AGENT_SLICE] = 0.0
-    x[lane_slots, IS_AGENT] = 0.0
+        ends = tp[:, 0] if seam_end[s] == 0 else tp[:, -1]
+        d = np.sqrt(((ends - seam_pin[s]) ** 2).sum(-1))
+        cand += [(float(d[j]), s, int(j)) for j in np.flatnonzero(d <= layout.seam_tol)]
+    slot_of = np.full(ntl, -1, np.int64)
+    used = np.zeros(S, bool)
+    for _, s, j in sorted(cand):
+        if not used[s] and slot_of[j] < 0:
+            used[s], slot_of[j] = True, s
+    free = [j for j in range(ntl) if slot_of[j] < 0]
+    room = L - S
+    if len(free) > room:  # keep the nearest to the centre (tile_tokens' order is kept)
+        dist = _polyline_dist(np.zeros((1, 2)), tp[free])[0]
+        free = [free[i] for i in _nearest(dist, room)]
+    for n_free, j in enumerate(free):
+        slot_of[j] = S + n_free
+    placed = slot_of >= 0
+    x[M + slot_of[placed]] = tgt["x"][np.flatnonzero(placed)]
+    x[M + L : M + L + nta] = tgt["x"][ntl:]
+    blk["counts"]["target"] = {"lanes": int(placed.sum()), "agents": nta}
+    blk["truncated"]["target"] = {
+        "lanes": tgt["truncated"]["lanes"] + int((~placed).sum()),
+        "agents": tgt["truncated"]["agents"],
+    }
     return {
-        "x": x,
-        "rel": rel,
-        "mask": mask,
-        "pinned": pinned,
-        "known": x.copy(),
-        "cond": cond,
-        "seam_end": seam_end,
-        "seam_pin": seam_pin,
-        "seam_context": [ids for _, _, ids in slots],
-        "n_seam": S,
-        "n_context": nc,
-        "counts": counts,
-        "truncated": truncated,
-        "matching": matching,
-        "capacity": N,
+        "seam_matched": int(used.sum()),
+        "seam_empty": int(S - used.sum()),
+        "free": len(free),
     }
 
 

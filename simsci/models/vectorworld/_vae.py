@@ -1226,11 +1226,11 @@ class MotionGatedVAE(nn.Module):
 
 
 def _overlap(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``metrics.boxes_overlap`` without its input checks (candidates are finite boxes of
-    positive size by construction): the same separating-axis test, numpy in and out."""
-    from simsci.driving.metrics import _sat
+    """``metrics.boxes_overlap`` of numpy boxes in their own dtype (numpy input would be
+    promoted to float64, which changes the test's rounding tolerance), numpy out."""
+    from simsci.driving.metrics import boxes_overlap
 
-    return _sat(torch.from_numpy(np.asarray(a)), torch.from_numpy(np.asarray(b))).numpy()
+    return boxes_overlap(torch.from_numpy(np.asarray(a)), torch.from_numpy(np.asarray(b))).numpy()
 
 
 def _stretch(boxes: np.ndarray, min_gap: float, headway: float) -> np.ndarray:

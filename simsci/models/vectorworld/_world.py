@@ -67,7 +67,10 @@ from simsci.driving import (
     LANE_POINTS,
     OFFROAD_MARGIN,
     TILE_SIZE,
+    AgentState,
+    LaneSet,
     bicycle_step,
+    metrics,
 )
 
 __all__ = ["StreamingWorld", "seam_gaps"]
@@ -483,8 +486,6 @@ class StreamingWorld:
     # ------------------------------------------------------------------ agents
     def _add_agent(self, b, row, *, accel=0.0, kappa=0.0, check=True) -> bool:
         """Add one vehicle ``row`` = AGENT_FEATURES (world frame) to world ``b``."""
-        from simsci.driving.metrics import _sat
-
         free = torch.nonzero(~self.valid[b]).flatten()
         free = free[free > 0]
         free = free[torch.argsort(self._freed_at[b, free], stable=True)]
@@ -507,7 +508,7 @@ class StreamingWorld:
             others = agents[b, valid[b]]
             grown = cand.clone()
             grown[5:7] += 1.0  # 0.5 m clearance all round
-            if others.numel() and bool(_sat(grown[None], others).any()):
+            if others.numel() and bool(metrics.boxes_overlap(grown[None], others).any()):
                 self.stats["spawn_rejected"] += 1
                 return False
         j = int(free[0])
@@ -543,8 +544,6 @@ class StreamingWorld:
         return a, self.valid.clone()
 
     def lane_set(self):
-        from simsci.models.vectorworld._npc import LaneSet
-
         return LaneSet(
             points=self.lane_points,
             width=self.lane_width,
@@ -554,8 +553,6 @@ class StreamingWorld:
         )
 
     def agent_state(self):
-        from simsci.models.vectorworld._npc import AgentState
-
         return AgentState(
             x=self.x,
             y=self.y,
