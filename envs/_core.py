@@ -52,6 +52,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 import torch
+from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector import AutoresetMode
 
 from simsci.envs import _render
@@ -61,7 +62,10 @@ __all__ = [
     "SimsciEnv",
     "SimsciVectorEnv",
     "check_actions",
+    "check_action_bounds",
+    "check_dtype",
     "check_vector_options",
+    "fixed_params",
     "own_spec",
 ]
 
@@ -193,11 +197,55 @@ def check_actions(action, *, batch: int | None, low, high, mode: str, device, dt
     return a
 
 
+def check_dtype(dtype) -> torch.dtype:
+    """torch.float32/float64 or their names ("float32", "float64": JSON-able kwargs)."""
+    named = {"float32": torch.float32, "float64": torch.float64}
+    if isinstance(dtype, str) and dtype in named:
+        return named[dtype]
+    if dtype in (torch.float32, torch.float64):
+        return dtype
+    raise ValueError(f"dtype must be float32 or float64 (torch dtype or name), got {dtype!r}")
+
+
+def _per_action(value, A: int, what: str) -> np.ndarray:
+    arr = np.asarray(value, dtype=np.float64)
+    if arr.ndim == 0:
+        arr = np.full(A, float(arr))
+    if arr.shape != (A,):
+        raise ValueError(f"{what} must be a number or {A} numbers (one per action), got {value!r}")
+    if not np.isfinite(arr).all():
+        raise ValueError(f"{what} must be finite, got {value!r}")
+    return arr
+
+
+def check_action_bounds(low, high, A: int) -> tuple[np.ndarray, np.ndarray]:
+    """``action_low`` / ``action_high`` (a number or one per action) as float32 ``(A,)``
+    arrays, each entry of ``low`` below the one of ``high``."""
+    low = _per_action(low, A, "action_low").astype(np.float32)
+    high = _per_action(high, A, "action_high").astype(np.float32)
+    if (low >= high).any():
+        raise ValueError(f"action_low {low.tolist()} must lie below action_high {high.tolist()}")
+    return low, high
+
+
+def fixed_params(system, params) -> tuple[str, torch.Tensor]:
+    """The parameter mode ("default", "random" or "fixed") and the fixed row ``(1, P)``
+    (CPU float64; the system's defaults unless ``params`` is one row, a dict or array)."""
+    if isinstance(params, str):
+        if params not in ("default", "random"):
+            raise ValueError(
+                f"params must be 'default', 'random', a dict or an array, got {params!r}"
+            )
+        return params, system.params_tensor(1)
+    rows = system.params_tensor(params)
+    if rows.shape[0] != 1:
+        raise ValueError("params must describe one parameter row (or use 'random')")
+    return "fixed", rows
+
+
 def own_spec(env, env_id: str, kwargs: dict) -> None:
     """Give a directly constructed environment the spec ``gymnasium.make`` would give it
     (``make`` overwrites it anyway), so recorders and Minari know how to rebuild it."""
-    from gymnasium.envs.registration import EnvSpec
-
     registered = gymnasium.registry.get(env_id)
     entry = registered.entry_point if registered is not None else None
     env.spec = EnvSpec(id=env_id, entry_point=entry, kwargs=dict(kwargs))

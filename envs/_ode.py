@@ -60,11 +60,20 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import torch
 
+from simsci import integrate
 from simsci import systems as _systems
 from simsci._device import resolve_device
 from simsci.envs import _render
-from simsci.envs._core import Dynamics, SimsciEnv, SimsciVectorEnv
+from simsci.envs._core import (
+    Dynamics,
+    SimsciEnv,
+    SimsciVectorEnv,
+    check_action_bounds,
+    check_dtype,
+    fixed_params,
+)
 from simsci.errors import unknown_name
+from simsci.integrate import ODE_METHODS, SDE_METHODS
 
 __all__ = ["TASKS", "Task", "ODEControlDynamics", "ODEControlEnv", "ODEControlVectorEnv"]
 
@@ -192,17 +201,6 @@ TASKS: dict[str, Task] = {
 }
 
 
-def _per_action(value, A: int, what: str) -> np.ndarray:
-    arr = np.asarray(value, dtype=np.float64)
-    if arr.ndim == 0:
-        arr = np.full(A, float(arr))
-    if arr.shape != (A,):
-        raise ValueError(f"{what} must be a number or {A} numbers (one per action), got {value!r}")
-    if not np.isfinite(arr).all():
-        raise ValueError(f"{what} must be finite, got {value!r}")
-    return arr
-
-
 class _ControlledField(torch.nn.Module):
     """``f(t, x) = drift(x; p + G u) + B u`` (and ``g`` for SDEs) at fixed ``u``."""
 
@@ -222,6 +220,65 @@ class _ControlledField(torch.nn.Module):
 
     def g(self, t, x):
         return self.system.diffusion(t, x, self.params)
+
+
+def _task_system(task: str, system: str | None, system_options: Mapping | None):
+    """The task's spec and the system it controls (checked: an ODE/SDE system with the
+    task's states unless the task is "regulate")."""
+    if task not in TASKS:
+        raise unknown_name("task", task, TASKS)
+    spec = TASKS[task]
+    name = system or spec.system
+    if name not in _systems.SYSTEMS:
+        raise unknown_name("system", name, _systems.SYSTEMS)
+    sys_ = _systems.get(name, **dict(system_options or {}))
+    if sys_.kind != "state":
+        raise ValueError(
+            f"system {name!r} is a {sys_.kind!r} system; ODEControl takes "
+            "ODE/SDE systems (use simsci/PDEControl-v0 for PDEs)"
+        )
+    if system is not None and task != "regulate":
+        want = _systems.get(spec.system).state_names
+        if tuple(sys_.state_names) != tuple(want):
+            raise ValueError(
+                f"task {task!r} is defined on states {list(want)} but system "
+                f"{name!r} has states {list(sys_.state_names)}; pick a "
+                "system with the same states or task='regulate'"
+            )
+    return spec, sys_
+
+
+def _control_matrices(sys_, name: str, actuated: list[str], controlled_params: dict):
+    """``B`` (D x A, additive columns first) and ``G`` (P x A, the parametric columns)."""
+    for state in actuated:
+        if state not in sys_.state_names:
+            raise unknown_name(f"state of {name!r}", state, sys_.state_names)
+    for param in controlled_params:
+        if param not in sys_.param_names:
+            raise unknown_name(f"parameter of {name!r}", param, sys_.param_names)
+    A = len(actuated) + len(controlled_params)
+    if A == 0:
+        raise ValueError("the environment needs at least one actuated state or parameter")
+    B = torch.zeros(sys_.dim, A, dtype=torch.float64)
+    for j, state in enumerate(actuated):
+        B[sys_.state_names.index(state), j] = 1.0
+    G = torch.zeros(len(sys_.param_names), A, dtype=torch.float64)
+    for j, (param, gain) in enumerate(controlled_params.items()):
+        G[sys_.param_names.index(param), len(actuated) + j] = float(gain)
+    return B, G
+
+
+def _integrator(sys_, method: str | None) -> str:
+    """The integrator's name: ``euler`` (SDEs) or ``rk4`` (ODEs) unless given, checked."""
+    if sys_.is_sde:
+        method = method or "euler"
+        if method not in SDE_METHODS:
+            raise unknown_name("SDE method", method, SDE_METHODS)
+        return method
+    method = method or "rk4"
+    if method not in ODE_METHODS:
+        raise unknown_name("ODE method", method, ODE_METHODS)
+    return method
 
 
 class ODEControlDynamics(Dynamics):
@@ -248,71 +305,44 @@ class ODEControlDynamics(Dynamics):
         device=None,
         dtype=torch.float64,
     ):
-        if task not in TASKS:
-            raise unknown_name("task", task, TASKS)
-        spec = TASKS[task]
+        spec, sys_ = _task_system(task, system, system_options)
         self.task_name = task
         self.system_name = system or spec.system
-        if self.system_name not in _systems.SYSTEMS:
-            raise unknown_name("system", self.system_name, _systems.SYSTEMS)
-        self.system = _systems.get(self.system_name, **dict(system_options or {}))
-        sys_ = self.system
-        if sys_.kind != "state":
-            raise ValueError(
-                f"system {self.system_name!r} is a {sys_.kind!r} system; ODEControl takes "
-                "ODE/SDE systems (use simsci/PDEControl-v0 for PDEs)"
-            )
-        if system is not None and task != "regulate":
-            want = _systems.get(spec.system).state_names
-            if tuple(sys_.state_names) != tuple(want):
-                raise ValueError(
-                    f"task {task!r} is defined on states {list(want)} but system "
-                    f"{self.system_name!r} has states {list(sys_.state_names)}; pick a "
-                    "system with the same states or task='regulate'"
-                )
+        self.system = sys_
         self.device = resolve_device(device) if device is not None else torch.device("cpu")
-        self.dtype = _check_dtype(dtype)
+        self.dtype = check_dtype(dtype)
         self.state_shape = tuple(sys_.state_shape)
-        D = sys_.dim
+        self._setup_controls(spec, actuated, controlled_params, action_low, action_high)
+        self._setup_timing(spec, dt, substeps, max_episode_steps, state_bound, failure_reward)
+        self.method = _integrator(sys_, method)
+        self.params_mode, fixed = fixed_params(sys_, params)
+        self._fixed_params = fixed.to(self.device, self.dtype)
+        self._target_override = self._check_target(target)
+        self._spec = spec
+        self._setup_observation(spec)
+        self._t_span = torch.tensor([0.0, self.dt], dtype=torch.float64)
 
-        # controls: additive columns (B) then parametric columns (G)
+    # ----------------------------------------------------------------- set-up
+    def _setup_controls(self, spec, actuated, controlled_params, action_low, action_high):
+        """Additive columns (B) then parametric columns (G), and the action bounds."""
         if controlled_params is None and actuated is None:
             controlled_params = spec.controlled_params
             actuated = spec.actuated if spec.controlled_params is None else ()
-        actuated = list(sys_.state_names) if actuated is None else list(actuated)
+        actuated = list(self.system.state_names) if actuated is None else list(actuated)
         controlled_params = dict(controlled_params or {})
-        for name in actuated:
-            if name not in sys_.state_names:
-                raise unknown_name(f"state of {self.system_name!r}", name, sys_.state_names)
-        for name in controlled_params:
-            if name not in sys_.param_names:
-                raise unknown_name(f"parameter of {self.system_name!r}", name, sys_.param_names)
-        A = len(actuated) + len(controlled_params)
-        if A == 0:
-            raise ValueError("the environment needs at least one actuated state or parameter")
-        B = torch.zeros(D, A, dtype=torch.float64)
-        for j, name in enumerate(actuated):
-            B[sys_.state_names.index(name), j] = 1.0
-        G = torch.zeros(len(sys_.param_names), A, dtype=torch.float64)
-        for j, (name, gain) in enumerate(controlled_params.items()):
-            G[sys_.param_names.index(name), len(actuated) + j] = float(gain)
+        B, G = _control_matrices(self.system, self.system_name, actuated, controlled_params)
         self.actuated = tuple(actuated)
         self.controlled_params = controlled_params
         self._B = B.to(self.device, self.dtype) if actuated else None
         self._G = G.to(self.device, self.dtype) if controlled_params else None
         self.action_names = (*actuated, *controlled_params)
-
         low = spec.action_low if action_low is None else action_low
         high = spec.action_high if action_high is None else action_high
-        self.action_low = _per_action(low, A, "action_low").astype(np.float32)
-        self.action_high = _per_action(high, A, "action_high").astype(np.float32)
-        if (self.action_low >= self.action_high).any():
-            raise ValueError(
-                f"action_low {self.action_low.tolist()} must lie below action_high "
-                f"{self.action_high.tolist()}"
-            )
+        self.action_low, self.action_high = check_action_bounds(low, high, B.shape[1])
 
-        self.dt = float(dt if dt is not None else spec.dt or sys_.default_dt)
+    def _setup_timing(self, spec, dt, substeps, max_episode_steps, state_bound, failure_reward):
+        """The control interval, integrator steps, episode length and failure rule."""
+        self.dt = float(dt if dt is not None else spec.dt or self.system.default_dt)
         if not (math.isfinite(self.dt) and self.dt > 0):
             raise ValueError(f"dt (the control interval) must be finite and > 0, got {dt!r}")
         self.substeps = int(substeps if substeps is not None else spec.substeps)
@@ -326,40 +356,22 @@ class ODEControlDynamics(Dynamics):
         self.failure_reward = float(
             spec.failure_reward if failure_reward is None else failure_reward
         )
-        if sys_.is_sde:
-            self.method = method or "euler"
-            if self.method not in _systems_sde_methods():
-                raise unknown_name("SDE method", self.method, _systems_sde_methods())
-        else:
-            self.method = method or "rk4"
-            from simsci.integrate import ODE_METHODS
 
-            if self.method not in ODE_METHODS:
-                raise unknown_name("ODE method", self.method, ODE_METHODS)
+    def _check_target(self, target) -> torch.Tensor | None:
+        """The user's target state on the device (None: the task's)."""
+        if target is None:
+            return None
+        t_arr = torch.as_tensor(np.asarray(target, dtype=np.float64))
+        if tuple(t_arr.shape) != self.state_shape:
+            raise ValueError(
+                f"target must have the state shape {self.state_shape} of "
+                f"{self.system_name!r} ({list(self.system.state_names)}), got "
+                f"{tuple(t_arr.shape)}"
+            )
+        return t_arr.to(self.device, self.dtype)
 
-        # parameters: fixed rows or drawn per episode
-        if isinstance(params, str):
-            if params not in ("default", "random"):
-                raise ValueError(
-                    f"params must be 'default', 'random', a dict or an array, got {params!r}"
-                )
-            self.params_mode = params
-            self._fixed_params = sys_.params_tensor(1).to(self.device, self.dtype)
-        else:
-            self.params_mode = "fixed"
-            self._fixed_params = sys_.params_tensor(params).to(self.device, self.dtype)
-            if self._fixed_params.shape[0] != 1:
-                raise ValueError("params must describe one parameter row (or use 'random')")
-        self._target_override = None
-        if target is not None:
-            t_arr = torch.as_tensor(np.asarray(target, dtype=np.float64))
-            if tuple(t_arr.shape) != self.state_shape:
-                raise ValueError(
-                    f"target must have the state shape {self.state_shape} of "
-                    f"{self.system_name!r} ({list(sys_.state_names)}), got {tuple(t_arr.shape)}"
-                )
-            self._target_override = t_arr.to(self.device, self.dtype)
-        self._spec = spec
+    def _setup_observation(self, spec) -> None:
+        """The observation's bounds and names: the task's observe, else the state."""
         if spec.observe is not None:
             n_obs = len(spec.observation_low)
             self.observation_low = np.asarray(spec.observation_low, dtype=np.float32)
@@ -368,8 +380,7 @@ class ODEControlDynamics(Dynamics):
         else:
             self.observation_low = np.full(self.state_shape, -np.inf, dtype=np.float32)
             self.observation_high = np.full(self.state_shape, np.inf, dtype=np.float32)
-            self.obs_names = tuple(sys_.state_names)
-        self._t_span = torch.tensor([0.0, self.dt], dtype=torch.float64)
+            self.obs_names = tuple(self.system.state_names)
 
     # ----------------------------------------------------------------- pieces
     def _targets(self, params: torch.Tensor) -> torch.Tensor:
@@ -402,8 +413,6 @@ class ODEControlDynamics(Dynamics):
         return x, params
 
     def advance(self, state, params, action, generator):
-        from simsci import integrate
-
         n = state.shape[0]
         p = self._rows(params, n)
         if self._G is not None:
@@ -452,22 +461,6 @@ class ODEControlDynamics(Dynamics):
             "substeps": self.substeps,
             "method": self.method,
         }
-
-
-def _check_dtype(dtype) -> torch.dtype:
-    """torch.float32/float64 or their names ("float32", "float64": JSON-able kwargs)."""
-    named = {"float32": torch.float32, "float64": torch.float64}
-    if isinstance(dtype, str) and dtype in named:
-        return named[dtype]
-    if dtype in (torch.float32, torch.float64):
-        return dtype
-    raise ValueError(f"dtype must be float32 or float64 (torch dtype or name), got {dtype!r}")
-
-
-def _systems_sde_methods():
-    from simsci.integrate import SDE_METHODS
-
-    return SDE_METHODS
 
 
 _DOC_ARGS = """

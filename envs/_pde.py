@@ -104,8 +104,14 @@ import torch
 
 from simsci import systems as _systems
 from simsci._device import resolve_device
-from simsci.envs._core import Dynamics, SimsciEnv, SimsciVectorEnv
-from simsci.envs._ode import _check_dtype, _per_action
+from simsci.envs._core import (
+    Dynamics,
+    SimsciEnv,
+    SimsciVectorEnv,
+    check_action_bounds,
+    check_dtype,
+    fixed_params,
+)
 from simsci.errors import SolverError, unknown_name
 
 __all__ = [
@@ -210,6 +216,102 @@ def _count(value, what: str, low: int, high: int) -> int:
     return int(value)
 
 
+def _pde_system(spec: PDETask, name: str, system_options, resolution, domain):
+    """The controlled 1-D single-channel PDE system, built with the task's settings when
+    it is the task's own system (checked: a field system, options without the grid)."""
+    if name not in _systems.SYSTEMS:
+        raise unknown_name("system", name, _systems.SYSTEMS)
+    cls = _systems.SYSTEMS[name]
+    if getattr(cls, "kind", "state") != "field":
+        raise ValueError(
+            f"system {name!r} is an ODE/SDE system; PDEControl takes 1-D PDE "
+            "systems (use simsci/ODEControl-v0 for ODEs and SDEs)"
+        )
+    if cls.spatial_dims != 1 or len(cls.channel_names) != 1:
+        raise ValueError(
+            f"system {name!r} is a {cls.spatial_dims}-D PDE with channels "
+            f"{list(cls.channel_names)}; PDEControl takes 1-D single-channel PDEs "
+            "(burgers, heat, kuramoto_sivashinsky, advection, kdv, allen_cahn)"
+        )
+    own = name == spec.system
+    options = dict(system_options or {})
+    for key in ("resolution", "domain"):
+        if key in options:
+            raise ValueError(
+                f"give {key} as the environment keyword {key}=..., not in system_options"
+            )
+    options = {**(dict(spec.system_params or {}) if own else {}), **options}
+    res = spec.resolution if resolution is None else resolution
+    dom = domain if domain is not None else (spec.domain if own else None)
+    return _systems.get(name, resolution=res, domain=dom, **options)
+
+
+def _check_method(sys_, name: str, method: str) -> str:
+    if method not in sys_.methods:
+        raise unknown_name(f"method for {name!r}", method, sys_.methods)
+    N = sys_.resolution[0]
+    if method in ("etdrk4", "imex") and N % 2:
+        raise ValueError(f"the spectral method {method!r} needs an even resolution, got {N}")
+    return method
+
+
+def _solver_dt(
+    sys_, spec: PDETask, method: str, dt: float, solver_dt, params_mode, fixed, ranges
+) -> float:
+    """The largest internal step: the task's (at most the system's own for another
+    method) unless given; for rk4 inside the linear stability limit of every row the
+    episodes can draw."""
+    given = solver_dt is not None
+    if not given:
+        # the task's step is tuned for the task's method; another method also gets at
+        # most the system's own step for it (SBDF2 is second order, not exact)
+        solver_dt = spec.solver_dt
+        if method != spec.method:
+            solver_dt = min(solver_dt, sys_.method_dt.get(method, sys_.default_dt))
+    solver_dt = _positive(solver_dt, "solver_dt (the internal step)")
+    if method != "rk4":
+        return solver_dt
+    rows = fixed
+    if params_mode == "random":
+        rows = sys_.params_tensor({k: list(v) for k, v in ranges.items()})
+    limit = sys_.stable_dt(rows, "rk4")
+    if not given:
+        solver_dt = min(solver_dt, 0.9 * limit)
+    h = dt / math.ceil(dt / solver_dt * (1.0 - 1e-12))
+    if h > limit:
+        raise ValueError(
+            f"solver_dt={solver_dt:g} (step {h:.4g} per interval) is beyond the "
+            f"stability limit {limit:.4g} of 'rk4' at resolution {sys_.resolution[0]}; use "
+            f"solver_dt <= {limit:.4g} or method='etdrk4'"
+        )
+    return solver_dt
+
+
+def _actuators(x: np.ndarray, L: float, M: int, width: float) -> tuple[np.ndarray, np.ndarray]:
+    """Centres ``(m + 1/2) L / M`` and the periodic Gaussian bumps ``(M, N)`` on the grid
+    ``x``, peak 1."""
+    centers = (np.arange(M, dtype=np.float64) + 0.5) * (L / M)
+    d = np.remainder(x[None, :] - centers[:, None] + 0.5 * L, L) - 0.5 * L
+    return centers, np.exp(-0.5 * (d / (width * L)) ** 2)
+
+
+def _target_field(spec: PDETask, target, x: np.ndarray, L: float) -> np.ndarray:
+    """The field to reach on the grid ``x``: the user's, else the task's, else zero."""
+    N = len(x)
+    if target is None:
+        tgt = spec.target(x, L) if (spec.target is not None) else np.zeros(N)
+    else:
+        tgt = np.asarray(target, dtype=np.float64)
+        if tgt.shape not in ((N,), (N, 1)):
+            raise ValueError(
+                f"target must be a field of shape ({N},) or ({N}, 1) on the grid "
+                f"x_j = j L / N, got shape {tgt.shape}"
+            )
+        if not np.isfinite(tgt).all():
+            raise ValueError("target must be finite")
+    return np.asarray(tgt, dtype=np.float64).reshape(N)
+
+
 class PDEControlDynamics(Dynamics):
     """The batched physics + task of ``PDEControl`` (see the module docstring)."""
 
@@ -245,63 +347,36 @@ class PDEControlDynamics(Dynamics):
         self.task_name = task
         self._spec = spec
         self.system_name = system or spec.system
-        if self.system_name not in _systems.SYSTEMS:
-            raise unknown_name("system", self.system_name, _systems.SYSTEMS)
-        cls = _systems.SYSTEMS[self.system_name]
-        if getattr(cls, "kind", "state") != "field":
-            raise ValueError(
-                f"system {self.system_name!r} is an ODE/SDE system; PDEControl takes 1-D PDE "
-                "systems (use simsci/ODEControl-v0 for ODEs and SDEs)"
-            )
-        if cls.spatial_dims != 1 or len(cls.channel_names) != 1:
-            raise ValueError(
-                f"system {self.system_name!r} is a {cls.spatial_dims}-D PDE with channels "
-                f"{list(cls.channel_names)}; PDEControl takes 1-D single-channel PDEs "
-                "(burgers, heat, kuramoto_sivashinsky, advection, kdv, allen_cahn)"
-            )
-        own = self.system_name == spec.system
-        options = dict(system_options or {})
-        for key in ("resolution", "domain"):
-            if key in options:
-                raise ValueError(
-                    f"give {key} as the environment keyword {key}=..., not in system_options"
-                )
-        options = {**(dict(spec.system_params or {}) if own else {}), **options}
-        res = spec.resolution if resolution is None else resolution
-        dom = domain if domain is not None else (spec.domain if own else None)
-        self.system = _systems.get(self.system_name, resolution=res, domain=dom, **options)
+        self.system = _pde_system(spec, self.system_name, system_options, resolution, domain)
         sys_ = self.system
-        N = sys_.resolution[0]
-        L = sys_.domain[0]
         self.device = resolve_device(device) if device is not None else torch.device("cpu")
-        self.dtype = _check_dtype(dtype)
+        self.dtype = check_dtype(dtype)
         self.state_shape = tuple(sys_.state_shape)  # (N, 1)
-
-        # integration
-        self.method = spec.method if method is None else method
-        if self.method not in sys_.methods:
-            raise unknown_name(f"method for {self.system_name!r}", self.method, sys_.methods)
-        if self.method in ("etdrk4", "imex") and N % 2:
-            raise ValueError(
-                f"the spectral method {self.method!r} needs an even resolution, got {N}"
-            )
+        self.method = _check_method(
+            sys_, self.system_name, spec.method if method is None else method
+        )
         self.dt = _positive(spec.dt if dt is None else dt, "dt (the control interval)")
+        fixed = self._setup_params(spec, params)
+        self.solver_dt = _solver_dt(
+            sys_, spec, self.method, self.dt, solver_dt, self.params_mode, fixed, self.param_ranges
+        )
+        self._setup_actuators(spec, n_actuators, actuator_width, action_low, action_high)
+        self._setup_sensors(n_sensors)
+        self.target = _target_field(spec, target, self.x, sys_.domain[0])
+        self._target = torch.as_tensor(self.target, device=self.device, dtype=self.dtype)[:, None]
+        self._setup_task(
+            spec, action_cost, initial_scale, max_episode_steps, state_bound, failure_reward
+        )
+        self._t_span = [0.0, self.dt]
 
-        # parameters: fixed rows or drawn per episode
-        if isinstance(params, str):
-            if params not in ("default", "random"):
-                raise ValueError(
-                    f"params must be 'default', 'random', a dict or an array, got {params!r}"
-                )
-            self.params_mode = params
-            fixed = sys_.params_tensor(1)
-        else:
-            self.params_mode = "fixed"
-            fixed = sys_.params_tensor(params)
-            if fixed.shape[0] != 1:
-                raise ValueError("params must describe one parameter row (or use 'random')")
+    # ----------------------------------------------------------------- set-up
+    def _setup_params(self, spec: PDETask, params) -> torch.Tensor:
+        """Fixed rows or drawn per episode, and the sampling ranges of "random"; returns
+        the fixed row on the CPU."""
+        sys_ = self.system
+        self.params_mode, fixed = fixed_params(sys_, params)
         self._fixed_params = fixed.to(self.device)
-        ranges = dict(spec.param_ranges or {}) if own else {}
+        ranges = dict(spec.param_ranges or {}) if self.system_name == spec.system else {}
         self.param_ranges = {
             k: tuple(map(float, ranges.get(k, sys_.param_ranges[k])))
             for k in sys_.param_names
@@ -310,33 +385,11 @@ class PDEControlDynamics(Dynamics):
         if self.params_mode == "random":
             corners = {k: list(v) for k, v in self.param_ranges.items()}
             sys_.params_tensor(corners)  # the range ends must be valid parameters
+        return fixed
 
-        # internal step (rk4: inside the linear stability limit of every possible row)
-        given = solver_dt is not None
-        if not given:
-            # the task's step is tuned for the task's method; another method also gets at
-            # most the system's own step for it (SBDF2 is second order, not exact)
-            solver_dt = spec.solver_dt
-            if self.method != spec.method:
-                solver_dt = min(solver_dt, sys_.method_dt.get(self.method, sys_.default_dt))
-        solver_dt = _positive(solver_dt, "solver_dt (the internal step)")
-        if self.method == "rk4":
-            rows = fixed
-            if self.params_mode == "random":
-                rows = sys_.params_tensor({k: list(v) for k, v in self.param_ranges.items()})
-            limit = sys_.stable_dt(rows, "rk4")
-            if not given:
-                solver_dt = min(solver_dt, 0.9 * limit)
-            h = self.dt / math.ceil(self.dt / solver_dt * (1.0 - 1e-12))
-            if h > limit:
-                raise ValueError(
-                    f"solver_dt={solver_dt:g} (step {h:.4g} per interval) is beyond the "
-                    f"stability limit {limit:.4g} of 'rk4' at resolution {N}; use "
-                    f"solver_dt <= {limit:.4g} or method='etdrk4'"
-                )
-        self.solver_dt = solver_dt
-
-        # actuators: periodic Gaussian bumps, peak 1, centres (m + 1/2) L / M
+    def _setup_actuators(self, spec, n_actuators, actuator_width, action_low, action_high):
+        """Periodic Gaussian bumps, peak 1, centres (m + 1/2) L / M; the action bounds."""
+        N, L = self.system.resolution[0], self.system.domain[0]
         M = _count(spec.n_actuators if n_actuators is None else n_actuators, "n_actuators", 1, N)
         width = spec.actuator_width if actuator_width is None else actuator_width
         width = _positive(width, "actuator_width (sigma / L)")
@@ -344,24 +397,17 @@ class PDEControlDynamics(Dynamics):
             raise ValueError(f"actuator_width (sigma / L) must be at most 0.5, got {width:g}")
         self.n_actuators = M
         self.actuator_width = width
-        x = np.arange(N, dtype=np.float64) * (L / N)
-        self.x = x
-        self.actuator_centers = (np.arange(M, dtype=np.float64) + 0.5) * (L / M)
-        d = np.remainder(x[None, :] - self.actuator_centers[:, None] + 0.5 * L, L) - 0.5 * L
-        self.actuators = np.exp(-0.5 * (d / (width * L)) ** 2)  # (M, N)
+        self.x = np.arange(N, dtype=np.float64) * (L / N)
+        self.actuator_centers, self.actuators = _actuators(self.x, L, M, width)
         self._B = torch.as_tensor(self.actuators, device=self.device, dtype=self.dtype)
         self.action_names = tuple(f"a{m}" for m in range(M))
         low = spec.action_low if action_low is None else action_low
         high = spec.action_high if action_high is None else action_high
-        self.action_low = _per_action(low, M, "action_low").astype(np.float32)
-        self.action_high = _per_action(high, M, "action_high").astype(np.float32)
-        if (self.action_low >= self.action_high).any():
-            raise ValueError(
-                f"action_low {self.action_low.tolist()} must lie below action_high "
-                f"{self.action_high.tolist()}"
-            )
+        self.action_low, self.action_high = check_action_bounds(low, high, M)
 
-        # sensors: every (N / n_sensors)-th grid point
+    def _setup_sensors(self, n_sensors) -> None:
+        """Every (N / n_sensors)-th grid point, observed unbounded."""
+        N = self.system.resolution[0]
         S = N if n_sensors is None else _count(n_sensors, "n_sensors", 1, N)
         if N % S:
             raise ValueError(
@@ -370,27 +416,15 @@ class PDEControlDynamics(Dynamics):
             )
         self.n_sensors = S
         self._stride = N // S
-        self.sensor_positions = x[:: self._stride]
+        self.sensor_positions = self.x[:: self._stride]
         self.obs_names = tuple(f"u{j}" for j in range(0, N, self._stride))
         self.observation_low = np.full(S, -np.inf, dtype=np.float32)
         self.observation_high = np.full(S, np.inf, dtype=np.float32)
 
-        # target field
-        if target is None:
-            tgt = spec.target(x, L) if (spec.target is not None) else np.zeros(N)
-        else:
-            tgt = np.asarray(target, dtype=np.float64)
-            if tgt.shape not in ((N,), (N, 1)):
-                raise ValueError(
-                    f"target must be a field of shape ({N},) or ({N}, 1) on the grid "
-                    f"x_j = j L / N, got shape {tgt.shape}"
-                )
-            if not np.isfinite(tgt).all():
-                raise ValueError("target must be finite")
-        self.target = np.asarray(tgt, dtype=np.float64).reshape(N)
-        self._target = torch.as_tensor(self.target, device=self.device, dtype=self.dtype)[:, None]
-
-        # task constants
+    def _setup_task(
+        self, spec, action_cost, initial_scale, max_episode_steps, state_bound, failure_reward
+    ) -> None:
+        """The reward's action cost, the initial scale, the episode length and failure."""
         cost = spec.action_cost if action_cost is None else action_cost
         self.action_cost = _positive(cost, "action_cost", allow_zero=True)
         scale = spec.initial_scale if initial_scale is None else initial_scale
@@ -407,7 +441,6 @@ class PDEControlDynamics(Dynamics):
         if not math.isfinite(float(fail)):
             raise ValueError(f"failure_reward must be finite, got {fail!r}")
         self.failure_reward = float(fail)
-        self._t_span = [0.0, self.dt]
 
     # ----------------------------------------------------------------- pieces
     def forcing(self, action: torch.Tensor) -> torch.Tensor:

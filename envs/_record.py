@@ -81,7 +81,12 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorWrapper
 
 from simsci._io import check_parent_dir
-from simsci.data import TrajectoryWriter
+from simsci.data import (
+    TrajectoryWriter,
+    # moved to simsci.data (models read it below the environments); importable here
+    # until every caller imports it from simsci.data
+    recorded_env_kwargs,  # noqa: F401
+)
 
 __all__ = ["RecordEpisodes", "RecordVectorEpisodes", "space_from_json", "space_to_json"]
 
@@ -250,17 +255,6 @@ def _spec_meta(spec) -> dict:
         "env_kwargs": jsonable(kwargs),
         "max_episode_steps": None if steps is None else int(steps),
     }
-
-
-def recorded_env_kwargs(meta: Mapping) -> dict:
-    """The constructor keywords of the environment a rollout file recorded (``meta`` of
-    the file): ``env_kwargs`` plus the episode length, which the file keeps beside them
-    (``gymnasium.make`` takes it as its own argument) and simsci environments take as
-    the keyword ``max_episode_steps``. What a surrogate model records as ``env_kwargs``."""
-    kwargs = dict(meta.get("env_kwargs") or {})
-    if meta.get("max_episode_steps") is not None:
-        kwargs.setdefault("max_episode_steps", int(meta["max_episode_steps"]))
-    return kwargs
 
 
 def _float_attr(obj, name: str) -> float | None:

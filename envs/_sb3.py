@@ -23,6 +23,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from simsci.envs._core import SimsciVectorEnv
+from simsci.envs._driving import DrivingVectorEnv
 
 __all__ = ["to_sb3"]
 
@@ -45,8 +46,6 @@ def to_sb3(env: SimsciVectorEnv):
     through; a finished driving episode's ``collision``/``offroad``/``distance`` are in
     its info.
     """
-    from simsci.envs._driving import DrivingVectorEnv
-
     if not isinstance(env, (SimsciVectorEnv, DrivingVectorEnv)):
         raise TypeError(
             f"to_sb3 takes a simsci vector environment (e.g. ODEControlVectorEnv or "

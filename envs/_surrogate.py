@@ -34,7 +34,10 @@ from collections.abc import Mapping
 import torch
 
 from simsci.envs._core import Dynamics, SimsciEnv, SimsciVectorEnv
+from simsci.envs._ode import ODEControlDynamics
+from simsci.envs._pde import PDEControlDynamics
 from simsci.errors import unknown_name
+from simsci.train import load_model
 
 __all__ = ["SurrogateDynamics", "SurrogateEnv", "SurrogateVectorEnv", "load_surrogate"]
 
@@ -44,26 +47,22 @@ _FRONT_END_KEYS = frozenset(
 _PROTOCOL = ("env_id", "env_kwargs", "state_shape", "action_dim", "advance")
 
 
+#: env_id -> the Dynamics class of the environments a model can learn
+_BASE_DYNAMICS = {
+    "simsci/ODEControl-v0": ODEControlDynamics,
+    "simsci/PDEControl-v0": PDEControlDynamics,
+}
+
+
 def _base_dynamics(env_id: str):
     """The Dynamics class of the environment ``env_id`` (the ones a model can learn)."""
-    from simsci.envs._ode import ODEControlDynamics
-
-    table = {"simsci/ODEControl-v0": ODEControlDynamics}
-    try:
-        from simsci.envs._pde import PDEControlDynamics
-
-        table["simsci/PDEControl-v0"] = PDEControlDynamics
-    except ImportError:  # pragma: no cover - the PDE environment ships with the package
-        pass
-    if env_id not in table:
-        raise unknown_name("environment a surrogate can stand in for", env_id, table)
-    return table[env_id]
+    if env_id not in _BASE_DYNAMICS:
+        raise unknown_name("environment a surrogate can stand in for", env_id, _BASE_DYNAMICS)
+    return _BASE_DYNAMICS[env_id]
 
 
 def load_surrogate(checkpoint, device=None) -> torch.nn.Module:
     """Load a model from a :mod:`simsci.train` checkpoint and check the interface."""
-    from simsci.train import load_model
-
     if not isinstance(checkpoint, (str, os.PathLike)):
         raise TypeError(f"checkpoint must be a path, got {type(checkpoint).__name__}")
     if not os.path.exists(checkpoint):

@@ -134,6 +134,7 @@ from torch import Tensor, nn
 
 from simsci.errors import unknown_name
 from simsci.operators._common import check_dim, check_input, positive_int
+from simsci.train import import_model_class
 
 __all__ = ["DerivativeAugmented", "DerivativeFeatures"]
 
@@ -149,6 +150,58 @@ def _float_pair(what: str, value) -> tuple[float, float]:
     if not (math.isfinite(lo) and math.isfinite(hi) and 0.0 <= lo < hi):
         raise ValueError(f"{what} must satisfy 0 <= lo < hi (finite), got {value!r}")
     return lo, hi
+
+
+def _check_max_modes(max_modes, dim: int) -> tuple[int, ...] | None:
+    if max_modes is None:
+        return None
+    mm = [max_modes] * dim if np.ndim(max_modes) == 0 else list(max_modes)
+    if len(mm) != dim or any(int(m) != m or m < 1 for m in mm):
+        raise ValueError(f"max_modes must be a positive int or {dim} of them, got {max_modes!r}")
+    return tuple(int(m) for m in mm)
+
+
+def _check_kinds(kinds) -> tuple[str, ...]:
+    """The derivative kinds in canonical order (riesz first), so that the feature layout
+    does not depend on the order given."""
+    if isinstance(kinds, str):
+        kinds = (kinds,)
+    if not isinstance(kinds, (list, tuple)) or not kinds:
+        raise ValueError(f"kinds must be a non-empty list of {KINDS}, got {kinds!r}")
+    for k in kinds:
+        if k not in KINDS:
+            raise unknown_name("derivative kind", k, KINDS)
+    if len(set(kinds)) != len(kinds):
+        raise ValueError(f"kinds must not repeat a kind, got {list(kinds)}")
+    return tuple(k for k in KINDS if k in kinds)
+
+
+def _check_domain(domain, dim: int) -> tuple[float, ...]:
+    """The domain length of each axis (default 1.0)."""
+    if domain is None:
+        lengths = (1.0,) * dim
+    elif isinstance(domain, (list, tuple)):
+        if len(domain) != dim:
+            raise ValueError(f"domain needs one length per grid axis (dim={dim}), got {domain!r}")
+        lengths = tuple(float(v) for v in domain)
+    else:
+        lengths = (float(domain),) * dim
+    if not all(math.isfinite(v) and v > 0 for v in lengths):
+        raise ValueError(f"domain lengths must be finite and > 0, got {domain!r}")
+    return lengths
+
+
+def _feature_names(kinds, C: int, n_ord: int, d: int) -> list[str]:
+    """The feature channels' names in layout order: riesz (c, o), then directional
+    (c, o, axis)."""
+    names = []
+    if "riesz" in kinds:
+        names += [f"riesz_c{c}_o{o}" for c in range(C) for o in range(n_ord)]
+    if "directional" in kinds:
+        names += [
+            f"directional_x{j}_c{c}_o{o}" for c in range(C) for o in range(n_ord) for j in range(d)
+        ]
+    return names
 
 
 class DerivativeFeatures(nn.Module):
@@ -195,26 +248,8 @@ class DerivativeFeatures(nn.Module):
         self.in_channels = positive_int("in_channels", in_channels)
         self.dim = check_dim(dim)
         self.n_orders = positive_int("n_orders", n_orders)
-        if max_modes is None:
-            self.max_modes = None
-        else:
-            mm = [max_modes] * self.dim if np.ndim(max_modes) == 0 else list(max_modes)
-            if len(mm) != self.dim or any(int(m) != m or m < 1 for m in mm):
-                raise ValueError(
-                    f"max_modes must be a positive int or {self.dim} of them, got {max_modes!r}"
-                )
-            self.max_modes = tuple(int(m) for m in mm)
-        if isinstance(kinds, str):
-            kinds = (kinds,)
-        if not isinstance(kinds, (list, tuple)) or not kinds:
-            raise ValueError(f"kinds must be a non-empty list of {KINDS}, got {kinds!r}")
-        for k in kinds:
-            if k not in KINDS:
-                raise unknown_name("derivative kind", k, KINDS)
-        if len(set(kinds)) != len(kinds):
-            raise ValueError(f"kinds must not repeat a kind, got {list(kinds)}")
-        # canonical order (riesz first) so that the feature layout does not depend on it
-        self.kinds = tuple(k for k in KINDS if k in kinds)
+        self.max_modes = _check_max_modes(max_modes, self.dim)
+        self.kinds = _check_kinds(kinds)
         for flag, value in (
             ("learn_beta", learn_beta),
             ("learn_scale", learn_scale),
@@ -226,36 +261,13 @@ class DerivativeFeatures(nn.Module):
         if extension not in EXTENSIONS:
             raise unknown_name("extension", extension, EXTENSIONS)
         self.extension = extension
-        if domain is None:
-            lengths = (1.0,) * self.dim
-        elif isinstance(domain, (list, tuple)):
-            if len(domain) != self.dim:
-                raise ValueError(
-                    f"domain needs one length per grid axis (dim={self.dim}), got {domain!r}"
-                )
-            lengths = tuple(float(v) for v in domain)
-        else:
-            lengths = (float(domain),) * self.dim
-        if not all(math.isfinite(v) and v > 0 for v in lengths):
-            raise ValueError(f"domain lengths must be finite and > 0, got {domain!r}")
-        self.domain = lengths
+        self.domain = lengths = _check_domain(domain, self.dim)
         self.beta_range = _float_pair("beta_range", beta_range)
         if hasattr(beta_init, "tolist"):  # a tensor or numpy array
             beta_init = beta_init.tolist()
 
-        C, n_ord, d = self.in_channels, self.n_orders, self.dim
-        names = []
-        if "riesz" in self.kinds:
-            names += [f"riesz_c{c}_o{o}" for c in range(C) for o in range(n_ord)]
-        if "directional" in self.kinds:
-            names += [
-                f"directional_x{j}_c{c}_o{o}"
-                for c in range(C)
-                for o in range(n_ord)
-                for j in range(d)
-            ]
-        self.names = names
-        self.out_channels = len(names)
+        self.names = _feature_names(self.kinds, self.in_channels, self.n_orders, self.dim)
+        self.out_channels = len(self.names)
 
         b0 = self._expand_beta_init(beta_init)
         lo, hi = self.beta_range
@@ -472,13 +484,6 @@ class DerivativeFeatures(nn.Module):
 # ------------------------------------------------------------------------ wrapper
 
 
-def _import_class(path: str):
-    """The class at ``module:qualname`` (the checkpoint convention of simsci.train)."""
-    from simsci.train._checkpoint import import_model_class
-
-    return import_model_class(path)
-
-
 def _is_simsci_backbone(module: nn.Module) -> bool:
     return isinstance(getattr(module, "init_args", None), dict) and isinstance(
         getattr(module, "in_channels", None), int
@@ -613,7 +618,8 @@ class DerivativeAugmented(nn.Module):
                 "were not recorded, so it cannot be rebuilt from init_args; build it and "
                 "pass the module: DerivativeAugmented(module, in_channels=C, features=...)"
             )
-        cls = _import_class(str(path))
+        # the class at module:qualname (the checkpoint convention of simsci.train)
+        cls = import_model_class(str(path))
         if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
             raise TypeError(f"{path} is not an nn.Module class")
         args = dict(args)

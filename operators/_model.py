@@ -58,7 +58,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from simsci.envs._record import recorded_env_kwargs
+from simsci import data, systems
+from simsci.data import recorded_env_kwargs
+from simsci.operators._backbones import get as get_backbone
+from simsci.operators._dno import DerivativeAugmented
 
 __all__ = ["OperatorModel", "evaluate_operator", "relative_l2"]
 
@@ -90,8 +93,6 @@ def _spectral_grad(u: torch.Tensor, dim: int) -> list[torch.Tensor]:
 
 def _pde_order(system: str) -> int | None:
     """The ``pde_order`` of a registered system (None for other names)."""
-    from simsci import systems
-
     if system not in systems.SYSTEMS:
         return None
     return getattr(systems.SYSTEMS[system], "pde_order", None)
@@ -102,6 +103,36 @@ def _check_finite(x: torch.Tensor, what: str) -> None:
     if bool(bad.any()):
         rows = torch.nonzero(bad).flatten()[:5].tolist()
         raise ValueError(f"{what}: sample(s) {rows} hold NaN or inf; clean the data first")
+
+
+def _check_layout(
+    task, features, dim, channels, inputs, targets, in_frames, time_stride, rollout_steps, subsample
+):
+    """Validate the task and the data layout; returns (channels, inputs, targets,
+    subsample per axis)."""
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+    if features not in FEATURES:
+        raise ValueError(f"features must be one of {FEATURES}, got {features!r}")
+    if dim not in (1, 2):
+        raise ValueError(f"dim must be 1 or 2, got {dim!r}")
+    channels = [str(c) for c in channels]
+    C = len(channels)
+    if task == "map":
+        inputs = list(range(C - 1)) if inputs is None else [int(i) for i in inputs]
+        targets = [C - 1] if targets is None else [int(i) for i in targets]
+        for i in (*inputs, *targets):
+            if not 0 <= i < C:
+                raise ValueError(f"channel index {i} outside the {C} channels {channels}")
+    for name, v in (("in_frames", in_frames), ("time_stride", time_stride)):
+        if int(v) != v or v < 1:
+            raise ValueError(f"{name} must be a positive int, got {v!r}")
+    if int(rollout_steps) != rollout_steps or rollout_steps < 1:
+        raise ValueError(f"rollout_steps must be a positive int, got {rollout_steps!r}")
+    sub = [int(subsample)] * dim if np.isscalar(subsample) else [int(s) for s in subsample]
+    if len(sub) != dim or min(sub) < 1:
+        raise ValueError(f"subsample must be a positive int or {dim} of them, got {subsample!r}")
+    return channels, inputs, targets, sub
 
 
 class OperatorModel(nn.Module):
@@ -157,33 +188,19 @@ class OperatorModel(nn.Module):
         h1_weight: float = 0.0,
     ):
         super().__init__()
-        from simsci.operators._backbones import get as get_backbone
-        from simsci.operators._dno import DerivativeAugmented
-
-        if task not in TASKS:
-            raise ValueError(f"task must be one of {TASKS}, got {task!r}")
-        if features not in FEATURES:
-            raise ValueError(f"features must be one of {FEATURES}, got {features!r}")
-        if dim not in (1, 2):
-            raise ValueError(f"dim must be 1 or 2, got {dim!r}")
-        channels = [str(c) for c in channels]
+        channels, inputs, targets, sub = _check_layout(
+            task,
+            features,
+            dim,
+            channels,
+            inputs,
+            targets,
+            in_frames,
+            time_stride,
+            rollout_steps,
+            subsample,
+        )
         C = len(channels)
-        if task == "map":
-            inputs = list(range(C - 1)) if inputs is None else [int(i) for i in inputs]
-            targets = [C - 1] if targets is None else [int(i) for i in targets]
-            for i in (*inputs, *targets):
-                if not 0 <= i < C:
-                    raise ValueError(f"channel index {i} outside the {C} channels {channels}")
-        for name, v in (("in_frames", in_frames), ("time_stride", time_stride)):
-            if int(v) != v or v < 1:
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
-        if int(rollout_steps) != rollout_steps or rollout_steps < 1:
-            raise ValueError(f"rollout_steps must be a positive int, got {rollout_steps!r}")
-        sub = [int(subsample)] * dim if np.isscalar(subsample) else [int(s) for s in subsample]
-        if len(sub) != dim or min(sub) < 1:
-            raise ValueError(
-                f"subsample must be a positive int or {dim} of them, got {subsample!r}"
-            )
         self.task, self.channels, self.dim = task, channels, int(dim)
         self.grid = tuple(int(g) for g in grid)
         self.inputs, self.targets = inputs, targets
@@ -204,19 +221,8 @@ class OperatorModel(nn.Module):
         self.register_buffer("a_mean", torch.tensor(amean, dtype=torch.float32), persistent=False)
         self.register_buffer("a_std", torch.tensor(astd, dtype=torch.float32), persistent=False)
 
-        if task == "rollout":
-            n_in, n_out = C * self.in_frames + self.action_dim, C
-        else:
-            n_in, n_out = len(inputs), len(targets)
         bkw = dict(backbone_kwargs or {})
-        net = get_backbone(backbone, in_channels=n_in, out_channels=n_out, dim=self.dim, **bkw)
-        if features == "dno":
-            # features band-limited to half the training grid's band (see the docstring)
-            train_grid = [-(-g // si) for g, si in zip(self.grid, self.subsample)]
-            band = [max(1, n // 4) for n in train_grid]
-            fkw = {"periodic": True, "max_modes": band, **dict(feature_kwargs or {})}
-            net = DerivativeAugmented(net, features=fkw, beta_lr_scale=beta_lr_scale)
-        self.net = net
+        self.net = self._build_net(backbone, bkw, feature_kwargs, beta_lr_scale)
         self.init_args = {
             "task": task,
             "channels": channels,
@@ -245,6 +251,22 @@ class OperatorModel(nn.Module):
             "system": self.system,
             "h1_weight": self.h1_weight,
         }
+
+    def _build_net(self, backbone: str, bkw: dict, feature_kwargs, beta_lr_scale) -> nn.Module:
+        """The backbone for this task's channels, ∂-NO-augmented when asked."""
+        C = len(self.channels)
+        if self.task == "rollout":
+            n_in, n_out = C * self.in_frames + self.action_dim, C
+        else:
+            n_in, n_out = len(self.inputs), len(self.targets)
+        net = get_backbone(backbone, in_channels=n_in, out_channels=n_out, dim=self.dim, **bkw)
+        if self.features == "dno":
+            # features band-limited to half the training grid's band (see the docstring)
+            train_grid = [-(-g // si) for g, si in zip(self.grid, self.subsample)]
+            band = [max(1, n // 4) for n in train_grid]
+            fkw = {"periodic": True, "max_modes": band, **dict(feature_kwargs or {})}
+            net = DerivativeAugmented(net, features=fkw, beta_lr_scale=beta_lr_scale)
+        return net
 
     # ------------------------------------------------------------------ description
     @property
@@ -281,8 +303,6 @@ class OperatorModel(nn.Module):
     @classmethod
     def from_data(cls, trajectories, *, window=None, **overrides) -> OperatorModel:
         """Infer task, channels, grid, dt and normalisation from a field or rollout file."""
-        from simsci import data
-
         traj = (
             trajectories if isinstance(trajectories, data.Trajectories) else data.open(trajectories)
         )
@@ -549,8 +569,6 @@ def evaluate_operator(
     training resolution and 2x and 4x finer). Returns ``{"resolutions": {label:
     {"grid": [...], "rel_l2": [[step][channel]], "rmse": [...], "rel_l2_mean": float}}}``.
     """
-    from simsci import data
-
     traj = source if isinstance(source, data.Trajectories) else data.open(source)
     field = model.state_field
     index = np.arange(len(traj.lengths))

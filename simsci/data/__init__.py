@@ -17,6 +17,8 @@ Check and describe: ``check_file(path)`` (every problem), ``info(path)`` (a summ
 Import: ``import_pdebench``, ``import_thewell`` (PDE fields), ``import_aeon`` (aeon's
 classification sets as irregular sensor sequences; needs the optional package aeon),
 ``import_easytpp`` (EasyTPP's event-sequence pickles/JSON as kind="events").
+Rollouts: ``recorded_env_kwargs(meta)`` (the constructor keywords of the environment a
+kind="rollout" file recorded; ``simsci.envs.RecordEpisodes`` writes such files).
 The torch parts (TrajectoryDataset, pad_collate, union_collate) import torch on first
 use, so writing, reading and checking do not need it.
 """
@@ -31,6 +33,7 @@ from simsci.data._easytpp import import_easytpp, is_easytpp_source
 from simsci.data._import import import_pdebench, import_thewell
 from simsci.data._info import info
 from simsci.data._reader import Trajectories, open
+from simsci.data._rollout import recorded_env_kwargs
 from simsci.data._schema import FORMAT, FORMAT_VERSION, KINDS, SPLITS, FieldInfo
 from simsci.data._writer import TrajectoryWriter, rank_shard_path, shard_path, write
 
@@ -56,6 +59,7 @@ __all__ = [
     "open",
     "pad_collate",
     "rank_shard_path",
+    "recorded_env_kwargs",
     "shard_path",
     "union_collate",
     "write",

@@ -41,6 +41,7 @@ Layout and choices, and why:
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -108,6 +109,167 @@ def _check_fraction(name: str, value, *, lo_open: bool, what: str) -> float:
     return value
 
 
+def _check_args(name, keep, seed, val_fraction, sampling_rate, compression):
+    """Validate the arguments of ``import_aeon``; returns (keep, val_fraction) as floats."""
+    keep = _check_fraction("keep", keep, lo_open=True, what="fraction of points kept")
+    val_fraction = _check_fraction(
+        "val_fraction", val_fraction, lo_open=False, what="share of aeon's train cases"
+    )
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    if sampling_rate is not None:
+        if isinstance(sampling_rate, bool) or not isinstance(
+            sampling_rate, (int, float, np.number)
+        ):
+            raise TypeError(f"sampling_rate must be a number (Hz) or None, got {sampling_rate!r}")
+        if not (np.isfinite(sampling_rate) and sampling_rate > 0):
+            raise ValueError(
+                f"sampling_rate must be a finite number > 0 (samples per second), got "
+                f"{sampling_rate!r}"
+            )
+    if compression not in (None, "gzip", "lzf"):
+        raise ValueError(f"compression must be None, 'gzip' or 'lzf', got {compression!r}")
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"name must be an aeon dataset name (str), got {name!r}")
+    return keep, val_fraction
+
+
+def _source_files(name: str, extract_path) -> dict[str, Path]:
+    """The train and test ``.ts`` files of ``name``: aeon's bundled ones or under
+    ``extract_path`` (checked to exist)."""
+    if extract_path is None:
+        root = _aeon_data_dir()
+        bundled = bundled_aeon_datasets()
+        if name not in bundled:
+            err = unknown_name("bundled aeon classification set", name, bundled)
+            raise type(err)(
+                f"{err} Only the sets shipped inside aeon load offline; for another "
+                "UCR/UEA problem pass extract_path= a folder holding "
+                f"{name}/{name}_TRAIN.ts and {name}/{name}_TEST.ts."
+            )
+    else:
+        _aeon_data_dir()  # aeon reads the .ts files: fail early when it is missing
+        root = Path(extract_path)
+    files = {part: root / name / f"{name}_{part.upper()}.ts" for part in ("train", "test")}
+    for part, path in files.items():
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"aeon dataset {name!r}: no {part} file {str(path)!r}; extract_path must hold "
+                f"{name}/{name}_TRAIN.ts and {name}/{name}_TEST.ts"
+            )
+    return files
+
+
+@dataclass
+class _Problem:
+    """A classification problem as read from its train and test files."""
+
+    train_x: list[np.ndarray]  # each case (C, T)
+    train_y: np.ndarray
+    test_x: list[np.ndarray]
+    test_y: np.ndarray
+    meta: dict  # the train file's header
+    test_meta: dict
+    classes: list[str]  # class values in the order of the header
+    channels: int
+
+
+def _read_problem(name: str, files: dict[str, Path]) -> _Problem:
+    """Load both partitions and check that they form one classification problem."""
+    train_x, train_y, meta = _load(files["train"])
+    test_x, test_y, test_meta = _load(files["test"])
+    if not meta.get("classlabel"):
+        raise ValueError(
+            f"aeon dataset {name!r} is not a classification problem (its header has no "
+            "class labels); import_aeon imports classification sets only"
+        )
+    if meta.get("timestamps") or test_meta.get("timestamps"):
+        raise ValueError(
+            f"aeon dataset {name!r} stores its own time stamps (@timeStamps true), which "
+            "import_aeon does not read; use a set with regular samples"
+        )
+    classes = [str(c) for c in meta.get("class_values") or sorted(set(train_y) | set(test_y))]
+    for part, ys in (("train", train_y), ("test", test_y)):
+        unknown = sorted(set(ys) - set(classes))
+        if unknown:
+            raise ValueError(
+                f"aeon dataset {name!r}: {part} labels {unknown[:5]} are not among the "
+                f"header's class values {classes}"
+            )
+    channels = {c.shape[0] for c in train_x + test_x}
+    if len(channels) != 1:
+        raise ValueError(
+            f"aeon dataset {name!r}: cases have different channel counts {sorted(channels)}"
+        )
+    return _Problem(train_x, train_y, test_x, test_y, meta, test_meta, classes, channels.pop())
+
+
+def _out_meta(
+    name,
+    files,
+    extract_path,
+    problem: _Problem,
+    *,
+    rate,
+    time_unit,
+    keep,
+    seed,
+    val_fraction,
+    split: np.ndarray,
+    n_val: int,
+) -> dict:
+    """The file meta: the source, the class names, the time axis and the split."""
+    n_train, n_test = len(problem.train_x), len(problem.test_x)
+    meta, test_meta = problem.meta, problem.test_meta
+    return {
+        "generator": "simsci.data.import_aeon",
+        "simsci_version": __version__,
+        "source": {
+            "format": "aeon",
+            "dataset": name,
+            "files": {k: str(v) for k, v in files.items()},
+            "bundled": extract_path is None,
+            "train_cases": n_train,
+            "test_cases": n_test,
+            "equal_length": bool(meta.get("equallength")),
+            "missing_in_source": bool(meta.get("missing") or test_meta.get("missing")),
+        },
+        "class_names": problem.classes,
+        "sampling_rate": rate,
+        "time_unit": time_unit,
+        "keep": keep,
+        "seed": int(seed),
+        "val_fraction": val_fraction,
+        "split": {"train": int((split == 0).sum()), "val": n_val, "test": n_test},
+    }
+
+
+def _episodes(problem: _Problem, split: np.ndarray, keep: float, rate: float, rng):
+    """The episodes to write, train cases then test cases, each thinned by ``keep``."""
+    index = {c: i for i, c in enumerate(problem.classes)}
+    C = problem.channels
+    cases = [(x, y, i) for i, (x, y) in enumerate(zip(problem.train_x, problem.train_y))]
+    cases += [(x, y, i) for i, (x, y) in enumerate(zip(problem.test_x, problem.test_y))]
+    for k, (case, label, source_index) in enumerate(cases):
+        x = case.T  # (T, C)
+        T = x.shape[0]
+        mask = np.isfinite(x)
+        if keep < 1.0:
+            kept = min(T, max(2, round(keep * T)))
+            scores = rng.random((T, C))
+            kth = np.sort(scores, axis=0)[kept - 1]
+            mask &= scores <= kth
+        rows = mask.any(axis=1)
+        yield {
+            "t": np.arange(T, dtype=np.float64)[rows] / rate,
+            "x": np.where(mask, x, np.nan)[rows],
+            "mask": mask[rows],
+            "label": np.int64(index[label]),
+            "source_index": np.int64(source_index),
+            "split": int(split[k]),
+        }
+
+
 def import_aeon(
     name: str,
     dst: str | os.PathLike,
@@ -131,137 +293,44 @@ def import_aeon(
     See the module docstring for the layout. Raises ImportError (with the install line)
     when aeon is not installed.
     """
-    keep = _check_fraction("keep", keep, lo_open=True, what="fraction of points kept")
-    val_fraction = _check_fraction(
-        "val_fraction", val_fraction, lo_open=False, what="share of aeon's train cases"
-    )
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
-    if sampling_rate is not None:
-        if isinstance(sampling_rate, bool) or not isinstance(
-            sampling_rate, (int, float, np.number)
-        ):
-            raise TypeError(f"sampling_rate must be a number (Hz) or None, got {sampling_rate!r}")
-        if not (np.isfinite(sampling_rate) and sampling_rate > 0):
-            raise ValueError(
-                f"sampling_rate must be a finite number > 0 (samples per second), got "
-                f"{sampling_rate!r}"
-            )
-    if compression not in (None, "gzip", "lzf"):
-        raise ValueError(f"compression must be None, 'gzip' or 'lzf', got {compression!r}")
-    if not isinstance(name, str) or not name:
-        raise TypeError(f"name must be an aeon dataset name (str), got {name!r}")
-    if extract_path is None:
-        root = _aeon_data_dir()
-        bundled = bundled_aeon_datasets()
-        if name not in bundled:
-            err = unknown_name("bundled aeon classification set", name, bundled)
-            raise type(err)(
-                f"{err} Only the sets shipped inside aeon load offline; for another "
-                "UCR/UEA problem pass extract_path= a folder holding "
-                f"{name}/{name}_TRAIN.ts and {name}/{name}_TEST.ts."
-            )
-    else:
-        _aeon_data_dir()  # aeon reads the .ts files: fail early when it is missing
-        root = Path(extract_path)
-    files = {part: root / name / f"{name}_{part.upper()}.ts" for part in ("train", "test")}
-    for part, path in files.items():
-        if not path.is_file():
-            raise FileNotFoundError(
-                f"aeon dataset {name!r}: no {part} file {str(path)!r}; extract_path must hold "
-                f"{name}/{name}_TRAIN.ts and {name}/{name}_TEST.ts"
-            )
-    train_x, train_y, meta = _load(files["train"])
-    test_x, test_y, test_meta = _load(files["test"])
-    if not meta.get("classlabel"):
-        raise ValueError(
-            f"aeon dataset {name!r} is not a classification problem (its header has no "
-            "class labels); import_aeon imports classification sets only"
-        )
-    if meta.get("timestamps") or test_meta.get("timestamps"):
-        raise ValueError(
-            f"aeon dataset {name!r} stores its own time stamps (@timeStamps true), which "
-            "import_aeon does not read; use a set with regular samples"
-        )
-    classes = [str(c) for c in meta.get("class_values") or sorted(set(train_y) | set(test_y))]
-    index = {c: i for i, c in enumerate(classes)}
-    for part, ys in (("train", train_y), ("test", test_y)):
-        unknown = sorted(set(ys) - set(index))
-        if unknown:
-            raise ValueError(
-                f"aeon dataset {name!r}: {part} labels {unknown[:5]} are not among the "
-                f"header's class values {classes}"
-            )
-    channels = {c.shape[0] for c in train_x + test_x}
-    if len(channels) != 1:
-        raise ValueError(
-            f"aeon dataset {name!r}: cases have different channel counts {sorted(channels)}"
-        )
-    C = channels.pop()
+    keep, val_fraction = _check_args(name, keep, seed, val_fraction, sampling_rate, compression)
+    files = _source_files(name, extract_path)
+    problem = _read_problem(name, files)
 
     rate = float(sampling_rate) if sampling_rate is not None else SAMPLING_RATES.get(name)
     time_unit = "s" if rate is not None else "sample"
     rate = 1.0 if rate is None else rate
-    seq = np.random.SeedSequence(int(seed))
-    val_seq, keep_seq = seq.spawn(2)
-    n_train = len(train_x)
+    # independent streams: changing keep keeps the validation split
+    val_seq, keep_seq = np.random.SeedSequence(int(seed)).spawn(2)
+    n_train = len(problem.train_x)
     n_val = round(val_fraction * n_train)
-    split = np.zeros(n_train + len(test_x), dtype=np.uint8)
+    split = np.zeros(n_train + len(problem.test_x), dtype=np.uint8)
     split[np.random.default_rng(val_seq).permutation(n_train)[:n_val]] = 1
     split[n_train:] = 2
-    rng = np.random.default_rng(keep_seq)
-
-    out_meta = {
-        "generator": "simsci.data.import_aeon",
-        "simsci_version": __version__,
-        "source": {
-            "format": "aeon",
-            "dataset": name,
-            "files": {k: str(v) for k, v in files.items()},
-            "bundled": extract_path is None,
-            "train_cases": n_train,
-            "test_cases": len(test_x),
-            "equal_length": bool(meta.get("equallength")),
-            "missing_in_source": bool(meta.get("missing") or test_meta.get("missing")),
-        },
-        "class_names": classes,
-        "sampling_rate": rate,
-        "time_unit": time_unit,
-        "keep": keep,
-        "seed": int(seed),
-        "val_fraction": val_fraction,
-        "split": {"train": int((split == 0).sum()), "val": n_val, "test": len(test_x)},
-    }
+    out_meta = _out_meta(
+        name,
+        files,
+        extract_path,
+        problem,
+        rate=rate,
+        time_unit=time_unit,
+        keep=keep,
+        seed=seed,
+        val_fraction=val_fraction,
+        split=split,
+        n_val=n_val,
+    )
     with TrajectoryWriter(
         dst,
         kind="state",
         system=f"aeon:{name}",
         meta=out_meta,
-        names={"x": [f"channel_{c}" for c in range(C)]},
+        names={"x": [f"channel_{c}" for c in range(problem.channels)]},
         episode_fields=("source_index",),
         compression=compression,
         overwrite=overwrite,
     ) as writer:
-        cases = [(x, y, i) for i, (x, y) in enumerate(zip(train_x, train_y))]
-        cases += [(x, y, i) for i, (x, y) in enumerate(zip(test_x, test_y))]
-        for k, (case, label, source_index) in enumerate(cases):
-            x = case.T  # (T, C)
-            T = x.shape[0]
-            mask = np.isfinite(x)
-            if keep < 1.0:
-                kept = min(T, max(2, round(keep * T)))
-                scores = rng.random((T, C))
-                kth = np.sort(scores, axis=0)[kept - 1]
-                mask &= scores <= kth
-            rows = mask.any(axis=1)
-            writer.append(
-                {
-                    "t": np.arange(T, dtype=np.float64)[rows] / rate,
-                    "x": np.where(mask, x, np.nan)[rows],
-                    "mask": mask[rows],
-                    "label": np.int64(index[label]),
-                    "source_index": np.int64(source_index),
-                    "split": int(split[k]),
-                }
-            )
+        rng = np.random.default_rng(keep_seq)
+        for episode in _episodes(problem, split, keep, rate, rng):
+            writer.append(episode)
     return writer.path

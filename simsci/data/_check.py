@@ -10,18 +10,24 @@ meta, offsets, offsets-start, offsets-decrease, offsets-end, steps-shape, episod
 split-range, t-missing, t-dtype, t-finite, t-increasing, mask-shape, mask-dtype,
 mark-dtype, num-marks, mark-range, agents-valid-shape, graph-offsets, graph-edges, stats,
 attrs, read-error, no-shards, shard-schema.
+
+``load_header`` (check, then parse the header) is what the reader opens files with; the
+header and the shard-schema comparison live one level down in ``_header``, so the
+imports run one way: ``_schema`` < ``_header`` < ``_check`` < ``_reader``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import h5py
 import numpy as np
 
 from simsci._version import __version__
+from simsci.data._header import Header, read_header, shard_mismatch
 from simsci.data._schema import (
     FORMAT,
     FORMAT_VERSION,
@@ -533,6 +539,35 @@ def check_one(path: str | os.PathLike, *, deep: bool = True) -> list[FormatError
         return _Checker(f, path, deep).run()
 
 
+def load_header(path: Path, deep: bool) -> tuple[Header | None, list[FormatError]]:
+    """Open once: check (shallow or deep) and, when valid, parse the header."""
+    f, err = open_h5(path)
+    if err is not None:
+        return None, [err]
+    with f:
+        problems = _Checker(f, path, deep).run()
+        if problems:
+            return None, problems
+        try:
+            return read_header(f, path), []
+        except (OSError, RuntimeError, KeyError, ValueError, TypeError, AttributeError) as exc:
+            return None, [
+                problem(path, "read-error", f"reading the header failed ({exc}); file damaged?")
+            ]
+
+
+def schema_mismatch(files: Sequence[Path]) -> list[FormatError]:
+    """The problems of the first file that fails the structural rules, else the problems
+    that keep the (valid) files from being one dataset."""
+    headers = []
+    for p in files:
+        h, problems = load_header(p, deep=False)
+        if problems:
+            return problems
+        headers.append(h)
+    return shard_mismatch(headers)
+
+
 def shard_files(path: Path) -> list[Path]:
     """The files of a dataset: ``[path]`` for a file, sorted ``part-*.h5`` for a directory."""
     if path.is_dir():
@@ -564,8 +599,6 @@ def check_file(path: str | os.PathLike) -> list[FormatError]:
         for p in files:
             problems.extend(check_one(p))
         if not problems:
-            from simsci.data._reader import schema_mismatch
-
             problems.extend(schema_mismatch(files))
         return problems
     return check_one(path)

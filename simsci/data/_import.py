@@ -403,6 +403,7 @@ def _run(
 
     bar = None
     if progress:
+        # tqdm.auto probes for a notebook (IPython) when imported: only with a bar
         from tqdm.auto import tqdm
 
         bar = tqdm(total=n, desc=f"import {src.name}", unit="episode")
@@ -521,127 +522,137 @@ def _per_seed_default_names(src: Path, width: int) -> list[str]:
     return ["u"] if width == 1 else [f"u{i}" for i in range(width)]
 
 
+def _pdebench_hint(f: h5py.File) -> str:
+    """What a file that is not PDEBench's looks like, for the layout error."""
+    if f.attrs.get("format") is not None and attr_str(f.attrs["format"]) == FORMAT:
+        return " It is already a simsci trajectory file; open it with simsci.data.open."
+    if any(k in f for k in ("t0_fields", "t1_fields", "dimensions")):
+        return " It looks like a file of The Well; use import_thewell."
+    return ""
+
+
 def _pdebench_plan(src: Path, f: h5py.File, params, channel_names) -> _Plan:
     keys = list(f.keys())
     datasets = {k: f[k] for k in keys if isinstance(f[k], h5py.Dataset)}
-    hint = ""
-    if f.attrs.get("format") is not None and attr_str(f.attrs["format"]) == FORMAT:
-        hint = " It is already a simsci trajectory file; open it with simsci.data.open."
-    elif any(k in f for k in ("t0_fields", "t1_fields", "dimensions")):
-        hint = " It looks like a file of The Well; use import_thewell."
+    hint = _pdebench_hint(f)
     names, values, origin = _pdebench_params(src, f, params)
     pvec = _params_vector(names, values)
     meta = {"root_attributes": _attrs(f), "params_from": origin}
     system = f"pdebench:{src.stem}"
-
-    def unknown():
-        return _err(
-            src,
-            "import-layout",
-            f"is not a PDEBench file of a supported layout. Supported layouts: "
-            f"{_PDEBENCH_LAYOUTS}. Found: {_describe(f)}.{hint}",
-        )
+    common = {"system": system, "param_names": names}
 
     tensor = datasets.get("tensor")
     if tensor is not None and "nu" in datasets and tensor.ndim == 4:
-        coef = datasets["nu"]
-        n, steps, nx, ny = tensor.shape
-        if steps != 1 or coef.shape != (n, nx, ny):
-            raise _err(
-                src,
-                "import-shape",
-                f"Darcy layout needs 'tensor' [N, 1, X, Y] and 'nu' [N, X, Y]; got 'tensor' "
-                f"{tensor.shape} and 'nu' {coef.shape}",
-                dataset="tensor",
-            )
-        static = {
-            "x": _coordinate(src, f, "x-coordinate", nx, 0),
-            "y": _coordinate(src, f, "y-coordinate", ny, 1),
-        }
-        chans = _check_channels(channel_names or ["a", "u"], 2, "channel_names")
-
-        def read_darcy(a, b, sel):
-            parts = []
-            for i in sel:
-                parts.append(coef[a:b] if i == 0 else tensor[a:b, 0])
-            x = np.stack(parts, axis=-1)[:, None]  # (B, 1, X, Y, C)
-            return [_episode(x[j], np.zeros(1), pvec) for j in range(b - a)]
-
-        return _Plan(
-            layout="pdebench:darcy",
-            system=system,
-            n=n,
-            channels=chans,
-            channel_sources=["nu", "tensor"],
-            read=read_darcy,
-            episode_bytes=nx * ny * (coef.dtype.itemsize + tensor.dtype.itemsize),
-            static=static,
-            param_names=names,
-            meta={**meta, "time": "one step per episode at t = 0 (a steady problem)"},
-        )
-
+        return _darcy_plan(src, f, datasets, pvec, meta, common, channel_names)
     present = [v for v in _CFD_VARIABLES if v in datasets]
     if tensor is not None or present:
-        sources = ["tensor"] if tensor is not None else present
-        arrays = [datasets[s] for s in sources]
-        shape = arrays[0].shape
-        for s, arr in zip(sources, arrays):
-            if arr.shape != shape:
-                raise _err(
-                    src,
-                    "import-shape",
-                    f"has shape {arr.shape} but {sources[0]!r} has {shape}; every variable "
-                    "must be [N, T, *grid] with the same shape",
-                    dataset=s,
-                )
-        if not 3 <= len(shape) <= 5:
-            raise _err(
-                src,
-                "import-shape",
-                f"has shape {shape}; expected [N, T, X], [N, T, X, Y] or [N, T, X, Y, Z]",
-                dataset=sources[0],
-            )
-        n, steps, *grid = shape
-        static = {
-            ax: _coordinate(src, f, f"{ax}-coordinate", size, k)
-            for k, (ax, size) in enumerate(zip(_AXES, grid))
-        }
-        if "t-coordinate" not in datasets:
-            raise _err(
-                src,
-                "import-layout",
-                f"has no 't-coordinate' dataset for the {steps} time frames; found: {_describe(f)}",
-            )
-        t, note = _time_axis(src, datasets["t-coordinate"][()], steps, "t-coordinate")
-        if note:
-            meta["time"] = note
-        default = ["u"] if tensor is not None else present
-        chans = _check_channels(channel_names or default, len(sources), "channel_names")
-
-        def read_arrays(a, b, sel):
-            if len(sel) == 1:  # a view, no copy of the block
-                x = arrays[sel[0]][a:b][..., None]
-            else:
-                x = np.stack([arrays[i][a:b] for i in sel], axis=-1)  # (B, T, *grid, C)
-            return [_episode(x[j], t, pvec) for j in range(b - a)]
-
-        return _Plan(
-            layout="pdebench:tensor" if tensor is not None else "pdebench:multi-variable",
-            system=system,
-            n=n,
-            channels=chans,
-            channel_sources=sources,
-            read=read_arrays,
-            episode_bytes=int(np.prod(shape[1:])) * sum(a.dtype.itemsize for a in arrays),
-            static=static,
-            param_names=names,
-            meta=meta,
-        )
-
+        return _arrays_plan(src, f, datasets, present, pvec, meta, common, channel_names)
     seeds = sorted(k for k in keys if isinstance(f[k], h5py.Group))
     if seeds and len(seeds) == len(keys) and all("data" in f[k] for k in seeds):
         return _per_seed_plan(src, f, seeds, names, pvec, meta, system, channel_names)
-    raise unknown()
+    raise _err(
+        src,
+        "import-layout",
+        f"is not a PDEBench file of a supported layout. Supported layouts: "
+        f"{_PDEBENCH_LAYOUTS}. Found: {_describe(f)}.{hint}",
+    )
+
+
+def _darcy_plan(src, f, datasets, pvec, meta, common, channel_names) -> _Plan:
+    """'tensor' [N, 1, X, Y] (u) and 'nu' [N, X, Y] (a): one step at t = 0, ("a", "u")."""
+    tensor, coef = datasets["tensor"], datasets["nu"]
+    n, steps, nx, ny = tensor.shape
+    if steps != 1 or coef.shape != (n, nx, ny):
+        raise _err(
+            src,
+            "import-shape",
+            f"Darcy layout needs 'tensor' [N, 1, X, Y] and 'nu' [N, X, Y]; got 'tensor' "
+            f"{tensor.shape} and 'nu' {coef.shape}",
+            dataset="tensor",
+        )
+    static = {
+        "x": _coordinate(src, f, "x-coordinate", nx, 0),
+        "y": _coordinate(src, f, "y-coordinate", ny, 1),
+    }
+    chans = _check_channels(channel_names or ["a", "u"], 2, "channel_names")
+
+    def read_darcy(a, b, sel):
+        parts = []
+        for i in sel:
+            parts.append(coef[a:b] if i == 0 else tensor[a:b, 0])
+        x = np.stack(parts, axis=-1)[:, None]  # (B, 1, X, Y, C)
+        return [_episode(x[j], np.zeros(1), pvec) for j in range(b - a)]
+
+    return _Plan(
+        layout="pdebench:darcy",
+        n=n,
+        channels=chans,
+        channel_sources=["nu", "tensor"],
+        read=read_darcy,
+        episode_bytes=nx * ny * (coef.dtype.itemsize + tensor.dtype.itemsize),
+        static=static,
+        meta={**meta, "time": "one step per episode at t = 0 (a steady problem)"},
+        **common,
+    )
+
+
+def _arrays_plan(src, f, datasets, present, pvec, meta, common, channel_names) -> _Plan:
+    """'tensor' [N, T, *grid] (channel "u") or the CFD variables, each [N, T, *grid]."""
+    tensor = datasets.get("tensor")
+    sources = ["tensor"] if tensor is not None else present
+    arrays = [datasets[s] for s in sources]
+    shape = arrays[0].shape
+    for s, arr in zip(sources, arrays):
+        if arr.shape != shape:
+            raise _err(
+                src,
+                "import-shape",
+                f"has shape {arr.shape} but {sources[0]!r} has {shape}; every variable "
+                "must be [N, T, *grid] with the same shape",
+                dataset=s,
+            )
+    if not 3 <= len(shape) <= 5:
+        raise _err(
+            src,
+            "import-shape",
+            f"has shape {shape}; expected [N, T, X], [N, T, X, Y] or [N, T, X, Y, Z]",
+            dataset=sources[0],
+        )
+    n, steps, *grid = shape
+    static = {
+        ax: _coordinate(src, f, f"{ax}-coordinate", size, k)
+        for k, (ax, size) in enumerate(zip(_AXES, grid))
+    }
+    if "t-coordinate" not in datasets:
+        raise _err(
+            src,
+            "import-layout",
+            f"has no 't-coordinate' dataset for the {steps} time frames; found: {_describe(f)}",
+        )
+    t, note = _time_axis(src, datasets["t-coordinate"][()], steps, "t-coordinate")
+    if note:
+        meta["time"] = note
+    default = ["u"] if tensor is not None else present
+    chans = _check_channels(channel_names or default, len(sources), "channel_names")
+
+    def read_arrays(a, b, sel):
+        if len(sel) == 1:  # a view, no copy of the block
+            x = arrays[sel[0]][a:b][..., None]
+        else:
+            x = np.stack([arrays[i][a:b] for i in sel], axis=-1)  # (B, T, *grid, C)
+        return [_episode(x[j], t, pvec) for j in range(b - a)]
+
+    return _Plan(
+        layout="pdebench:tensor" if tensor is not None else "pdebench:multi-variable",
+        n=n,
+        channels=chans,
+        channel_sources=sources,
+        read=read_arrays,
+        episode_bytes=int(np.prod(shape[1:])) * sum(a.dtype.itemsize for a in arrays),
+        static=static,
+        meta=meta,
+        **common,
+    )
 
 
 def _episode(x: np.ndarray, t: np.ndarray, pvec: np.ndarray) -> dict:
@@ -823,7 +834,33 @@ def _well_layout_error(src: Path, f: h5py.File, what: str):
     )
 
 
-def _well_plan(src: Path, f: h5py.File) -> _Plan:
+@dataclass
+class _WellAxes:
+    """The Well's axes: spatial dim names, time steps, grid, trajectories and which
+    coordinates vary per trajectory."""
+
+    spatial: list[str]
+    steps: int
+    grid: tuple[int, ...]
+    n: int
+    time_sample_varying: bool
+    coords_sample_varying: dict[str, bool]
+
+
+@dataclass
+class _WellParams:
+    """Simulation parameters and scalars: constant or per-trajectory parameters, and the
+    time-varying scalars (name, values, sample_varying)."""
+
+    sim_values: dict
+    names: list[str]
+    const: dict[str, float]
+    per_episode: dict[str, np.ndarray]
+    var_scalars: list[tuple[str, np.ndarray, bool]]
+
+
+def _well_dimensions(src: Path, f: h5py.File) -> list[str]:
+    """Check the top-level layout; returns the spatial dim names."""
     if "dimensions" not in f or not any(f"t{i}_fields" in f for i in range(3)):
         raise _well_layout_error(
             src, f, "no 'dimensions' group or no 't0_fields'/'t1_fields'/'t2_fields'"
@@ -834,10 +871,8 @@ def _well_plan(src: Path, f: h5py.File) -> _Plan:
             src, f, "'dimensions' lacks the attribute spatial_dims or the dataset 'time'"
         )
     spatial = _str_list(dims.attrs["spatial_dims"])
-    ndim = len(spatial)
-    if (
-        "n_spatial_dims" in f.attrs
-        and int(np.asarray(f.attrs["n_spatial_dims"]).ravel()[0]) != ndim
+    if "n_spatial_dims" in f.attrs and int(np.asarray(f.attrs["n_spatial_dims"]).ravel()[0]) != len(
+        spatial
     ):
         raise _err(
             src,
@@ -854,18 +889,23 @@ def _well_plan(src: Path, f: h5py.File) -> _Plan:
                 f"spatial dim {d!r} has no coordinate dataset",
                 dataset=f"dimensions/{d}",
             )
+    return spatial
 
-    # ---- the fields (shapes checked against their attributes)
+
+def _field_names(grp) -> list[str]:
+    """A group's ``field_names`` attribute, else its keys."""
+    return _str_list(grp.attrs["field_names"]) if "field_names" in grp.attrs else list(grp.keys())
+
+
+def _well_field_datasets(src: Path, f: h5py.File) -> list[tuple[h5py.Dataset, str, int]]:
+    """(dataset, path, tensor order) of every field, in group order t0, t1, t2."""
     specs: list[tuple[h5py.Dataset, str, int]] = []
     for order in range(3):
         gname = f"t{order}_fields"
         if gname not in f:
             continue
         grp = f[gname]
-        fnames = (
-            _str_list(grp.attrs["field_names"]) if "field_names" in grp.attrs else list(grp.keys())
-        )
-        for name in fnames:
+        for name in _field_names(grp):
             if name not in grp:
                 raise _err(
                     src,
@@ -876,18 +916,20 @@ def _well_plan(src: Path, f: h5py.File) -> _Plan:
             specs.append((grp[name], f"{gname}/{name}", order))
     if not specs:
         raise _well_layout_error(src, f, "the field groups hold no fields")
+    return specs
 
+
+def _well_axes(src: Path, f: h5py.File, spatial: list[str], specs) -> _WellAxes:
+    """Time steps, grid and number of trajectories (n_trajectories, else the first
+    per-trajectory field's length)."""
+    dims = f["dimensions"]
     t_ds = dims["time"]
-    t_sv = _flag(t_ds, "sample_varying", t_ds.ndim == 2)
-    steps = t_ds.shape[-1]
-    grid = []
     coords_sv = {}
+    grid = []
     for d in spatial:
         ds = dims[d]
         coords_sv[d] = _flag(ds, "sample_varying", ds.ndim == 2)
         grid.append(ds.shape[-1])
-    grid = tuple(grid)
-
     n = None
     if "n_trajectories" in f.attrs:
         n = int(np.asarray(f.attrs["n_trajectories"]).ravel()[0])
@@ -898,73 +940,84 @@ def _well_plan(src: Path, f: h5py.File) -> _Plan:
                 break
     if n is None:
         raise _well_layout_error(src, f, "no n_trajectories attribute and no per-trajectory field")
+    return _WellAxes(
+        spatial=spatial,
+        steps=t_ds.shape[-1],
+        grid=tuple(grid),
+        n=n,
+        time_sample_varying=_flag(t_ds, "sample_varying", t_ds.ndim == 2),
+        coords_sample_varying=coords_sv,
+    )
 
-    fields: list[_WellField] = []
-    channels: list[str] = []
-    sources: list[str] = []
-    groups: dict[str, list[str]] = {}
-    constant: list[str] = []
-    for ds, path, order in specs:
-        sv = _flag(ds, "sample_varying", True)
-        tv = _flag(ds, "time_varying", True)
-        dv = (
-            [bool(v) for v in np.asarray(ds.attrs["dim_varying"]).ravel()]
-            if "dim_varying" in ds.attrs
-            else [True] * ndim
+
+def _well_field(src: Path, ds: h5py.Dataset, path: str, order: int, axes: _WellAxes):
+    """One field checked against its attributes, with its channel names."""
+    ndim, n, steps, grid = len(axes.spatial), axes.n, axes.steps, axes.grid
+    sv = _flag(ds, "sample_varying", True)
+    tv = _flag(ds, "time_varying", True)
+    dv = (
+        [bool(v) for v in np.asarray(ds.attrs["dim_varying"]).ravel()]
+        if "dim_varying" in ds.attrs
+        else [True] * ndim
+    )
+    if len(dv) != ndim:
+        raise _err(
+            src,
+            "import-shape",
+            f"dim_varying {dv} has {len(dv)} entries for {ndim} spatial dims",
+            dataset=path,
         )
-        if len(dv) != ndim:
-            raise _err(
-                src,
-                "import-shape",
-                f"dim_varying {dv} has {len(dv)} entries for {ndim} spatial dims",
-                dataset=path,
-            )
-        want = (
-            ((n,) if sv else ())
-            + ((steps,) if tv else ())
-            + tuple(g for g, used in zip(grid, dv) if used)
-            + (ndim,) * order
+    want = (
+        ((n,) if sv else ())
+        + ((steps,) if tv else ())
+        + tuple(g for g, used in zip(grid, dv) if used)
+        + (ndim,) * order
+    )
+    if tuple(ds.shape) != want:
+        raise _err(
+            src,
+            "import-shape",
+            f"has shape {tuple(ds.shape)}, expected {want} from its attributes "
+            f"(sample_varying={sv}, time_varying={tv}, dim_varying={dv}), "
+            f"n_trajectories={n}, {steps} time steps, grid {grid} and a rank-{order} "
+            f"field in {ndim} dims",
+            dataset=path,
         )
-        if tuple(ds.shape) != want:
-            raise _err(
-                src,
-                "import-shape",
-                f"has shape {tuple(ds.shape)}, expected {want} from its attributes "
-                f"(sample_varying={sv}, time_varying={tv}, dim_varying={dv}), "
-                f"n_trajectories={n}, {steps} time steps, grid {grid} and a rank-{order} "
-                f"field in {ndim} dims",
-                dataset=path,
-            )
-        base = path.split("/", 1)[1]
-        comps = ["".join(c) for c in itertools.product(spatial, repeat=order)]
-        names_ = [f"{base}_{c}" if c else base for c in comps]
-        fields.append(_WellField(path, ds, order, sv, tv, dv, names_))
-        channels += names_
-        sources += [path] * len(names_)
-        groups[base] = names_
-        if not tv:
-            constant += names_
+    base = path.split("/", 1)[1]
+    comps = ["".join(c) for c in itertools.product(axes.spatial, repeat=order)]
+    names = [f"{base}_{c}" if c else base for c in comps]
+    return _WellField(path, ds, order, sv, tv, dv, names)
+
+
+def _well_fields(src: Path, specs, axes: _WellAxes) -> list[_WellField]:
+    fields = [_well_field(src, ds, path, order, axes) for ds, path, order in specs]
+    channels = [c for fl in fields for c in fl.channels]
     if len(set(channels)) != len(channels):
         dup = sorted({c for c in channels if channels.count(c) > 1})
         raise _err(src, "import-shape", f"field names give duplicate channels {dup}")
+    return fields
 
-    # ---- time and coordinates
-    times = t_ds[()]
-    if t_sv:
+
+def _well_coordinates(src: Path, f: h5py.File, axes: _WellAxes):
+    """The time axis (checked when shared) and the coordinates: shared ones for
+    ``/static``, per-trajectory ones for episode fields."""
+    dims, n = f["dimensions"], axes.n
+    times = dims["time"][()]
+    if axes.time_sample_varying:
         if times.shape[0] != n:
             raise _err(
                 src,
                 "import-shape",
-                f"has shape {times.shape}, expected ({n}, {steps})",
+                f"has shape {times.shape}, expected ({n}, {axes.steps})",
                 dataset="dimensions/time",
             )
     else:
         times = _check_times(src, times.ravel(), "dimensions/time")
     static: dict[str, np.ndarray] = {}
-    per_episode_coords: dict[str, np.ndarray] = {}
-    for d in spatial:
+    per_episode: dict[str, np.ndarray] = {}
+    for d in axes.spatial:
         values = dims[d][()]
-        if coords_sv[d]:
+        if axes.coords_sample_varying[d]:
             if values.shape[0] != n:
                 raise _err(
                     src,
@@ -972,84 +1025,87 @@ def _well_plan(src: Path, f: h5py.File) -> _Plan:
                     f"has shape {values.shape}, expected ({n}, {values.shape[-1]})",
                     dataset=f"dimensions/{d}",
                 )
-            per_episode_coords[d] = values
+            per_episode[d] = values
         else:
             static[d] = values.ravel()
+    return times, static, per_episode
 
-    # ---- parameters and scalars
+
+def _well_params(src: Path, f: h5py.File, axes: _WellAxes) -> _WellParams:
+    """Numeric simulation parameters, then the time-invariant scalars not among them (a
+    per-trajectory scalar replaces the attribute's value); time-varying scalars apart."""
     sim_names = (
         _str_list(f.attrs["simulation_parameters"]) if "simulation_parameters" in f.attrs else []
     )
     sim_values = {k: _py(f.attrs[k]) for k in sim_names if k in f.attrs}
-    param_names = [k for k in sim_names if k in f.attrs and _number(f.attrs[k]) is not None]
-    param_const = {k: _number(f.attrs[k]) for k in param_names}
-    param_per: dict[str, np.ndarray] = {}
-    var_scalars: list[tuple[str, np.ndarray, bool]] = []  # (name, values, sample_varying)
-    if "scalars" in f:
-        sgrp = f["scalars"]
-        snames = (
-            _str_list(sgrp.attrs["field_names"])
-            if "field_names" in sgrp.attrs
-            else list(sgrp.keys())
-        )
-        for name in snames:
-            if name not in sgrp:
-                raise _err(
-                    src,
-                    "import-layout",
-                    f"scalars.field_names lists {name!r} but there is no such dataset",
-                    dataset="scalars",
-                )
-            ds = sgrp[name]
-            sv = _flag(ds, "sample_varying", False)
-            tv = _flag(ds, "time_varying", False)
-            lead = ((n,) if sv else ()) + ((steps,) if tv else ())
-            values = ds[()]
-            if values.dtype.kind not in "biuf":
-                continue
-            if (
-                tuple(values.shape[: len(lead)]) != lead
-                or int(np.prod(values.shape[len(lead) :])) != 1
-            ):
-                raise _err(
-                    src,
-                    "import-shape",
-                    f"has shape {values.shape}, expected {lead} (+ a trailing 1) from "
-                    f"sample_varying={sv}, time_varying={tv}",
-                    dataset=f"scalars/{name}",
-                )
-            values = values.reshape(lead).astype(np.float64)
-            if tv:
-                var_scalars.append((name, values, sv))
-            else:
-                if name not in param_names:
-                    param_names.append(name)
-                if sv:
-                    param_per[name] = values
-                    param_const.pop(name, None)
-                else:
-                    param_const[name] = float(values)
+    names = [k for k in sim_names if k in f.attrs and _number(f.attrs[k]) is not None]
+    params = _WellParams(sim_values, names, {k: _number(f.attrs[k]) for k in names}, {}, [])
+    if "scalars" not in f:
+        return params
+    sgrp = f["scalars"]
+    for name in _field_names(sgrp):
+        if name not in sgrp:
+            raise _err(
+                src,
+                "import-layout",
+                f"scalars.field_names lists {name!r} but there is no such dataset",
+                dataset="scalars",
+            )
+        ds = sgrp[name]
+        sv = _flag(ds, "sample_varying", False)
+        tv = _flag(ds, "time_varying", False)
+        lead = ((axes.n,) if sv else ()) + ((axes.steps,) if tv else ())
+        values = ds[()]
+        if values.dtype.kind not in "biuf":
+            continue
+        if tuple(values.shape[: len(lead)]) != lead or int(np.prod(values.shape[len(lead) :])) != 1:
+            raise _err(
+                src,
+                "import-shape",
+                f"has shape {values.shape}, expected {lead} (+ a trailing 1) from "
+                f"sample_varying={sv}, time_varying={tv}",
+                dataset=f"scalars/{name}",
+            )
+        values = values.reshape(lead).astype(np.float64)
+        if tv:
+            params.var_scalars.append((name, values, sv))
+            continue
+        if name not in params.names:
+            params.names.append(name)
+        if sv:
+            params.per_episode[name] = values
+            params.const.pop(name, None)
+        else:
+            params.const[name] = float(values)
+    return params
 
-    # ---- boundary conditions
+
+def _well_boundaries(f: h5py.File) -> dict:
+    """Per boundary condition its attributes and, when small, mask indices and values."""
     bcs = {}
-    if "boundary_conditions" in f:
-        for name, grp in f["boundary_conditions"].items():
-            desc = _attrs(grp)
-            if isinstance(grp, h5py.Group):
-                if "mask" in grp:
-                    mask = grp["mask"][()]
-                    desc["mask_shape"] = list(mask.shape)
-                    idx = np.argwhere(mask)
-                    if len(idx) <= _SMALL:
-                        desc["mask_true"] = idx.tolist() if mask.ndim > 1 else idx.ravel().tolist()
-                if "values" in grp:
-                    vals = grp["values"]
-                    desc["values_shape"] = list(vals.shape)
-                    if vals.size <= _SMALL:
-                        desc["values"] = _py(vals[()].ravel())
-            bcs[name] = desc
+    if "boundary_conditions" not in f:
+        return bcs
+    for name, grp in f["boundary_conditions"].items():
+        desc = _attrs(grp)
+        if isinstance(grp, h5py.Group):
+            if "mask" in grp:
+                mask = grp["mask"][()]
+                desc["mask_shape"] = list(mask.shape)
+                idx = np.argwhere(mask)
+                if len(idx) <= _SMALL:
+                    desc["mask_true"] = idx.tolist() if mask.ndim > 1 else idx.ravel().tolist()
+            if "values" in grp:
+                vals = grp["values"]
+                desc["values_shape"] = list(vals.shape)
+                if vals.size <= _SMALL:
+                    desc["values"] = _py(vals[()].ravel())
+        bcs[name] = desc
+    return bcs
 
-    scalar_names = [name for name, _, _ in var_scalars]
+
+def _well_reader(src: Path, fields, axes: _WellAxes, times, per_episode, params: _WellParams):
+    """``read(a, b, sel)``: episodes a..b-1 with the channels ``sel`` (in that order)."""
+    steps, grid = axes.steps, axes.grid
 
     def read_well(a, b, sel):
         wanted = set(sel)
@@ -1070,52 +1126,72 @@ def _well_plan(src: Path, f: h5py.File) -> _Plan:
         out = []
         for j in range(b - a):
             i = a + j
-            if t_sv:
+            if axes.time_sample_varying:
                 t = _check_times(src, times[i], "dimensions/time", i)
             else:
                 t = times
             ep = {"t": t, "x": x[j]}
-            if param_names:
+            if params.names:
                 ep["params"] = np.array(
-                    [param_per[k][i] if k in param_per else param_const[k] for k in param_names],
+                    [
+                        params.per_episode[k][i] if k in params.per_episode else params.const[k]
+                        for k in params.names
+                    ],
                     np.float64,
                 )
-            if var_scalars:
-                ep["scalars"] = np.stack([v[i] if sv else v for _, v, sv in var_scalars], axis=-1)
-            for d, values in per_episode_coords.items():
+            if params.var_scalars:
+                ep["scalars"] = np.stack(
+                    [v[i] if sv else v for _, v, sv in params.var_scalars], axis=-1
+                )
+            for d, values in per_episode.items():
                 ep[f"grid_{d}"] = values[i]
             out.append(ep)
         return out
 
+    return read_well
+
+
+def _well_plan(src: Path, f: h5py.File) -> _Plan:
+    spatial = _well_dimensions(src, f)
+    specs = _well_field_datasets(src, f)
+    axes = _well_axes(src, f, spatial, specs)
+    fields = _well_fields(src, specs, axes)
+    times, static, per_episode = _well_coordinates(src, f, axes)
+    params = _well_params(src, f, axes)
+    bcs = _well_boundaries(f)
+
+    channels = [c for fl in fields for c in fl.channels]
+    constant = [c for fl in fields if not fl.time_varying for c in fl.channels]
+    scalar_names = [name for name, _, _ in params.var_scalars]
     name = attr_str(f.attrs["dataset_name"]) if "dataset_name" in f.attrs else src.stem
     per_ep = sum(
-        steps * int(np.prod(grid)) * len(fl.channels) * fl.ds.dtype.itemsize for fl in fields
+        axes.steps * int(np.prod(axes.grid)) * len(fl.channels) * fl.ds.dtype.itemsize
+        for fl in fields
     )
-    bc_json = json.dumps(bcs, sort_keys=True)
     meta = {
         "dataset_name": name,
         "grid_type": _py(f.attrs["grid_type"]) if "grid_type" in f.attrs else None,
         "spatial_dims": spatial,
-        "simulation_parameters": sim_values,
+        "simulation_parameters": params.sim_values,
         "constant_channels": constant,
         "boundary_conditions": bcs,
-        "root_attributes": {k: v for k, v in _attrs(f).items() if k not in sim_values},
+        "root_attributes": {k: v for k, v in _attrs(f).items() if k not in params.sim_values},
     }
     return _Plan(
         layout="thewell",
         system=f"thewell:{name}",
-        n=n,
+        n=axes.n,
         channels=channels,
-        channel_sources=sources,
-        read=read_well,
+        channel_sources=[fl.path for fl in fields for _ in fl.channels],
+        read=_well_reader(src, fields, axes, times, per_episode, params),
         episode_bytes=max(1, per_ep),
         static=static,
-        param_names=param_names,
+        param_names=params.names,
         names={"scalars": scalar_names} if scalar_names else {},
-        episode_fields=tuple(f"grid_{d}" for d in per_episode_coords),
-        groups=groups,
+        episode_fields=tuple(f"grid_{d}" for d in per_episode),
+        groups={fl.path.split("/", 1)[1]: fl.channels for fl in fields},
         meta=meta,
-        static_attrs={"boundary_conditions": bc_json}
+        static_attrs={"boundary_conditions": json.dumps(bcs, sort_keys=True)}
         | ({"grid_type": str(meta["grid_type"])} if meta["grid_type"] is not None else {}),
     )
 

@@ -30,149 +30,12 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from simsci.data._check import RDCC_NBYTES, _Checker, no_shards, open_h5, shard_files
-from simsci.data._schema import (
-    PADDED_FIELDS,
-    FieldInfo,
-    attr_str,
-    json_attr,
-    problem,
-)
-from simsci.errors import FormatError, unknown_name
+from simsci.data._check import RDCC_NBYTES, load_header, no_shards, shard_files
+from simsci.data._header import Header, shard_mismatch
+from simsci.data._schema import PADDED_FIELDS, FieldInfo, problem
+from simsci.errors import unknown_name
 
 _COLUMN_CACHE_BYTES = 256 * 2**20
-
-
-@dataclasses.dataclass
-class _Header:
-    path: Path
-    kind: str
-    system: str
-    meta: dict
-    format_version: int
-    offsets: np.ndarray
-    steps: dict[str, FieldInfo]
-    episodes: dict[str, FieldInfo]
-    static: dict[str, FieldInfo]
-    graphs: dict[str, dict[str, dict[str, FieldInfo]]]
-    num_marks: int | None
-    stats: dict[str, dict[str, np.ndarray]]
-    has_stats: bool = False
-
-
-def _info(dset: h5py.Dataset, per_row: bool = True) -> FieldInfo:
-    return FieldInfo(
-        shape=tuple(dset.shape[1:] if per_row else dset.shape),
-        dtype=dset.dtype,
-        names=json_attr(dset, "names"),
-        units=json_attr(dset, "units"),
-    )
-
-
-def _datasets(group) -> dict[str, h5py.Dataset]:
-    return {k: v for k, v in group.items() if isinstance(v, h5py.Dataset)}
-
-
-def _read_header(f: h5py.File, path: Path) -> _Header:
-    steps = {k: _info(v) for k, v in _datasets(f["steps"]).items()}
-    episodes = {}
-    if "episodes" in f:
-        episodes = {k: _info(v) for k, v in _datasets(f["episodes"]).items() if k != "offsets"}
-    static = {}
-    if "static" in f:
-        static = {k: _info(v, per_row=False) for k, v in _datasets(f["static"]).items()}
-    graphs = {}
-    for g, grp in f["graphs"].items() if "graphs" in f else ():
-        graphs[g] = {
-            part: ({k: _info(v) for k, v in _datasets(grp[part]).items()} if part in grp else {})
-            for part in ("nodes", "edges")
-        }
-    num_marks = None
-    if "steps/mark" in f:
-        num_marks = int(np.asarray(f["steps/mark"].attrs["num_marks"]).item())
-    stats = {}
-    for name, grp in f["stats"].items() if "stats" in f else ():
-        stats[name] = {k: grp[k][()] for k in ("mean", "std", "count") if k in grp}
-    return _Header(
-        path=path,
-        kind=attr_str(f.attrs["kind"]),
-        system=attr_str(f.attrs["system"]),
-        meta=json.loads(attr_str(f.attrs["meta"])),
-        format_version=int(np.asarray(f.attrs["format_version"]).item()),
-        offsets=f["episodes/offsets"][()].astype(np.int64),
-        steps=steps,
-        episodes=episodes,
-        static=static,
-        graphs=graphs,
-        num_marks=num_marks,
-        stats=stats,
-        has_stats="stats" in f,
-    )
-
-
-def _load(path: Path, deep: bool) -> tuple[_Header | None, list[FormatError]]:
-    """Open once: check (shallow or deep) and, when valid, parse the header."""
-    f, err = open_h5(path)
-    if err is not None:
-        return None, [err]
-    with f:
-        problems = _Checker(f, path, deep).run()
-        if problems:
-            return None, problems
-        try:
-            return _read_header(f, path), []
-        except (OSError, RuntimeError, KeyError, ValueError, TypeError, AttributeError) as exc:
-            return None, [
-                problem(path, "read-error", f"reading the header failed ({exc}); file damaged?")
-            ]
-
-
-def _strip(shape: tuple, name: str) -> tuple:
-    return shape[1:] if name in PADDED_FIELDS and shape else shape
-
-
-def _mismatch(headers: Sequence[_Header]) -> list[FormatError]:
-    """Problems that keep shards from being one dataset."""
-    first = headers[0]
-    out = []
-
-    def sig(h: _Header):
-        return {
-            "kind": h.kind,
-            "system": h.system,
-            "step fields": {k: (_strip(v.shape, k), v.dtype.str) for k, v in h.steps.items()},
-            "episode fields": {k: (v.shape, v.dtype.str) for k, v in h.episodes.items()},
-            "static arrays": {k: (v.shape, v.dtype.str) for k, v in h.static.items()},
-            "graphs": {
-                g: {p: {k: (v.shape, v.dtype.str) for k, v in d.items()} for p, d in parts.items()}
-                for g, parts in h.graphs.items()
-            },
-        }
-
-    want = sig(first)
-    for h in headers[1:]:
-        have = sig(h)
-        for key in want:
-            if have[key] != want[key]:
-                out.append(
-                    problem(
-                        h.path,
-                        "shard-schema",
-                        f"{key} differ from the first shard {first.path.name}: {have[key]} vs "
-                        f"{want[key]}; all shards of a directory must share one schema",
-                    )
-                )
-    return out
-
-
-def schema_mismatch(files: Sequence[Path]) -> list[FormatError]:
-    headers = []
-    for p in files:
-        h, problems = _load(p, deep=False)
-        if problems:
-            return problems
-        headers.append(h)
-    return _mismatch(headers)
 
 
 def _read_rows(dset: h5py.Dataset, start: int, stop: int) -> np.ndarray:
@@ -193,7 +56,7 @@ def _read_rows(dset: h5py.Dataset, start: int, stop: int) -> np.ndarray:
 class _Source:
     """One file: the header plus a lazily opened, per-process h5py handle."""
 
-    def __init__(self, header: _Header):
+    def __init__(self, header: Header):
         self.header = header
         self.offsets = header.offsets
         self.n = len(header.offsets) - 1
@@ -575,12 +438,12 @@ def open(path: str | os.PathLike, *, check: bool = True) -> Trajectories:  # noq
         raise no_shards(path)
     headers = []
     for p in files:
-        header, problems = _load(p, deep=check)
+        header, problems = load_header(p, deep=check)
         if problems:
             raise problems[0]
         headers.append(header)
     if len(headers) > 1:
-        problems = _mismatch(headers)
+        problems = shard_mismatch(headers)
         if problems:
             raise problems[0]
     return Trajectories([_Source(h) for h in headers], path=path)

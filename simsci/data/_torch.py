@@ -37,6 +37,7 @@ from torch.nn.utils.rnn import pad_sequence
 from simsci.data._reader import Trajectories
 from simsci.data._reader import open as open_trajectories
 from simsci.data._schema import split_id
+from simsci.errors import unknown_name
 
 _EPISODE_KEYS = frozenset({"params", "label", "split", "episode", "start", "t0"})
 _TORCH_INTS = {np.dtype(d) for d in ("int8", "int16", "int32", "int64", "uint8")}
@@ -87,8 +88,6 @@ class TrajectoryDataset(torch.utils.data.Dataset):
                     "simsci.data.open(path)[i]['graphs']"
                 )
             if f not in valid:
-                from simsci.errors import unknown_name
-
                 raise unknown_name("field", f, valid)
         for arg, value in (("dtype", dtype), ("time_dtype", time_dtype)):
             if not isinstance(value, torch.dtype) or not value.is_floating_point:

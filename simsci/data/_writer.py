@@ -847,6 +847,7 @@ def rank_shard_path(directory: str | os.PathLike) -> Path:
     """
     rank = 0
     try:
+        # torch is heavy and optional here: writing trajectory files never needs it
         import torch.distributed as dist
     except ImportError:  # torch without distributed support
         dist = None

@@ -74,7 +74,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from simsci.envs._record import recorded_env_kwargs
+from simsci.data import recorded_env_kwargs
 from simsci.integrate import odeint
 
 __all__ = ["ControlledODE"]

@@ -42,14 +42,19 @@ best of ``config.monitor``), ``metrics.jsonl``, ``metrics.csv``, ``summary.json`
 ``torch.load(weights_only=True)``; they hold ``format_version``, the model's import path
 and ``init_args``, model/optimizer/scheduler state, step, epoch, position inside the
 epoch, early-stopping state, the config, every rank's RNG states and the versions.
+``import_model_class("module:qualname")`` returns the class such an import path names
+(what ``load_model`` rebuilds; wrappers that store their inner module's path use it too);
+``save_checkpoint(path, payload)`` writes any checkpoint dict atomically.
 """
 
 from simsci.train._checkpoint import (
     FORMAT_VERSION,
     CheckpointError,
     TrainingError,
+    import_model_class,
     load_checkpoint,
     load_model,
+    save_checkpoint,
     save_model,
 )
 from simsci.train._config import TrainConfig
@@ -63,6 +68,8 @@ __all__ = [
     "load_checkpoint",
     "load_model",
     "save_model",
+    "save_checkpoint",
+    "import_model_class",
     "EpochBatchSampler",
     "CheckpointError",
     "TrainingError",

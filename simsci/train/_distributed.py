@@ -14,6 +14,7 @@ import os
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 from simsci._device import resolve_device
 
@@ -113,8 +114,6 @@ class StepModule(nn.Module):
 
 
 def wrap_ddp(model: nn.Module, device: torch.device, find_unused_parameters: bool):
-    from torch.nn.parallel import DistributedDataParallel
-
     return DistributedDataParallel(
         StepModule(model),
         device_ids=[device.index] if device.type == "cuda" else None,

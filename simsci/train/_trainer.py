@@ -555,6 +555,7 @@ class Trainer:
             else:
                 seed_all(c.seed if d.rank == 0 else mix_seed(c.seed, "rank", d.rank))
             if d.is_main and c.progress:
+                # tqdm.auto probes for a notebook (IPython) when imported: only with a bar
                 from tqdm.auto import tqdm
 
                 self._bar = tqdm(

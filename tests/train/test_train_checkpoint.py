@@ -226,3 +226,17 @@ def test_parameter_groups_must_cover_every_parameter():
     model.parameter_groups = lambda: [{"params": [model.a, model.b]}, {"params": [model.a]}]
     with pytest.raises(ValueError, match="repeats"):
         parameter_groups(model)
+
+
+def test_import_model_class_and_save_checkpoint_are_public(tmp_path):
+    from simsci.train import import_model_class, save_checkpoint
+
+    assert import_model_class("torch.nn:Linear") is torch.nn.Linear
+    assert import_model_class("trainhelp_models:LinearRegression") is hm.LinearRegression
+    with pytest.raises(CheckpointError, match="inside a function"):
+        import_model_class("trainhelp_models:make.<locals>.Model")
+    with pytest.raises(CheckpointError, match="has no"):
+        import_model_class("torch.nn:NoSuchLayer")
+    path = save_checkpoint(tmp_path / "c.pt", {"format_version": 1, "x": torch.arange(3)})
+    assert path == tmp_path / "c.pt" and [p.name for p in tmp_path.iterdir()] == ["c.pt"]
+    assert torch.load(path, weights_only=True)["x"].tolist() == [0, 1, 2]
