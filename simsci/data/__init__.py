@@ -19,6 +19,9 @@ classification sets as irregular sensor sequences; needs the optional package ae
 ``import_easytpp`` (EasyTPP's event-sequence pickles/JSON as kind="events").
 Rollouts: ``recorded_env_kwargs(meta)`` (the constructor keywords of the environment a
 kind="rollout" file recorded; ``simsci.envs.RecordEpisodes`` writes such files).
+For code that writes its own kinds: ``to_numpy`` (arrays, tensors, lists -> ndarray),
+``split_id`` ("train"/"val"/"test" or 0/1/2 -> 0/1/2) and ``problem`` (a FormatError
+naming file, rule, field and episode).
 The torch parts (TrajectoryDataset, pad_collate, union_collate) import torch on first
 use, so writing, reading and checking do not need it.
 """
@@ -34,7 +37,16 @@ from simsci.data._import import import_pdebench, import_thewell
 from simsci.data._info import info
 from simsci.data._reader import Trajectories, open
 from simsci.data._rollout import recorded_env_kwargs
-from simsci.data._schema import FORMAT, FORMAT_VERSION, KINDS, SPLITS, FieldInfo
+from simsci.data._schema import (
+    FORMAT,
+    FORMAT_VERSION,
+    KINDS,
+    SPLITS,
+    FieldInfo,
+    problem,
+    split_id,
+    to_numpy,
+)
 from simsci.data._writer import TrajectoryWriter, rank_shard_path, shard_path, write
 
 _TORCH = {"TrajectoryDataset", "pad_collate", "union_collate"}
@@ -44,6 +56,9 @@ __all__ = [
     "FORMAT_VERSION",
     "KINDS",
     "SPLITS",
+    "problem",
+    "split_id",
+    "to_numpy",
     "FieldInfo",
     "TrajectoryWriter",
     "Trajectories",

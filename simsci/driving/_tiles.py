@@ -77,8 +77,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simsci.data._schema import problem, to_numpy
-from simsci.data._writer import TrajectoryWriter
+from simsci.data import TrajectoryWriter, problem, to_numpy
 from simsci.driving._roads import LANE_KINDS
 from simsci.driving.metrics import AGENT_FEATURES, EDGE_TYPES
 

@@ -60,6 +60,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from simsci import data
+
 DATA_FIELDS = ("t", "mark", "loc_id", "group", "params", "t_end", "window")
 
 
@@ -648,9 +650,7 @@ def generation_distances(
 def _items(traj, split):
     ids = np.arange(len(traj))
     if split is not None and "split" in traj.episode_fields:
-        from simsci.data._schema import split_id
-
-        ids = ids[np.asarray(traj.column("split")) == split_id(split, where=str(traj.path))]
+        ids = ids[np.asarray(traj.column("split")) == data.split_id(split, where=str(traj.path))]
     items = []
     for i in ids:
         ep = traj[int(i)]
@@ -678,8 +678,6 @@ def evaluate_events(
     locations), ``events`` (scored), and with ``generate`` the
     :func:`generation_distances` of sequences sampled from each sequence's first event
     to its last event time against the real ones."""
-    from simsci import data
-
     traj = source if isinstance(source, data.Trajectories) else data.open(source)
     items = _items(traj, split)
     if not items:
