@@ -32,7 +32,7 @@ import gymnasium
 
 from simsci.envs._core import Dynamics, SimsciEnv, SimsciVectorEnv
 from simsci.envs._driving import DrivingEnv, DrivingVectorEnv, lane_keeping_policy
-from simsci.envs._driving import evaluate as evaluate_driving
+from simsci.envs._driving_eval import evaluate as evaluate_driving
 from simsci.envs._minari import from_minari, to_minari
 from simsci.envs._ode import TASKS, ODEControlEnv, ODEControlVectorEnv, Task
 from simsci.envs._pde import PDE_TASKS, PDEControlEnv, PDEControlVectorEnv, PDETask

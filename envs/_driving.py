@@ -63,7 +63,7 @@ from simsci.envs._core import (
     own_spec,
 )
 
-__all__ = ["DrivingEnv", "DrivingVectorEnv", "ENV_ID", "lane_keeping_policy", "evaluate"]
+__all__ = ["DrivingEnv", "DrivingVectorEnv", "ENV_ID", "lane_keeping_policy"]
 
 ENV_ID = "simsci/Driving-v0"
 ACTION_LOW = np.array([-8.0, -0.5], dtype=np.float32)
@@ -686,63 +686,3 @@ def lane_keeping_policy(obs: dict, *, target_speed: float | None = None) -> np.n
     accel = a * (1 - (v / np.maximum(limit, 1.0)) ** 4 - interaction)
     action = np.stack([accel, steer], -1).clip(ACTION_LOW, ACTION_HIGH).astype(np.float32)
     return action[0] if single else action
-
-
-def evaluate(
-    policy,
-    *,
-    episodes: int = 32,
-    num_envs: int = 16,
-    seed: int = 0,
-    env_id: str = ENV_ID,
-    **env_kwargs,
-) -> dict:
-    """Run ``policy(obs) -> actions`` (batched observations in, ``(num_envs, 2)`` out)
-    for ``episodes`` episodes of ``env_id`` (``simsci/Driving-v0`` or
-    ``simsci/VectorWorld-v0``: the same spaces); returns the fraction that drove
-    their full distance (``success``), collided, left the road, or ran out of time
-    (``timeout``), the fraction without a collision or leaving the road (``safe``), and
-    the mean distance driven [m] and return."""
-    if episodes < 1 or num_envs < 1:
-        raise ValueError("episodes and num_envs must be >= 1")
-    if env_id == ENV_ID:
-        cls = DrivingVectorEnv
-    elif env_id == "simsci/VectorWorld-v0":
-        from simsci.envs._vectorworld import VectorWorldVectorEnv as cls
-    else:
-        raise ValueError(
-            f"env_id must be 'simsci/Driving-v0' or 'simsci/VectorWorld-v0', got {env_id!r}"
-        )
-    env = cls(min(num_envs, episodes), autoreset_mode="SameStep", **env_kwargs)
-    obs, _ = env.reset(seed=seed)
-    ret = np.zeros(env.num_envs)
-    out = {"success": 0, "collision": 0, "offroad": 0, "timeout": 0, "distance": [], "return": []}
-    done_count = 0
-    while done_count < episodes:
-        obs, reward, term, trunc, infos = env.step(np.asarray(policy(obs), dtype=np.float32))
-        ret += reward
-        for i in np.flatnonzero(term | trunc):
-            if done_count >= episodes:
-                break
-            info = infos["final_info"]
-            dist = float(info["distance"][i])
-            if info["collision"][i]:
-                out["collision"] += 1
-            elif info["offroad"][i]:
-                out["offroad"] += 1
-            elif dist >= env.world.success_distance(i) - 1.0:
-                out["success"] += 1
-            else:
-                out["timeout"] += 1
-            out["distance"].append(dist)
-            out["return"].append(float(ret[i]))
-            ret[i] = 0.0
-            done_count += 1
-    n = float(done_count)
-    return {
-        "episodes": done_count,
-        **{k: out[k] / n for k in ("success", "collision", "offroad", "timeout")},
-        "safe": 1.0 - (out["collision"] + out["offroad"]) / n,
-        "mean_distance": float(np.mean(out["distance"])),
-        "mean_return": float(np.mean(out["return"])),
-    }
