@@ -6,14 +6,15 @@
 
 ``DATASETS`` maps names to builders (``make_dataset(name, n, out=..., seed=...,
 **options)``; ``DATASETS[name].options()`` lists a builder's options and defaults;
-``register_dataset`` adds one): ``pendulum_images`` (rendered frames of a damped
-pendulum), ``climate`` (station-years of daily weather channels with gaps), the lifted
-flows (``lifted_*``: low-dimensional dynamics embedded in a higher-dimensional space,
-:class:`LiftedFlow`), the gene networks (``grn_*``: :class:`GeneNetwork`, motif scores),
-the event sets ``poisson_events``, ``hawkes``, ``self_correcting``,
-``population_events``, ``mobility`` (:mod:`simsci.processes`), and ``driving`` (tiled
-driving scenes, :func:`simsci.driving.make_scenes`). ``simsci generate NAME`` reaches
-the same builders. A system's plain trajectories are :func:`simsci.systems.generate`'s.
+``register_dataset`` adds one, ``build(n, common: BuildOptions, **options)``):
+``pendulum_images`` (rendered frames of a damped pendulum), ``climate`` (station-years of
+daily weather channels with gaps), the lifted flows (``lifted_*``: low-dimensional
+dynamics embedded in a higher-dimensional space, :class:`LiftedFlow`), the gene networks
+(``grn_*``: :class:`GeneNetwork`, motif scores), the event sets ``poisson_events``,
+``hawkes``, ``self_correcting``, ``population_events``, ``mobility``
+(:mod:`simsci.processes`), and ``driving`` (tiled driving scenes,
+:func:`simsci.driving.make_scenes`). ``simsci generate NAME`` reaches the same builders.
+A system's plain trajectories are :func:`simsci.systems.generate`'s.
 """
 
 # importing the builders registers them
@@ -42,6 +43,7 @@ from simsci.datasets._manifolds import (
 )
 from simsci.datasets._registry import (
     DATASETS,
+    BuildOptions,
     DatasetInfo,
     available_datasets,
     make_dataset,
@@ -51,6 +53,7 @@ from simsci.datasets._registry import (
 __all__ = [
     "DATASETS",
     "DatasetInfo",
+    "BuildOptions",
     "make_dataset",
     "available_datasets",
     "register_dataset",

@@ -64,7 +64,6 @@ a station is in the same split, so validation and test stations are unseen.
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 import numpy as np
@@ -80,8 +79,7 @@ from simsci._seeding import (
     split_ids,
     streams,
 )
-from simsci._version import __version__
-from simsci.datasets._registry import register_dataset
+from simsci.datasets._registry import BuildOptions, check_compression, register_dataset
 
 CHANNELS = ("temperature", "pressure", "humidity", "wind", "precipitation")
 UNITS = ("degC", "hPa", "%", "m/s", "mm/day")
@@ -173,19 +171,16 @@ def _anomalies(stations: int, length: int, generator) -> np.ndarray:
 )
 def climate(
     n: int,
+    common: BuildOptions,
     *,
-    out: str | os.PathLike,
-    seed: int = 0,
-    progress: bool = False,
     keep: float = 0.7,
     missing: float = 0.1,
     outages: float = 1.0,
     years: int = 2,
     days: int = 365,
-    split=(0.8, 0.1, 0.1),
     compression: str | None = None,
 ) -> Path:
-    """Write ``n`` station-years to ``out`` (module docstring: the model, the gaps and the
+    """Write ``n`` station-years to ``common.out`` (module docstring: the model, the gaps and the
     file layout); returns the path. Call through
     ``simsci.datasets.make_dataset("climate", n, out=...)``."""
     keep = check_fraction("keep", keep, what="fraction of the days a station reports")
@@ -198,11 +193,10 @@ def climate(
     outages = check_positive("outages", outages, minimum=0.0)
     years = check_positive("years", years, integer=True)
     days = check_positive("days", days, integer=True, minimum=2)
-    fractions = check_split(split)
-    if compression not in (None, "gzip", "lzf"):
-        raise ValueError(f"compression must be None, 'gzip' or 'lzf', got {compression!r}")
+    fractions = check_split(common.split)
+    compression = check_compression(compression)
 
-    gens = streams(seed, _STREAMS)
+    gens = streams(common.seed, _STREAMS)
     stations = -(-n // years)
     lo, hi = (math.sin(math.radians(v)) for v in LATITUDE_RANGE)
     draws = torch.rand(stations, 3, generator=gens["stations"], dtype=torch.float64).numpy()
@@ -216,11 +210,7 @@ def climate(
     day = np.arange(days, dtype=np.float64)
 
     meta = {
-        "generator": "simsci.datasets.make_dataset",
-        "dataset": "climate",
-        "simsci_version": __version__,
-        "n": n,
-        "seed": seed,
+        **common.meta("climate", n),
         "stations": stations,
         "years": years,
         "days": days,
@@ -237,10 +227,10 @@ def climate(
         "split": list(fractions),
         "split_by": "station",
     }
-    bar = progress_bar(n, "climate", progress)
+    bar = progress_bar(n, "climate", common.progress)
     try:
         with sdata.TrajectoryWriter(
-            out,
+            common.out,
             kind="state",
             system="climate",
             meta=meta,

@@ -10,16 +10,17 @@ per sequence) are described in :mod:`simsci.processes._exact`'s docstring.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import math
-import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from simsci._seeding import check_count, check_positive, check_seed, check_split, progress_bar
-from simsci._version import __version__
-from simsci.datasets._registry import register_dataset
+from simsci.datasets._registry import BuildOptions, register_dataset
 from simsci.processes import (
     HawkesProcess,
     PointProcess,
@@ -125,31 +126,80 @@ def _default_t_end(process: PointProcess, t_end) -> float:
     return TARGET_EVENTS / float(rate.sum())
 
 
-def _build(
-    process: PointProcess,
-    n: int,
-    *,
+def events(
     dataset: str,
-    out,
-    seed: int,
-    progress: bool,
-    t_end,
-    split,
-    min_events,
-    max_events,
-    extra_meta: dict,
+    make_process: Callable[..., tuple[PointProcess, dict]],
+    n: int,
+    common: BuildOptions,
+    *,
+    marks: int = 1,
+    t_end: float | None = None,
+    min_events: int = 2,
+    max_events: int | None = None,
+    **params,
 ) -> Path:
-    """Draw n sequences on (0, t_end] with >= min_events events (redrawing the others),
-    cut them after max_events and write them (module docstring: the conditioning)."""
+    """Write ``n`` sequences of ``make_process(marks, **params)`` (the process and its
+    extra meta) on (0, t_end] (default: about ``TARGET_EVENTS`` events); returns the path.
+    Sequences with fewer than ``min_events`` events are redrawn (the data set is
+    conditioned on having at least that many); longer than ``max_events``: cut (module
+    docstring). Registered as ``poisson_events``, ``hawkes`` and ``self_correcting``."""
+    K = check_positive("marks", marks, integer=True)
+    process, extra_meta = make_process(K, **params)
     n = check_count(n)
-    seed = check_seed(seed)
+    seed = check_seed(common.seed)
     t_end = _default_t_end(process, t_end)
-    fractions = check_split(split)
+    fractions = check_split(common.split)
     min_events = check_positive("min_events", min_events, integer=True, minimum=0)
     if max_events is not None:
         max_events = check_positive("max_events", max_events, integer=True, minimum=1)
         if max_events < min_events:
             raise ValueError(f"max_events = {max_events} is below min_events = {min_events}")
+    kept, draws = _draw(process, n, dataset, seed, common.progress, t_end, min_events)
+    truncated = 0
+    for seq in kept:
+        seq["t_end"] = np.float64(t_end)
+        if max_events is not None and len(seq["t"]) > max_events:
+            seq["t"], seq["mark"] = seq["t"][:max_events], seq["mark"][:max_events]
+            seq["t_end"] = np.float64(seq["t"][-1])  # observed up to the cut (a stopping time)
+            truncated += 1
+    lengths = np.array([len(s["t"]) for s in kept])
+    meta = {
+        **common.meta(dataset, n),
+        "t_start": 0.0,
+        "t_end": t_end,
+        "time_unit": None,
+        "num_marks": process.num_marks,
+        "mean_rate": process.mean_rate().tolist(),
+        "min_events": min_events,
+        "max_events": max_events,
+        "conditioning": (
+            f"sequences with fewer than {min_events} events on (0, t_end] were redrawn: the "
+            "data set is the process conditioned on at least that many events"
+        ),
+        "draws": draws,
+        "truncated": truncated,
+        "truncation": "a cut sequence is observed on (0, episodes/t_end], its last event",
+        "events_mean": float(lengths.mean()),
+        "split": list(fractions),
+        **extra_meta,
+    }
+    return write_event_file(
+        common.out,
+        kept,
+        system=dataset,
+        num_marks=process.num_marks,
+        split_fractions=fractions,
+        seed=seed,
+        process=process,
+        meta=meta,
+    )
+
+
+def _draw(
+    process: PointProcess, n: int, dataset: str, seed: int, progress: bool, t_end, min_events
+) -> tuple[list[dict], int]:
+    """n sequences on (0, t_end] with >= min_events events (redrawing the others) and the
+    number of sequences drawn."""
     # spawn key (1,): write_event_file draws the splits from the stream with key (0,)
     rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(2)[1])
     kept: list[dict] = []
@@ -177,77 +227,13 @@ def _build(
     finally:
         if bar is not None:
             bar.close()
-    truncated = 0
-    for seq in kept:
-        seq["t_end"] = np.float64(t_end)
-        if max_events is not None and len(seq["t"]) > max_events:
-            seq["t"], seq["mark"] = seq["t"][:max_events], seq["mark"][:max_events]
-            seq["t_end"] = np.float64(seq["t"][-1])  # observed up to the cut (a stopping time)
-            truncated += 1
-    lengths = np.array([len(s["t"]) for s in kept])
-    meta = {
-        "generator": "simsci.datasets.make_dataset",
-        "dataset": dataset,
-        "simsci_version": __version__,
-        "n": n,
-        "seed": seed,
-        "t_start": 0.0,
-        "t_end": t_end,
-        "time_unit": None,
-        "num_marks": process.num_marks,
-        "mean_rate": process.mean_rate().tolist(),
-        "min_events": min_events,
-        "max_events": max_events,
-        "conditioning": (
-            f"sequences with fewer than {min_events} events on (0, t_end] were redrawn: the "
-            "data set is the process conditioned on at least that many events"
-        ),
-        "draws": draws,
-        "truncated": truncated,
-        "truncation": "a cut sequence is observed on (0, episodes/t_end], its last event",
-        "events_mean": float(lengths.mean()),
-        "split": list(fractions),
-        **extra_meta,
-    }
-    return write_event_file(
-        out,
-        kept,
-        system=dataset,
-        num_marks=process.num_marks,
-        split_fractions=fractions,
-        seed=seed,
-        process=process,
-        meta=meta,
-    )
+    return kept, draws
 
 
-@register_dataset(
-    "poisson_events",
-    "marked Poisson event sequences, homogeneous or with a periodic rate (exact "
-    "likelihood; a baseline for event models)",
-)
-def poisson_events_dataset(
-    n: int,
-    *,
-    out: str | os.PathLike,
-    seed: int = 0,
-    progress: bool = False,
-    marks: int = 1,
-    rate=1.0,
-    amplitude=0.0,
-    period: float = 10.0,
-    phase=0.0,
-    t_end: float | None = None,
-    split=(0.8, 0.1, 0.1),
-    min_events: int = 2,
-    max_events: int | None = None,
-) -> Path:
-    """Write ``n`` sequences of :class:`PoissonProcess` (``rate``, ``amplitude``,
-    ``phase``: a number or ``marks`` values, comma-separated on the CLI) on (0, t_end]
-    (default: 50 / sum(rate), about 50 events); returns the path. Sequences with fewer
-    than ``min_events`` events are redrawn (the data set is conditioned on having at
-    least that many); longer than ``max_events``: cut (module docstring)."""
-    K = check_positive("marks", marks, integer=True)
+# ------------------------------------------------------------------ the processes
+def _poisson(K: int, *, rate=1.0, amplitude=0.0, period: float = 10.0, phase=0.0):
+    """:class:`PoissonProcess` (``rate``, ``amplitude``, ``phase``: a number or ``marks``
+    values, comma-separated on the CLI); default ``t_end`` 50 / sum(rate)."""
     process = PoissonProcess(
         _vector_option("rate", rate, K),
         amplitude=_vector_option("amplitude", amplitude, K),
@@ -255,49 +241,14 @@ def poisson_events_dataset(
         phase=_vector_option("phase", phase, K),
         num_marks=K,
     )
-    return _build(
-        process,
-        n,
-        dataset="poisson_events",
-        out=out,
-        seed=seed,
-        progress=progress,
-        t_end=t_end,
-        split=split,
-        min_events=min_events,
-        max_events=max_events,
-        extra_meta={},
-    )
+    return process, {}
 
 
-@register_dataset(
-    "hawkes",
-    "multivariate Hawkes event sequences with exponential kernels (exact likelihood; "
-    "default parameters a fixed formula of --marks)",
-)
-def hawkes_dataset(
-    n: int,
-    *,
-    out: str | os.PathLike,
-    seed: int = 0,
-    progress: bool = False,
-    marks: int = 1,
-    mu=None,
-    alpha=None,
-    beta=None,
-    t_end: float | None = None,
-    split=(0.8, 0.1, 0.1),
-    min_events: int = 2,
-    max_events: int | None = None,
-) -> Path:
-    """Write ``n`` sequences of :class:`HawkesProcess` on (0, t_end], empty history at 0;
-    returns the path. ``mu`` (K values), ``alpha``, ``beta`` (K x K, or a number): None
-    takes :func:`default_hawkes_params` (spectral radius 0.65, beta in [1, 3]);
-    ``t_end`` None: 50 / the total stationary rate (about 50 events, a little fewer
-    since the process starts empty). Sequences with fewer than ``min_events`` events are
-    redrawn (the data set is conditioned on having at least that many); longer than
-    ``max_events``: cut (module docstring)."""
-    K = check_positive("marks", marks, integer=True)
+def _hawkes(K: int, *, mu=None, alpha=None, beta=None):
+    """:class:`HawkesProcess`, empty history at 0. ``mu`` (K values), ``alpha``, ``beta`` (K
+    x K, or a number): None takes :func:`default_hawkes_params` (spectral radius 0.65,
+    beta in [1, 3]); default ``t_end`` 50 / the total stationary rate (about 50 events, a
+    little fewer since the process starts empty)."""
     default = default_hawkes_params(K)
     process = HawkesProcess(
         _vector_option("mu", default["mu"] if mu is None else mu, K),
@@ -305,69 +256,50 @@ def hawkes_dataset(
         _matrix_option("beta", default["beta"] if beta is None else beta, K),
         num_marks=K,
     )
-    extra = {
-        "default_params": [
-            k for k, v in (("mu", mu), ("alpha", alpha), ("beta", beta)) if v is None
-        ]
-    }
-    return _build(
-        process,
-        n,
-        dataset="hawkes",
-        out=out,
-        seed=seed,
-        progress=progress,
-        t_end=t_end,
-        split=split,
-        min_events=min_events,
-        max_events=max_events,
-        extra_meta={**extra, "spectral_radius": process.spectral_radius},
-    )
+    defaults = [k for k, v in (("mu", mu), ("alpha", alpha), ("beta", beta)) if v is None]
+    return process, {"default_params": defaults, "spectral_radius": process.spectral_radius}
 
 
-@register_dataset(
-    "self_correcting",
-    "multivariate self-correcting event sequences, lambda = exp(mu t - alpha N(t)) "
-    "(exact likelihood)",
-)
-def self_correcting_dataset(
-    n: int,
-    *,
-    out: str | os.PathLike,
-    seed: int = 0,
-    progress: bool = False,
-    marks: int = 1,
-    mu=None,
-    alpha=None,
-    t_end: float | None = None,
-    split=(0.8, 0.1, 0.1),
-    min_events: int = 2,
-    max_events: int | None = None,
-) -> Path:
-    """Write ``n`` sequences of :class:`SelfCorrectingProcess` on (0, t_end]; returns
-    the path. ``mu`` (K values), ``alpha`` (K x K, or a number): None takes
-    :func:`default_self_correcting_params` (K = 1: mu = alpha = 1); ``t_end`` None: 50 /
-    the total long-run rate sum(alpha^-1 mu). Sequences with fewer than ``min_events``
-    events are redrawn (the data set is conditioned on having at least that many);
-    longer than ``max_events``: cut (module docstring)."""
-    K = check_positive("marks", marks, integer=True)
+def _self_correcting(K: int, *, mu=None, alpha=None):
+    """:class:`SelfCorrectingProcess`. ``mu`` (K values), ``alpha`` (K x K, or a number):
+    None takes :func:`default_self_correcting_params` (K = 1: mu = alpha = 1); default
+    ``t_end`` 50 / the total long-run rate sum(alpha^-1 mu)."""
     default = default_self_correcting_params(K)
     process = SelfCorrectingProcess(
         _vector_option("mu", default["mu"] if mu is None else mu, K),
         _matrix_option("alpha", default["alpha"] if alpha is None else alpha, K),
         num_marks=K,
     )
-    extra = {"default_params": [k for k, v in (("mu", mu), ("alpha", alpha)) if v is None]}
-    return _build(
-        process,
-        n,
-        dataset="self_correcting",
-        out=out,
-        seed=seed,
-        progress=progress,
-        t_end=t_end,
-        split=split,
-        min_events=min_events,
-        max_events=max_events,
-        extra_meta=extra,
+    return process, {"default_params": [k for k, v in (("mu", mu), ("alpha", alpha)) if v is None]}
+
+
+#: (data set, its process, summary); the process's keyword defaults are the data set's
+_EVENTS = (
+    (
+        "poisson_events",
+        _poisson,
+        "marked Poisson event sequences, homogeneous or with a periodic rate (exact "
+        "likelihood; a baseline for event models)",
+    ),
+    (
+        "hawkes",
+        _hawkes,
+        "multivariate Hawkes event sequences with exponential kernels (exact likelihood; "
+        "default parameters a fixed formula of --marks)",
+    ),
+    (
+        "self_correcting",
+        _self_correcting,
+        "multivariate self-correcting event sequences, lambda = exp(mu t - alpha N(t)) "
+        "(exact likelihood)",
+    ),
+)
+for _dataset, _make, _summary in _EVENTS:
+    _defaults = {
+        k: p.default
+        for k, p in inspect.signature(_make).parameters.items()
+        if p.kind is p.KEYWORD_ONLY
+    }
+    register_dataset(_dataset, _summary, defaults=_defaults)(
+        functools.partial(events, _dataset, _make)
     )

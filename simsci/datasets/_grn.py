@@ -91,8 +91,8 @@ AUROCs are Mann-Whitney statistics with ties counted half.
 
 from __future__ import annotations
 
+import functools
 import math
-import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -101,8 +101,7 @@ import torch
 
 from simsci import data as sdata
 from simsci._seeding import check_positive, check_split, progress_bar, split_ids, streams
-from simsci._version import __version__
-from simsci.datasets._registry import register_dataset
+from simsci.datasets._registry import BuildOptions, check_compression, register_dataset
 from simsci.errors import unknown_name
 from simsci.integrate import odeint
 
@@ -639,29 +638,30 @@ def _check_counts_scale(counts_scale) -> float:
     return value
 
 
-def _snapshots(
-    network: GeneNetwork,
-    n: int,
-    *,
-    out,
-    seed: int,
-    progress: bool,
-    t_max,
-    counts_scale,
-    u_spread,
-    split,
-    compression,
+def grn(
     dataset: str,
-    extra_meta: dict,
+    make_network: Callable[..., GeneNetwork],
+    n: int,
+    common: BuildOptions,
+    *,
+    t_max: float,
+    counts_scale: float = 50.0,
+    u_spread: float = 0.5,
+    compression: str | None = None,
+    **network_options,
 ) -> Path:
+    """Write ``n`` cells of ``make_network(**network_options)`` (module docstring: the sampling,
+    noise and file layout; ``common.seed`` draws the cells). Registered as ``grn_toggle``,
+    ``grn_repressilator`` and ``grn_random`` (whose ``genes`` and ``network_seed`` make
+    the network); call through ``make_dataset("grn_toggle", n, out=...)``."""
+    network = make_network(**network_options)
     t_max = check_positive("t_max", t_max)
     counts_scale = _check_counts_scale(counts_scale)
     u_spread = _check_spread(u_spread)
-    fractions = check_split(split)
-    if compression not in (None, "gzip", "lzf"):
-        raise ValueError(f"compression must be None, 'gzip' or 'lzf', got {compression!r}")
+    fractions = check_split(common.split)
+    compression = check_compression(compression)
 
-    gens = streams(seed, _STREAMS)
+    gens = streams(common.seed, _STREAMS)
     x0 = network.sample_initial(n, gens["initial"], u_spread=u_spread)
     # end times in (0, t_max]: 1 - U(0, 1) never hits 0, so every grid [0, t] increases
     t_end = t_max * (1.0 - torch.rand(n, generator=gens["times"], dtype=torch.float64))
@@ -677,12 +677,8 @@ def _snapshots(
 
     names = network.state_names()
     meta = {
-        "generator": "simsci.datasets.make_dataset",
-        "dataset": dataset,
-        "simsci_version": __version__,
-        "n": n,
-        "seed": seed,
-        **extra_meta,
+        **common.meta(dataset, n),
+        **{k: int(v) for k, v in network_options.items()},
         "t_max": t_max,
         "counts_scale": counts_scale if math.isfinite(counts_scale) else "inf",
         "u_spread": u_spread,
@@ -699,10 +695,10 @@ def _snapshots(
         "solver": {"method": "dopri5", "rtol": _RTOL, "atol": _ATOL},
     }
     t_np, x_np, c_np, v_np = (a.numpy() for a in (t_end, x_obs, x_clean, v))
-    bar = progress_bar(n, dataset, progress)
+    bar = progress_bar(n, dataset, common.progress)
     try:
         with sdata.TrajectoryWriter(
-            out,
+            common.out,
             kind="state",
             system=f"grn_{network.name}",
             meta=meta,
@@ -727,111 +723,33 @@ def _snapshots(
     return writer.path
 
 
-@register_dataset(
-    "grn_toggle",
-    "single-cell snapshots (u, s, true velocity) of a bistable toggle switch with two "
-    "marker genes; counts-like noise",
-)
-def grn_toggle(
-    n: int,
-    *,
-    out: str | os.PathLike,
-    seed: int = 0,
-    progress: bool = False,
-    t_max: float = 8.0,
-    counts_scale: float = 50.0,
-    u_spread: float = 0.5,
-    split=(0.8, 0.1, 0.1),
-    compression: str | None = None,
-) -> Path:
-    """Write ``n`` cells of the ``toggle_switch`` network (module docstring: the
-    sampling, noise and file layout). Call through ``make_dataset("grn_toggle", n,
-    out=...)``."""
-    return _snapshots(
-        toggle_switch(),
-        n,
-        out=out,
-        seed=seed,
-        progress=progress,
-        t_max=t_max,
-        counts_scale=counts_scale,
-        u_spread=u_spread,
-        split=split,
-        compression=compression,
-        dataset="grn_toggle",
-        extra_meta={},
-    )
+def _random(genes: int, network_seed: int) -> GeneNetwork:
+    return random_network(genes, network_seed)
 
 
-@register_dataset(
-    "grn_repressilator",
-    "single-cell snapshots (u, s, true velocity) of the 3-gene repressilator "
-    "(oscillating); counts-like noise",
-)
-def grn_repressilator(
-    n: int,
-    *,
-    out: str | os.PathLike,
-    seed: int = 0,
-    progress: bool = False,
-    t_max: float = 30.0,
-    counts_scale: float = 50.0,
-    u_spread: float = 0.5,
-    split=(0.8, 0.1, 0.1),
-    compression: str | None = None,
-) -> Path:
-    """Write ``n`` cells of the ``repressilator`` network (module docstring). Call
-    through ``make_dataset("grn_repressilator", n, out=...)``."""
-    return _snapshots(
-        repressilator(),
-        n,
-        out=out,
-        seed=seed,
-        progress=progress,
-        t_max=t_max,
-        counts_scale=counts_scale,
-        u_spread=u_spread,
-        split=split,
-        compression=compression,
-        dataset="grn_repressilator",
-        extra_meta={},
-    )
-
-
-@register_dataset(
-    "grn_random",
-    "single-cell snapshots (u, s, true velocity) of a seeded random signed network of "
-    "10-20 genes; counts-like noise",
-)
-def grn_random(
-    n: int,
-    *,
-    out: str | os.PathLike,
-    seed: int = 0,
-    progress: bool = False,
-    genes: int = 12,
-    network_seed: int = 0,
-    t_max: float = 10.0,
-    counts_scale: float = 50.0,
-    u_spread: float = 0.5,
-    split=(0.8, 0.1, 0.1),
-    compression: str | None = None,
-) -> Path:
-    """Write ``n`` cells of ``random_network(genes, network_seed)`` (module docstring);
-    ``seed`` draws the cells, ``network_seed`` the network. Call through
-    ``make_dataset("grn_random", n, out=...)``."""
-    network = random_network(genes, network_seed)
-    return _snapshots(
-        network,
-        n,
-        out=out,
-        seed=seed,
-        progress=progress,
-        t_max=t_max,
-        counts_scale=counts_scale,
-        u_spread=u_spread,
-        split=split,
-        compression=compression,
-        dataset="grn_random",
-        extra_meta={"genes": int(genes), "network_seed": int(network_seed)},
-    )
+#: (data set, its network, its defaults, what it shows)
+for _dataset, _network, _defaults, _summary in (
+    (
+        "grn_toggle",
+        toggle_switch,
+        {"t_max": 8.0},
+        "a bistable toggle switch with two marker genes",
+    ),
+    (
+        "grn_repressilator",
+        repressilator,
+        {"t_max": 30.0},
+        "the 3-gene repressilator (oscillating)",
+    ),
+    (
+        "grn_random",
+        _random,
+        {"genes": 12, "network_seed": 0, "t_max": 10.0},
+        "a seeded random signed network of 10-20 genes",
+    ),
+):
+    register_dataset(
+        _dataset,
+        f"single-cell snapshots (u, s, true velocity) of {_summary}; counts-like noise",
+        defaults=_defaults,
+    )(functools.partial(grn, _dataset, _network))

@@ -93,8 +93,8 @@ phases), 16 for the rigid body (its periods over the unit sphere spread from ~9.
 from __future__ import annotations
 
 import difflib
+import functools
 import math
-import os
 from pathlib import Path
 from typing import ClassVar
 
@@ -111,8 +111,7 @@ from simsci._seeding import (
     split_ids,
     streams,
 )
-from simsci._version import __version__
-from simsci.datasets._registry import register_dataset
+from simsci.datasets._registry import BuildOptions, check_compression, register_dataset
 from simsci.errors import UnknownNameError, unknown_name
 from simsci.integrate import odeint
 from simsci.systems import Interval, get
@@ -741,28 +740,37 @@ def lifted_from_config(cfg: dict) -> LiftedFlow:
 _STREAMS = ("initial", "keep", "noise", "split")
 
 
-def _write(
-    flow: LiftedFlow,
+def lifted(
+    flow: str,
     n: int,
-    out,
-    seed: int,
-    progress: bool,
-    steps,
-    t_end,
-    keep,
-    noise,
-    split,
-    compression,
+    common: BuildOptions,
+    *,
+    dim: int = 64,
+    steps: int = 50,
+    t_end: float,
+    keep: float = 1.0,
+    noise: float = 0.0,
+    embed_seed: int = 0,
+    hidden: int = 32,
+    freq: float = 1.0,
+    bend: float = 2.0,
+    compression: str | None = None,
+    **params,
 ) -> Path:
+    """Write ``n`` trajectories of the lifted ``flow`` to ``common.out`` (module docstring of
+    :mod:`simsci.datasets._manifolds`: the flow, the embedding, the file); returns the path.
+    ``dim`` D, ``embed_seed``/``hidden``/``freq``/``bend`` the embedding, ``params`` the flow
+    parameters. Registered as ``lifted_<flow>`` (defaults: ``t_end`` per flow, the flow's
+    own parameters); call through ``simsci.datasets.make_dataset("lifted_<flow>", n, out=...)``."""
+    flow = lifted_flow(flow, dim, embed_seed, hidden=hidden, freq=freq, bend=bend, **params)
     steps = check_positive("steps", steps, integer=True, minimum=2)
     t_end = check_positive("t_end", t_end)
     keep = check_fraction("keep", keep, what="fraction of the grid points kept per episode")
     noise = check_positive("noise", noise, minimum=0.0)
-    fractions = check_split(split)
-    if compression not in (None, "gzip", "lzf"):
-        raise ValueError(f"compression must be None, 'gzip' or 'lzf', got {compression!r}")
+    fractions = check_split(common.split)
+    compression = check_compression(compression)
 
-    gens = streams(seed, _STREAMS)
+    gens = streams(common.seed, _STREAMS)
     grid = torch.linspace(0.0, t_end, steps + 1, dtype=torch.float64)
     with torch.no_grad():
         u = flow.simulate(flow.sample_initial(n, gens["initial"]), grid)  # (n, L, m)
@@ -772,11 +780,7 @@ def _write(
     splits = split_ids(n, fractions, gens["split"])
     system = f"lifted_{flow.name}"
     meta = {
-        "generator": "simsci.datasets.make_dataset",
-        "dataset": system,
-        "simsci_version": __version__,
-        "n": n,
-        "seed": seed,
+        **common.meta(system, n),
         "manifold": flow.config(),
         "steps": steps,
         "t_end": t_end,
@@ -796,10 +800,10 @@ def _write(
     }
     names = {"u": list(flow.coordinate_names), "params": list(flow.params)}
     param_row = np.array(list(flow.params.values()), dtype=np.float64)
-    bar = progress_bar(n, system, progress)
+    bar = progress_bar(n, system, common.progress)
     try:
         with sdata.TrajectoryWriter(
-            out, kind="state", system=system, meta=meta, names=names, compression=compression
+            common.out, kind="state", system=system, meta=meta, names=names, compression=compression
         ) as writer:
             for i in range(n):
                 idx = kept[i]
@@ -821,151 +825,17 @@ def _write(
     return writer.path
 
 
-_DOC = """Write ``n`` trajectories of the lifted {flow} flow to ``out`` (module docstring of
-:mod:`simsci.datasets._manifolds`: the flow, the embedding, the file); returns the path.
-``dim`` D, ``embed_seed``/``hidden``/``freq``/``bend`` the embedding, the other keywords the flow
-parameters. Call through ``simsci.datasets.make_dataset("lifted_{flow}", n, out=...)``."""
-
-
-@register_dataset(
-    "lifted_circle",
-    "non-uniform rotation on a circle embedded in R^D by a "
-    "random smooth map; x, true velocity v, base coords u",
+#: (flow, default t_end, what the data set shows): one data set ``lifted_<flow>`` each
+_LIFTED = (
+    ("circle", 14.5, "non-uniform rotation on a circle"),
+    ("torus", 12.0, "two coupled phase oscillators on a torus"),
+    ("rigid_body", 16.0, "free rigid body on the unit sphere"),
+    ("lorenz63", 2.0, "Lorenz-63 (scaled) on a 3-D manifold"),
 )
-def lifted_circle(
-    n: int,
-    *,
-    out: str | os.PathLike,
-    seed: int = 0,
-    progress: bool = False,
-    dim: int = 64,
-    steps: int = 50,
-    t_end: float = 14.5,
-    keep: float = 1.0,
-    noise: float = 0.0,
-    split=(0.6, 0.2, 0.2),
-    embed_seed: int = 0,
-    hidden: int = 32,
-    freq: float = 1.0,
-    bend: float = 2.0,
-    omega: float = 1.0,
-    a: float = 0.5,
-    compression: str | None = None,
-) -> Path:
-    flow = lifted_flow(
-        "circle", dim, embed_seed, hidden=hidden, freq=freq, bend=bend, omega=omega, a=a
-    )
-    return _write(flow, n, out, seed, progress, steps, t_end, keep, noise, split, compression)
-
-
-@register_dataset(
-    "lifted_torus",
-    "two coupled phase oscillators on a torus embedded in R^D "
-    "by a random smooth map; x, true velocity v, base coords u",
-)
-def lifted_torus(
-    n: int,
-    *,
-    out: str | os.PathLike,
-    seed: int = 0,
-    progress: bool = False,
-    dim: int = 64,
-    steps: int = 50,
-    t_end: float = 12.0,
-    keep: float = 1.0,
-    noise: float = 0.0,
-    split=(0.6, 0.2, 0.2),
-    embed_seed: int = 0,
-    hidden: int = 32,
-    freq: float = 1.0,
-    bend: float = 2.0,
-    w1: float = 1.0,
-    w2: float = math.sqrt(2.0),
-    k: float = 0.1,
-    compression: str | None = None,
-) -> Path:
-    flow = lifted_flow(
-        "torus", dim, embed_seed, hidden=hidden, freq=freq, bend=bend, w1=w1, w2=w2, k=k
-    )
-    return _write(flow, n, out, seed, progress, steps, t_end, keep, noise, split, compression)
-
-
-@register_dataset(
-    "lifted_rigid_body",
-    "free rigid body on the unit sphere embedded in R^D by "
-    "a random smooth map; x, true velocity v, base coords u",
-)
-def lifted_rigid_body(
-    n: int,
-    *,
-    out: str | os.PathLike,
-    seed: int = 0,
-    progress: bool = False,
-    dim: int = 64,
-    steps: int = 50,
-    t_end: float = 16.0,
-    keep: float = 1.0,
-    noise: float = 0.0,
-    split=(0.6, 0.2, 0.2),
-    embed_seed: int = 0,
-    hidden: int = 32,
-    freq: float = 1.0,
-    bend: float = 2.0,
-    I1: float = 2.0,
-    I2: float = 1.0,
-    I3: float = 2.0 / 3.0,
-    compression: str | None = None,
-) -> Path:
-    flow = lifted_flow(
-        "rigid_body", dim, embed_seed, hidden=hidden, freq=freq, bend=bend, I1=I1, I2=I2, I3=I3
-    )
-    return _write(flow, n, out, seed, progress, steps, t_end, keep, noise, split, compression)
-
-
-@register_dataset(
-    "lifted_lorenz63",
-    "Lorenz-63 (scaled) on a 3-D manifold embedded in R^D "
-    "by a random smooth map; x, true velocity v, base coords u",
-)
-def lifted_lorenz63(
-    n: int,
-    *,
-    out: str | os.PathLike,
-    seed: int = 0,
-    progress: bool = False,
-    dim: int = 64,
-    steps: int = 50,
-    t_end: float = 2.0,
-    keep: float = 1.0,
-    noise: float = 0.0,
-    split=(0.6, 0.2, 0.2),
-    embed_seed: int = 0,
-    hidden: int = 32,
-    freq: float = 1.0,
-    bend: float = 2.0,
-    sigma: float = 10.0,
-    rho: float = 28.0,
-    beta: float = 8.0 / 3.0,
-    compression: str | None = None,
-) -> Path:
-    flow = lifted_flow(
-        "lorenz63",
-        dim,
-        embed_seed,
-        hidden=hidden,
-        freq=freq,
-        bend=bend,
-        sigma=sigma,
-        rho=rho,
-        beta=beta,
-    )
-    return _write(flow, n, out, seed, progress, steps, t_end, keep, noise, split, compression)
-
-
-for _name, _build in (
-    ("circle", lifted_circle),
-    ("torus", lifted_torus),
-    ("rigid_body", lifted_rigid_body),
-    ("lorenz63", lifted_lorenz63),
-):
-    _build.__doc__ = _DOC.format(flow=_name)
+for _flow, _t_end, _what in _LIFTED:
+    register_dataset(
+        f"lifted_{_flow}",
+        f"{_what} embedded in R^D by a random smooth map; x, true velocity v, base coords u",
+        split=(0.6, 0.2, 0.2),
+        defaults={"t_end": _t_end, **LIFTED_FLOWS[_flow].default_params},
+    )(functools.partial(lifted, _flow))

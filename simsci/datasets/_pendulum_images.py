@@ -51,7 +51,6 @@ noise). The per-step field ``corruption`` stores ``w`` (0 for a clean frame).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -67,8 +66,7 @@ from simsci._seeding import (
     split_ids,
     streams,
 )
-from simsci._version import __version__
-from simsci.datasets._registry import register_dataset
+from simsci.datasets._registry import BuildOptions, check_compression, register_dataset
 from simsci.systems import get
 
 _STREAMS = ("params", "initial", "keep", "noise", "split")
@@ -101,21 +99,18 @@ def render_pendulum(theta: np.ndarray, size: int) -> np.ndarray:
 )
 def pendulum_images(
     n: int,
+    common: BuildOptions,
     *,
-    out: str | os.PathLike,
-    seed: int = 0,
-    progress: bool = False,
     keep: float = 0.5,
     size: int = 24,
     t_end: float = 10.0,
     dt: float = 0.1,
     noise_std: float = 0.05,
     corrupt_prob: float = 0.1,
-    split=(0.8, 0.1, 0.1),
     compression: str | None = None,
 ) -> Path:
-    """Write ``n`` pendulum image sequences to ``out`` (module docstring: the model, the
-    noise and the file layout); returns the path. Call through
+    """Write ``n`` pendulum image sequences to ``common.out`` (module docstring: the model,
+    the noise and the file layout); returns the path. Call through
     ``simsci.datasets.make_dataset("pendulum_images", n, out=...)``."""
     keep = check_fraction("keep", keep, what="fraction of the grid frames observed")
     size = check_positive("size", size, integer=True, minimum=8)
@@ -131,33 +126,17 @@ def pendulum_images(
     corrupt_prob = check_fraction(
         "corrupt_prob", corrupt_prob, allow_zero=True, what="probability of a corrupted frame"
     )
-    fractions = check_split(split)
-    if compression not in (None, "gzip", "lzf"):
-        raise ValueError(f"compression must be None, 'gzip' or 'lzf', got {compression!r}")
+    fractions = check_split(common.split)
+    compression = check_compression(compression)
 
-    gens = streams(seed, _STREAMS)
+    gens = streams(common.seed, _STREAMS)
     pendulum = get("damped_pendulum")
-    rows = pendulum.sample_params(n, generator=gens["params"])
-    rows[:, pendulum.param_names.index("g")] = pendulum.params["g"]
-    x0 = pendulum.sample_initial(n, generator=gens["initial"])
     grid = dt * np.arange(steps + 1, dtype=np.float64)
-    states = np.empty((n, steps + 1, 2), dtype=np.float64)
-    t = torch.as_tensor(grid)
-    with torch.no_grad():
-        for b0 in range(0, n, _SOLVE_BATCH):
-            b1 = min(n, b0 + _SOLVE_BATCH)
-            xs = pendulum.simulate(x0[b0:b1], t, rows[b0:b1], rtol=_TOL, atol=_TOL)
-            states[b0:b1] = xs.numpy()
+    rows, states = _swing(pendulum, n, grid, gens)
     kept = kept_indices(n, steps + 1, keep, gens["keep"])
     splits = split_ids(n, fractions, gens["split"])
-    noise = gens["noise"]
-
     meta = {
-        "generator": "simsci.datasets.make_dataset",
-        "dataset": "pendulum_images",
-        "simsci_version": __version__,
-        "n": n,
-        "seed": seed,
+        **common.meta("pendulum_images", n),
         "image_shape": [size, size],
         "t_end": t_end,
         "dt": dt,
@@ -187,10 +166,10 @@ def pendulum_images(
         "label": ["sin_theta", "cos_theta"],
         "params": list(pendulum.param_names),
     }
-    bar = progress_bar(n, "pendulum_images", progress)
+    bar = progress_bar(n, "pendulum_images", common.progress)
     try:
         with sdata.TrajectoryWriter(
-            out,
+            common.out,
             kind="state",
             system="pendulum_images",
             meta=meta,
@@ -200,26 +179,9 @@ def pendulum_images(
         ) as writer:
             for i in range(n):
                 idx = kept[i]
-                theta = states[i, idx, 0]
-                clean = render_pendulum(theta, size).reshape(len(idx), -1)
-                eps = torch.randn(clean.shape, generator=noise, dtype=torch.float64).numpy()
-                hit = torch.rand(len(idx), generator=noise, dtype=torch.float64).numpy()
-                w = 0.5 + 0.5 * torch.rand(len(idx), generator=noise, dtype=torch.float64).numpy()
-                u = torch.rand(clean.shape, generator=noise, dtype=torch.float64).numpy()
-                w = np.where(hit < corrupt_prob, w, 0.0)
-                frames = (1.0 - w[:, None]) * clean + w[:, None] * u + noise_std * eps
-                angle = np.stack([np.sin(theta), np.cos(theta)], axis=-1)
+                frames = _observe(states[i, idx], size, noise_std, corrupt_prob, gens["noise"])
                 writer.append(
-                    {
-                        "t": grid[idx],
-                        "x": np.clip(frames, 0.0, 1.0).astype(np.float32),
-                        "angle": angle.astype(np.float32),
-                        "state": states[i, idx].astype(np.float32),
-                        "corruption": w.astype(np.float32),
-                        "label": angle[-1].astype(np.float32),
-                        "params": rows[i].numpy(),
-                        "split": int(splits[i]),
-                    }
+                    {"t": grid[idx], **frames, "params": rows[i].numpy(), "split": int(splits[i])}
                 )
                 if bar is not None:
                     bar.update(1)
@@ -227,3 +189,40 @@ def pendulum_images(
         if bar is not None:
             bar.close()
     return writer.path
+
+
+def _swing(pendulum, n: int, grid: np.ndarray, gens) -> tuple[torch.Tensor, np.ndarray]:
+    """(parameter rows (n, 3), states (n, L, 2)) of n pendulums with sampled L and damping
+    (g fixed) from the system's initial states, solved on ``grid`` in batches."""
+    rows = pendulum.sample_params(n, generator=gens["params"])
+    rows[:, pendulum.param_names.index("g")] = pendulum.params["g"]
+    x0 = pendulum.sample_initial(n, generator=gens["initial"])
+    states = np.empty((n, len(grid), 2), dtype=np.float64)
+    t = torch.as_tensor(grid)
+    with torch.no_grad():
+        for b0 in range(0, n, _SOLVE_BATCH):
+            b1 = min(n, b0 + _SOLVE_BATCH)
+            xs = pendulum.simulate(x0[b0:b1], t, rows[b0:b1], rtol=_TOL, atol=_TOL)
+            states[b0:b1] = xs.numpy()
+    return rows, states
+
+
+def _observe(states: np.ndarray, size: int, noise_std: float, corrupt_prob: float, noise):
+    """One episode's observed frames and ground truth at its kept ``states`` (S, 2); draws
+    the pixel noise and the corruptions from the generator ``noise``."""
+    theta = states[:, 0]
+    clean = render_pendulum(theta, size).reshape(len(theta), -1)
+    eps = torch.randn(clean.shape, generator=noise, dtype=torch.float64).numpy()
+    hit = torch.rand(len(theta), generator=noise, dtype=torch.float64).numpy()
+    w = 0.5 + 0.5 * torch.rand(len(theta), generator=noise, dtype=torch.float64).numpy()
+    u = torch.rand(clean.shape, generator=noise, dtype=torch.float64).numpy()
+    w = np.where(hit < corrupt_prob, w, 0.0)
+    frames = (1.0 - w[:, None]) * clean + w[:, None] * u + noise_std * eps
+    angle = np.stack([np.sin(theta), np.cos(theta)], axis=-1)
+    return {
+        "x": np.clip(frames, 0.0, 1.0).astype(np.float32),
+        "angle": angle.astype(np.float32),
+        "state": states.astype(np.float32),
+        "corruption": w.astype(np.float32),
+        "label": angle[-1].astype(np.float32),
+    }

@@ -10,15 +10,13 @@ in its meta. The processes themselves are described in
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 
 from simsci import data as sdata
 from simsci._seeding import check_positive, check_split, progress_bar, split_ids, streams
-from simsci._version import __version__
-from simsci.datasets._registry import register_dataset
+from simsci.datasets._registry import BuildOptions, register_dataset
 from simsci.processes import (
     DAY,
     NEIGHBOURHOODS,
@@ -84,15 +82,12 @@ def _event_limits(min_events, max_events) -> tuple[int, int | None]:
 )
 def population_events(
     n: int,
+    common: BuildOptions,
     *,
-    out: str | os.PathLike,
-    seed: int = 0,
-    progress: bool = False,
     groups: int = 2,
     marks: int = 3,
     span_days: float = 28.0,
     window_hours: float = 72.0,
-    split=(0.8, 0.1, 0.1),
     max_events: int | None = None,
     min_events: int = 2,
 ) -> Path:
@@ -108,11 +103,11 @@ def population_events(
         raise ValueError(
             f"window_hours ({window_hours}) must fit in the calendar span ({span} hours)"
         )
-    fractions = check_split(split)
+    fractions = check_split(common.split)
     min_events, max_events = _event_limits(min_events, max_events)
     f = np.arange(groups) / (groups - 1) if groups > 1 else np.full(groups, 0.5)
     process = PopulationCoupledProcess(marks, groups, regime_time=span * (0.35 + 0.3 * f))
-    root = np.random.SeedSequence(seed)
+    root = np.random.SeedSequence(common.seed)
     rng = np.random.default_rng(root.spawn(1)[0])
 
     def draw(count, rng):
@@ -121,17 +116,13 @@ def population_events(
             count, t_start=start, t_end=start + window_hours, seed=rng.integers(2**63)
         )
 
-    bar = progress_bar(n, "population_events", progress)
+    bar = progress_bar(n, "population_events", common.progress)
     seqs, redrawn, truncated = _truncate_and_redraw(draw, n, min_events, max_events, rng)
     if bar is not None:
         bar.update(n)
         bar.close()
     meta = {
-        "generator": "simsci.datasets.make_dataset",
-        "dataset": "population_events",
-        "simsci_version": __version__,
-        "n": n,
-        "seed": seed,
+        **common.meta("population_events", n),
         "time_unit": "hour",
         "day_length": DAY,
         "week_length": WEEK,
@@ -149,12 +140,12 @@ def population_events(
     }
     d = process.latent_dim
     return write_event_file(
-        out,
+        common.out,
         seqs,
         system="population_events",
         num_marks=marks,
         split_fractions=fractions,
-        seed=seed,
+        seed=common.seed,
         process=process,
         meta=meta,
         names={"params": ["group", *(f"m{j}" for j in range(d))], "window": ["start", "end"]},
@@ -169,16 +160,13 @@ def population_events(
 )
 def mobility(
     n: int,
+    common: BuildOptions,
     *,
-    out: str | os.PathLike,
-    seed: int = 0,
-    progress: bool = False,
     locations: int = 36,
     days: float = 7.0,
     start_hour: float = 4.0,
     map_seed: int = 0,
     distance_scale: float = 2.0,
-    split=(0.8, 0.1, 0.1),
     max_events: int | None = None,
     min_events: int = 2,
 ) -> Path:
@@ -189,10 +177,10 @@ def mobility(
     start_hour = float(check_positive("start_hour", start_hour, minimum=0.0))
     if start_hour >= DAY:
         raise ValueError(f"start_hour must lie in [0, 24), got {start_hour}")
-    fractions = check_split(split)
+    fractions = check_split(common.split)
     min_events, max_events = _event_limits(min_events, max_events)
     process = MobilityProcess(locations, map_seed=map_seed, distance_scale=distance_scale)
-    root = np.random.SeedSequence(seed)
+    root = np.random.SeedSequence(common.seed)
     rng = np.random.default_rng(root.spawn(1)[0])
 
     def draw(count, rng):
@@ -201,14 +189,10 @@ def mobility(
             count, t_start=start, t_end=start + days * DAY, seed=rng.integers(2**63)
         )
 
-    bar = progress_bar(n, "mobility", progress)
+    bar = progress_bar(n, "mobility", common.progress)
     seqs, redrawn, truncated = _truncate_and_redraw(draw, n, min_events, max_events, rng)
     meta = {
-        "generator": "simsci.datasets.make_dataset",
-        "dataset": "mobility",
-        "simsci_version": __version__,
-        "n": n,
-        "seed": seed,
+        **common.meta("mobility", n),
         "process": process.config(),
         "time_unit": "hour",
         "day_length": DAY,
@@ -226,10 +210,10 @@ def mobility(
         "split": list(fractions),
     }
     # write_event_file's split rule (a seeded permutation), but loc_id is a step field
-    split = split_ids(len(seqs), fractions, streams(seed, ["split"])["split"])
+    split = split_ids(len(seqs), fractions, streams(common.seed, ["split"])["split"])
     try:
         with sdata.TrajectoryWriter(
-            out,
+            common.out,
             kind="events",
             system="mobility",
             meta=meta,

@@ -14,10 +14,16 @@ Design choices, and why:
   drift, its ``x`` is not the state. A second plain dict keeps ``systems.get`` and
   ``generate`` unchanged, and the CLI looks a name up in both (an unknown name lists
   both and suggests the closest).
-- **Explicit options.** Each builder is a function with keyword-only options and
-  documented defaults; ``make_dataset`` checks the given options against the builder's
-  signature, so a misspelt or inapplicable option (``--method`` for ``climate``) is an
-  error listing the valid ones, never silently ignored.
+- **Explicit options.** A builder is ``build(n, common, **own)``: ``common`` a
+  :class:`BuildOptions` (what every builder takes: ``out``, ``seed``, ``progress``,
+  ``split``), its own options keyword-only with documented defaults. ``make_dataset``
+  checks the given options against ``DatasetInfo.options()`` (the builder's own options
+  and ``split``), so a misspelt or inapplicable option (``--method`` for ``climate``)
+  is an error listing the valid ones, never silently ignored.
+- **One builder per family.** Near-identical data sets (the lifted flows, the gene
+  networks, the point processes) are one builder, registered under each name with
+  that name's ``defaults``: they override the builder's own defaults (``t_end``) or
+  add the options it takes through ``**options`` (a flow's parameters).
 - **Shared conventions with** :func:`simsci.systems.generate`: ``keep`` in (0, 1] is the
   fraction of a regular grid's time points kept per episode (``max(2, round(keep L))``
   of them, uniformly without replacement, sorted); splits are exact counts assigned by
@@ -32,38 +38,93 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from simsci._seeding import check_count, check_seed
+from simsci._version import __version__
 from simsci.errors import UnknownNameError, unknown_name
 from simsci.systems import SYSTEMS
+
+#: the train/val/test fractions of a builder that registers no other default
+DEFAULT_SPLIT = (0.8, 0.1, 0.1)
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildOptions:
+    """The options every builder takes: the output file ``out``, the ``seed`` of its
+    random streams, whether to show a ``progress`` bar, the train/val/test ``split``.
+
+    ``make_dataset`` checks ``n`` and ``seed`` and fills in the builder's registered
+    default split; the builder checks ``split`` where it draws the split labels.
+    """
+
+    out: str | os.PathLike
+    seed: int = 0
+    progress: bool = False
+    split: Sequence[float] = DEFAULT_SPLIT
+
+    def meta(self, dataset: str, n: int) -> dict:
+        """The head every builder's ``meta`` starts with."""
+        return {
+            "generator": "simsci.datasets.make_dataset",
+            "dataset": dataset,
+            "simsci_version": __version__,
+            "n": n,
+            "seed": self.seed,
+        }
+
+
+#: BuildOptions' fields: not a builder's own options (a keyword builder, such as
+#: simsci.driving.make_scenes behind _driving.py's adapter, lists them in its signature)
+_COMMON = tuple(f.name for f in dataclasses.fields(BuildOptions))
+
+
+def check_compression(compression) -> str | None:
+    """``compression`` for :class:`simsci.data.TrajectoryWriter`: None, "gzip" or "lzf"."""
+    if compression not in (None, "gzip", "lzf"):
+        raise ValueError(f"compression must be None, 'gzip' or 'lzf', got {compression!r}")
+    return compression
 
 
 @dataclasses.dataclass(frozen=True)
 class DatasetInfo:
-    """A registered builder: ``build(n, *, out, seed, progress, **options) -> Path``."""
+    """A registered builder: ``build(n, common: BuildOptions, **options) -> Path``, with
+    ``defaults`` (options of this name that override or add to the builder's own) and
+    the default ``split``."""
 
     name: str
     build: Callable[..., Path]
     summary: str
+    split: tuple[float, float, float] = DEFAULT_SPLIT
+    defaults: Mapping[str, object] = dataclasses.field(default_factory=dict)
 
     def options(self) -> dict[str, object]:
-        """The builder's options and their defaults (beyond n, out, seed, progress)."""
+        """The options and their defaults beyond n and the :class:`BuildOptions` (but
+        ``split``): the builder's keyword-only ones, this name's ``defaults``, ``split``."""
         sig = inspect.signature(self.build)
-        return {
+        own = {
             k: p.default
             for k, p in sig.parameters.items()
-            if p.kind is p.KEYWORD_ONLY and k not in ("out", "seed", "progress")
+            if p.kind is p.KEYWORD_ONLY and k not in _COMMON
         }
+        return {**own, **self.defaults, "split": self.split}
 
 
 #: dataset name -> builder
 DATASETS: dict[str, DatasetInfo] = {}
 
 
-def register_dataset(name: str, summary: str):
-    """Decorator: register ``build`` under ``name`` (a name not taken by a system)."""
+def register_dataset(
+    name: str,
+    summary: str,
+    *,
+    split: tuple[float, float, float] = DEFAULT_SPLIT,
+    defaults: Mapping[str, object] | None = None,
+):
+    """Decorator: register ``build(n, common: BuildOptions, **options)`` under ``name`` (a
+    name not taken by a system), with its default ``split`` and, for a builder shared
+    by several names, this name's ``defaults`` (passed to ``build`` unless given)."""
 
     def deco(build: Callable[..., Path]) -> Callable[..., Path]:
         if not isinstance(name, str) or not name:
@@ -73,7 +134,7 @@ def register_dataset(name: str, summary: str):
                 f"dataset name {name!r} is already taken by a "
                 f"{'dataset' if name in DATASETS else 'system'}; choose another"
             )
-        DATASETS[name] = DatasetInfo(name, build, summary)
+        DATASETS[name] = DatasetInfo(name, build, summary, tuple(split), dict(defaults or {}))
         return build
 
     return deco
@@ -121,6 +182,7 @@ def make_dataset(
                 f"dataset {name!r} has no option {key!r} (CLI --{key.replace('_', '-')}); "
                 f"its options: {', '.join(f'{k}={v!r}' for k, v in valid.items())}"
             )
-    return info.build(
-        check_count(n), out=out, seed=check_seed(seed), progress=bool(progress), **options
-    )
+    n = check_count(n)
+    split = options.pop("split", info.split)
+    common = BuildOptions(out=out, seed=check_seed(seed), progress=bool(progress), split=split)
+    return info.build(n, common, **{**info.defaults, **options})

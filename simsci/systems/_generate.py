@@ -61,6 +61,7 @@ Design choices the task left open, and why:
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import os
@@ -268,36 +269,137 @@ def generate(
     Raises :class:`simsci.errors.SolverError` naming the failing episodes when the solver
     fails or a trajectory leaves the floating-point range.
     """
-    # ----------------------------------------------------------- validate input
+    spec = _check(
+        system,
+        n,
+        t_end=t_end,
+        dt=dt,
+        out=out,
+        keep=keep,
+        per_channel=per_channel,
+        obs_noise=obs_noise,
+        params=params,
+        seed=seed,
+        device=device,
+        method=method,
+        dtype=dtype,
+        split=split,
+        burn_in=burn_in,
+        batch_size=batch_size,
+        progress=progress,
+        compression=compression,
+        step_size=step_size,
+        rtol=rtol,
+        atol=atol,
+        save_resolution=save_resolution,
+    )
+    return _run(spec)
+
+
+# ------------------------------------------------------------------ the spec
+@dataclasses.dataclass(frozen=True)
+class GenerateSpec:
+    """``generate``'s arguments, checked and normalised (their meaning: its docstring).
+
+    ``steps``: recorded intervals (0 for a steady problem, whose one frame is at t = 0);
+    ``params``: ``"default"``, ``"sample"``, a grid dict or an array (a grid string is
+    parsed); ``method``: resolved, with ``own_method`` (the system simulates itself)
+    and ``fixed_step`` (an ODE method that steps with ``step_size``); ``strides``: per
+    grid axis from the solve to the stored resolution (fields only, else None).
+    """
+
+    system: System
+    n: int
+    out: str | os.PathLike
+    t_end: float
+    dt: float
+    steps: int
+    burn_in: float
+    keep: float
+    per_channel: bool
+    obs_noise: float
+    params: object
+    seed: int
+    device: torch.device
+    method: str
+    own_method: bool
+    fixed_step: bool
+    dtype: torch.dtype
+    split: tuple[float, float, float]
+    batch_size: int | None
+    progress: bool
+    compression: str | None
+    step_size: float | None
+    rtol: float | None
+    atol: float | None
+    strides: tuple[int, ...] | None
+
+    @property
+    def is_field(self) -> bool:
+        return isinstance(self.system, PDESystem)
+
+    @property
+    def length(self) -> int:
+        """Recorded time points per episode."""
+        return self.steps + 1
+
+    @property
+    def np_dtype(self) -> type:
+        return np.float64 if self.dtype == torch.float64 else np.float32
+
+    @property
+    def t_rec(self) -> np.ndarray:
+        """The recorded times ``0, dt, ..., t_end``."""
+        return self.dt * np.arange(self.length, dtype=np.float64)
+
+    @property
+    def t_solve(self) -> np.ndarray:
+        """The solver's times: the recorded ones, after ``burn_in`` when it is > 0."""
+        t_rec = self.t_rec
+        return np.concatenate([[0.0], self.burn_in + t_rec]) if self.burn_in > 0 else t_rec
+
+    @property
+    def stored_shape(self) -> tuple[int, ...]:
+        """A stored state's shape: the system's, strided down to ``save_resolution``."""
+        shape = self.system.state_shape
+        if self.strides is None:
+            return shape
+        return tuple(-(-m // s) for m, s in zip(shape[:-1], self.strides)) + (shape[-1],)
+
+
+def _check(
+    system,
+    n,
+    *,
+    t_end,
+    dt,
+    out,
+    keep,
+    per_channel,
+    obs_noise,
+    params,
+    seed,
+    device,
+    method,
+    dtype,
+    split,
+    burn_in,
+    batch_size,
+    progress,
+    compression,
+    step_size,
+    rtol,
+    atol,
+    save_resolution,
+) -> GenerateSpec:
+    """Check and normalise ``generate``'s arguments, in the order its errors name them."""
     if isinstance(system, str):
         system = get(system)
     elif not isinstance(system, System):
         raise TypeError(f"system must be a registry name or a System, got {type(system).__name__}")
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ValueError(f"n must be a positive integer (episodes), got {n!r}")
-    n = int(n)
-    is_field = isinstance(system, PDESystem)
-    if getattr(system, "steady", False):
-        # a steady problem (Darcy): one frame per episode at t = 0, no time grid
-        if t_end is not None or dt is not None:
-            raise ValueError(
-                f"{system.name!r} is a steady problem: each episode is one frame at t = 0; "
-                f"drop t_end/dt (got t_end={t_end}, dt={dt})"
-            )
-        t_end, dt, steps, length = 0.0, 1.0, 0, 1
-    else:
-        t_end = _positive("t_end", system.default_t_end if t_end is None else t_end)
-        if dt is None:
-            dt = system.default_save_dt if is_field else system.default_dt
-        dt = _positive("dt", dt)
-        steps_f = t_end / dt
-        steps = round(steps_f)
-        if steps < 1 or abs(steps - steps_f) > 1e-6 * max(1.0, steps_f):
-            raise ValueError(
-                f"t_end must be a positive multiple of dt: t_end={t_end}, dt={dt} gives "
-                f"{steps_f:g} steps; choose t_end = k * dt"
-            )
-        length = steps + 1
+    t_end, dt, steps = _check_grid(system, t_end, dt)
     burn_in = _positive("burn_in", burn_in, allow_zero=True)
     keep = _positive("keep", keep)
     if keep > 1.0:
@@ -305,27 +407,7 @@ def generate(
     obs_noise = _positive("obs_noise", obs_noise, allow_zero=True)
     if not isinstance(per_channel, bool):
         raise TypeError(f"per_channel must be a bool, got {per_channel!r}")
-    strides = None
-    if is_field:
-        for name, bad, why in (
-            ("keep", keep < 1.0, f"keep={keep}"),
-            ("per_channel", per_channel, "per_channel=True"),
-            ("rtol", rtol is not None, f"rtol={rtol}"),
-            ("atol", atol is not None, f"atol={atol}"),
-        ):
-            if bad:
-                raise ValueError(
-                    f"{why} is an ODE option: {system.name!r} is a PDE (kind 'field') whose "
-                    f"frames are stored on a regular time grid with a fixed-step solver. Drop "
-                    f"{name}; thin the time grid with dt (a multiple of step_size) and the "
-                    "space grid with save_resolution"
-                )
-        strides = _field_strides(system, save_resolution)
-    elif save_resolution is not None:
-        raise ValueError(
-            f"save_resolution applies to PDE systems (kind 'field'); {system.name!r} is an "
-            "ODE/SDE system"
-        )
+    strides = _check_field_options(system, keep, per_channel, rtol, atol, save_resolution)
     if per_channel and len(system.state_shape) != 1:
         raise ValueError(
             f"per_channel=True needs a vector state; {system.name!r} has state shape "
@@ -333,7 +415,6 @@ def generate(
         )
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
-    seed = int(seed)
     if dtype not in (torch.float32, torch.float64):
         raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
     fractions = check_split(split)
@@ -346,9 +427,95 @@ def generate(
     if step_size is not None:
         step_size = _positive("step_size", step_size)
     device = resolve_device(device)
+    method, own_method, fixed_step = _check_method(system, method, step_size)
+    if isinstance(params, str) and params not in ("default", "sample"):
+        params = parse_param_spec(params)
+    return GenerateSpec(
+        system=system,
+        n=int(n),
+        out=out,
+        t_end=t_end,
+        dt=dt,
+        steps=steps,
+        burn_in=burn_in,
+        keep=keep,
+        per_channel=per_channel,
+        obs_noise=obs_noise,
+        params=params,
+        seed=int(seed),
+        device=device,
+        method=method,
+        own_method=own_method,
+        fixed_step=fixed_step,
+        dtype=dtype,
+        split=fractions,
+        batch_size=None if batch_size is None else int(batch_size),
+        progress=progress,
+        compression=compression,
+        step_size=step_size,
+        rtol=rtol,
+        atol=atol,
+        strides=strides,
+    )
+
+
+def _check_grid(system: System, t_end, dt) -> tuple[float, float, int]:
+    """(t_end, dt, steps) of the recorded grid; a steady problem has one frame at t = 0."""
+    if getattr(system, "steady", False):
+        # a steady problem (Darcy): one frame per episode at t = 0, no time grid
+        if t_end is not None or dt is not None:
+            raise ValueError(
+                f"{system.name!r} is a steady problem: each episode is one frame at t = 0; "
+                f"drop t_end/dt (got t_end={t_end}, dt={dt})"
+            )
+        return 0.0, 1.0, 0
+    t_end = _positive("t_end", system.default_t_end if t_end is None else t_end)
+    if dt is None:
+        dt = system.default_save_dt if isinstance(system, PDESystem) else system.default_dt
+    dt = _positive("dt", dt)
+    steps_f = t_end / dt
+    steps = round(steps_f)
+    if steps < 1 or abs(steps - steps_f) > 1e-6 * max(1.0, steps_f):
+        raise ValueError(
+            f"t_end must be a positive multiple of dt: t_end={t_end}, dt={dt} gives "
+            f"{steps_f:g} steps; choose t_end = k * dt"
+        )
+    return t_end, dt, steps
+
+
+def _check_field_options(
+    system: System, keep, per_channel, rtol, atol, save_resolution
+) -> tuple[int, ...] | None:
+    """The strides to ``save_resolution`` for a PDE system (None for an ODE/SDE system),
+    refusing the ODE-only options for a field and ``save_resolution`` for the others."""
+    if not isinstance(system, PDESystem):
+        if save_resolution is not None:
+            raise ValueError(
+                f"save_resolution applies to PDE systems (kind 'field'); {system.name!r} is "
+                "an ODE/SDE system"
+            )
+        return None
+    for name, bad, why in (
+        ("keep", keep < 1.0, f"keep={keep}"),
+        ("per_channel", per_channel, "per_channel=True"),
+        ("rtol", rtol is not None, f"rtol={rtol}"),
+        ("atol", atol is not None, f"atol={atol}"),
+    ):
+        if bad:
+            raise ValueError(
+                f"{why} is an ODE option: {system.name!r} is a PDE (kind 'field') whose "
+                f"frames are stored on a regular time grid with a fixed-step solver. Drop "
+                f"{name}; thin the time grid with dt (a multiple of step_size) and the "
+                "space grid with save_resolution"
+            )
+    return _field_strides(system, save_resolution)
+
+
+def _check_method(system: System, method, step_size) -> tuple[str, bool, bool]:
+    """(method, the system's own method, a fixed-step ODE method); an unknown name fails
+    here, before any work is done."""
     method = method or system.default_method
-    own_method = method in system.own_methods
-    if own_method:
+    if method in system.own_methods:
         # the system simulates itself (e.g. linear_sde's exact transitions): no solver step
         if step_size is not None:
             raise ValueError(
@@ -357,28 +524,75 @@ def generate(
                 f"no step. Drop step_size, or choose an integrator method (got step_size="
                 f"{step_size})"
             )
-        fixed_step = False
-    elif is_field:
-        method = system._check_method(method)  # unknown name: fails before any work
-        fixed_step = False
-    elif system.is_sde:
+        return method, True, False
+    if isinstance(system, PDESystem):
+        return system._check_method(method), False, False
+    if system.is_sde:
         try:
-            get_sde_method(method)  # an unknown name fails here, before any simulation
+            get_sde_method(method)
         except UnknownNameError:
             if not system.own_methods:
                 raise
             valid = [*SDE_METHODS, *system.own_methods]
             raise unknown_name(f"SDE method (for {system.name!r})", method, valid) from None
-        fixed_step = False
-    else:
-        fixed_step = _is_fixed_step(method)
-    if isinstance(params, str) and params not in ("default", "sample"):
-        params = parse_param_spec(params)
+        return method, False, False
+    return method, False, _is_fixed_step(method)
 
-    # ---------------------------------------------------------------- episodes
+
+# ------------------------------------------------------------------- the run
+@dataclasses.dataclass(frozen=True)
+class _Episodes:
+    """This rank's share ``[start, stop)`` of the ``total`` episodes and their parameter
+    rows; ``params_mode`` and ``grid_points`` as recorded in the meta."""
+
+    rows: np.ndarray
+    total: int
+    start: int
+    stop: int
+    params_mode: str
+    grid_points: list[dict] | None
+
+    @property
+    def count(self) -> int:
+        return self.stop - self.start
+
+
+@dataclasses.dataclass(frozen=True)
+class _Observations:
+    """What the observation step drew: the noise scale per channel (None without noise),
+    the kept points per episode ``k``, per-channel ``masks`` or the ``kept`` indices (or
+    neither: every point kept), and the split labels."""
+
+    noise_std: np.ndarray | None
+    k: int
+    masks: np.ndarray | None
+    kept: np.ndarray | None
+    splits: np.ndarray
+
+
+def _run(spec: GenerateSpec) -> Path:
+    """Simulate this rank's episodes of ``spec`` in batches, observe them, write them."""
     rank, world, distributed = _dist_info()
-    root = np.random.SeedSequence([seed, rank] if world > 1 else seed)
+    root = np.random.SeedSequence([spec.seed, rank] if world > 1 else spec.seed)
     streams = dict(zip(_STREAMS, root.spawn(len(_STREAMS))))
+    episodes = _episodes(spec, rank, world, streams["params"])
+    batch_size = _batch_size(spec, episodes.count)
+    options = _solver_options(spec)
+    data = _simulate(spec, episodes, batch_size, options, streams, spec.progress and rank == 0)
+    observed = _observe(spec, data, streams, distributed)
+    meta = _meta(spec, episodes, observed, batch_size, options, rank, world)
+    if world > 1:
+        from simsci import data as sdata
+
+        path = sdata.rank_shard_path(spec.out) if distributed else _env_shard_path(spec.out, rank)
+    else:
+        path = Path(spec.out)
+    return _write(path, spec, episodes, data, observed, meta)
+
+
+def _episodes(spec: GenerateSpec, rank: int, world: int, params_stream) -> _Episodes:
+    """This rank's episodes and parameter rows (sampled from ``params_stream``)."""
+    system, n, params = spec.system, spec.n, spec.params
     grid_points = None
     if isinstance(params, str):
         total = n
@@ -405,144 +619,189 @@ def generate(
     if params_mode == "default":
         rows = system.params_tensor(count).numpy()
     elif params_mode == "sample":
-        rows = system.sample_params(count, generator=_generator(streams["params"])).numpy()
+        rows = system.sample_params(count, generator=_generator(params_stream)).numpy()
     else:
         rows = all_rows[start:stop]
+    return _Episodes(rows, total, start, stop, params_mode, grid_points)
 
-    # -------------------------------------------------------------- simulation
-    gen_init = _generator(streams["initial"])
-    x0_all = system._sample_initial(count, gen_init, torch.device("cpu"))
-    shape = system.state_shape
-    values_per_episode = length * math.prod(shape)
-    if strides is not None:
-        shape = tuple(-(-n // s) for n, s in zip(shape[:-1], strides)) + (shape[-1],)
-    if batch_size is None:
-        batch_size = max(1, min(count, MAX_BATCH_VALUES // values_per_episode))
-    batch_size = int(batch_size)
-    n_batches = math.ceil(count / batch_size)
-    sde_seeds = streams["sde"].generate_state(n_batches, dtype=np.uint32)
-    t_rec = dt * np.arange(length, dtype=np.float64)
-    t_solve = np.concatenate([[0.0], burn_in + t_rec]) if burn_in > 0 else t_rec
-    np_dtype = np.float64 if dtype == torch.float64 else np.float32
-    data = np.empty((count, length, *shape), dtype=np_dtype)
 
+def _batch_size(spec: GenerateSpec, count: int) -> int:
+    """Episodes per solve: ``spec.batch_size``, else as many as keep one batch's output
+    (on the solve grid) under ``MAX_BATCH_VALUES`` values."""
+    if spec.batch_size is not None:
+        return spec.batch_size
+    values_per_episode = spec.length * math.prod(spec.system.state_shape)
+    return max(1, min(count, MAX_BATCH_VALUES // values_per_episode))
+
+
+def _solver_options(spec: GenerateSpec) -> dict:
+    """The keywords passed to ``system.simulate`` besides the method (and SDE seed)."""
     options: dict = {}
     # a system's own method (linear_sde's "exact") takes no solver step
-    if is_field:
-        if step_size is not None:
-            options["dt"] = step_size
-    elif system.is_sde and not own_method:
-        options["dt"] = step_size or dt
-    elif fixed_step and not own_method:
-        options["step_size"] = step_size or dt
-    if rtol is not None:
-        options["rtol"] = float(rtol)
-    if atol is not None:
-        options["atol"] = float(atol)
+    if spec.is_field:
+        if spec.step_size is not None:
+            options["dt"] = spec.step_size
+    elif spec.system.is_sde and not spec.own_method:
+        options["dt"] = spec.step_size or spec.dt
+    elif spec.fixed_step and not spec.own_method:
+        options["step_size"] = spec.step_size or spec.dt
+    if spec.rtol is not None:
+        options["rtol"] = float(spec.rtol)
+    if spec.atol is not None:
+        options["atol"] = float(spec.atol)
+    return options
 
+
+def _simulate(
+    spec: GenerateSpec, episodes: _Episodes, batch_size: int, options: dict, streams, show: bool
+) -> np.ndarray:
+    """``(count, L, *stored_shape)``: this rank's episodes, solved ``batch_size`` at a time
+    on ``spec.device`` from initial states drawn on the CPU (``show``: a progress bar)."""
+    system, count = spec.system, episodes.count
+    x0_all = system._sample_initial(count, _generator(streams["initial"]), torch.device("cpu"))
+    n_batches = math.ceil(count / batch_size)
+    sde_seeds = streams["sde"].generate_state(n_batches, dtype=np.uint32)
+    data = np.empty((count, spec.length, *spec.stored_shape), dtype=spec.np_dtype)
     bar = None
-    if progress and rank == 0:
+    if show:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=n_batches, desc=f"generate {system.name}", unit="batch")
     try:
         for b in range(n_batches):
             b0, b1 = b * batch_size, min(count, (b + 1) * batch_size)
-            p = torch.as_tensor(rows[b0:b1], device=device, dtype=dtype)
-            x0 = x0_all[b0:b1].to(device=device, dtype=dtype)
-            t = torch.as_tensor(t_solve, device=device, dtype=dtype)
-            with torch.no_grad():
-                if system.burn_in > 0:
-                    x0 = system._burn_in(x0, p)
-                try:
-                    if system.is_sde:
-                        xs = system.simulate(
-                            x0, t, p, method=method, seed=int(sde_seeds[b]), **options
-                        )
-                    else:
-                        xs = system.simulate(x0, t, p, method=method, **options)
-                except SolverError as exc:
-                    local = exc.samples or list(range(b1 - b0))
-                    raise _episode_error(
-                        system, exc, start + b0, local, rows[b0:b1], exc.time, method
-                    ) from exc
-            if burn_in > 0:
-                xs = xs[:, 1:]
-            finite = torch.isfinite(xs.reshape(xs.shape[0], -1)).all(dim=1)
-            if not bool(finite.all()):
-                bad = torch.nonzero(~finite).flatten().tolist()
-                raise _episode_error(system, None, start + b0, bad, rows[b0:b1], None, method)
-            if strides is not None:
-                xs = xs[(slice(None), slice(None), *(slice(None, None, s) for s in strides))]
+            xs = _solve_batch(spec, episodes, b0, b1, x0_all[b0:b1], options, int(sde_seeds[b]))
             data[b0:b1] = xs.detach().cpu().numpy()
             if bar is not None:
                 bar.update(1)
     finally:
         if bar is not None:
             bar.close()
+    return data
 
-    # ------------------------------------------------------------ observations
+
+def _solve_batch(
+    spec: GenerateSpec, episodes: _Episodes, b0: int, b1: int, x0, options: dict, sde_seed: int
+) -> torch.Tensor:
+    """The recorded (and strided) states of this rank's episodes ``b0:b1``; a solver
+    failure or a non-finite trajectory raises ``SolverError`` naming the episodes."""
+    system, method, rows = spec.system, spec.method, episodes.rows[b0:b1]
+    p = torch.as_tensor(rows, device=spec.device, dtype=spec.dtype)
+    x0 = x0.to(device=spec.device, dtype=spec.dtype)
+    t = torch.as_tensor(spec.t_solve, device=spec.device, dtype=spec.dtype)
+    with torch.no_grad():
+        if system.burn_in > 0:
+            x0 = system._burn_in(x0, p)
+        try:
+            if system.is_sde:
+                xs = system.simulate(x0, t, p, method=method, seed=sde_seed, **options)
+            else:
+                xs = system.simulate(x0, t, p, method=method, **options)
+        except SolverError as exc:
+            local = exc.samples or list(range(b1 - b0))
+            raise _episode_error(
+                system, exc, episodes.start + b0, local, rows, exc.time, method
+            ) from exc
+    if spec.burn_in > 0:
+        xs = xs[:, 1:]
+    finite = torch.isfinite(xs.reshape(xs.shape[0], -1)).all(dim=1)
+    if not bool(finite.all()):
+        bad = torch.nonzero(~finite).flatten().tolist()
+        raise _episode_error(system, None, episodes.start + b0, bad, rows, None, method)
+    if spec.strides is not None:
+        xs = xs[(slice(None), slice(None), *(slice(None, None, s) for s in spec.strides))]
+    return xs
+
+
+def _observe(spec: GenerateSpec, data: np.ndarray, streams, distributed: bool) -> _Observations:
+    """Add the observation noise to ``data`` (in place), draw the kept points or
+    per-channel masks and the split labels."""
+    count, length = data.shape[:2]
     noise_std = None
-    if obs_noise > 0:
+    if spec.obs_noise > 0:
         noise_std = _channel_std(data, distributed)
         gen_noise = _generator(streams["noise"])
         noise = torch.randn(data.shape, generator=gen_noise, dtype=torch.float64).numpy()
-        data += (noise * (obs_noise * noise_std)).astype(np_dtype)
-    k = min(length, max(2, round(keep * length)))
+        data += (noise * (spec.obs_noise * noise_std)).astype(spec.np_dtype)
+    k = min(length, max(2, round(spec.keep * length)))
     gen_keep = _generator(streams["keep"])
     masks = None
     kept = None
-    if per_channel:
-        scores = torch.rand((count, length, shape[-1]), generator=gen_keep, dtype=torch.float64)
+    if spec.per_channel:
+        shape = (count, length, data.shape[-1])
+        scores = torch.rand(shape, generator=gen_keep, dtype=torch.float64)
         kth = scores.kthvalue(k, dim=1, keepdim=True).values
         masks = (scores <= kth).numpy()
     elif k < length:
         scores = torch.rand((count, length), generator=gen_keep, dtype=torch.float64)
         kept = np.sort(scores.argsort(dim=1)[:, :k].numpy(), axis=1)
-    splits = split_ids(count, fractions, _generator(streams["split"]))
+    splits = split_ids(count, spec.split, _generator(streams["split"]))
+    return _Observations(noise_std, k, masks, kept, splits)
 
-    # ------------------------------------------------------------------- write
-    from simsci import data as sdata
 
+def _meta(
+    spec: GenerateSpec,
+    episodes: _Episodes,
+    observed: _Observations,
+    batch_size: int,
+    options: dict,
+    rank: int,
+    world: int,
+) -> dict:
+    """The file's ``meta``: the arguments, the solver, the noise scale and this rank's share."""
+    system, noise_std = spec.system, observed.noise_std
     meta = {
         "generator": "simsci.systems.generate",
         "simsci_version": __version__,
         "system": system.config(),
-        "n": n,
-        "episodes": total,
-        "params_mode": params_mode,
-        "grid": grid_points,
-        "t_end": t_end,
-        "dt": dt,
-        "steps": steps,
-        "burn_in": burn_in,
-        "keep": keep,
-        "kept_per_episode": k,
-        "per_channel": per_channel,
-        "obs_noise": obs_noise,
+        "n": spec.n,
+        "episodes": episodes.total,
+        "params_mode": episodes.params_mode,
+        "grid": episodes.grid_points,
+        "t_end": spec.t_end,
+        "dt": spec.dt,
+        "steps": spec.steps,
+        "burn_in": spec.burn_in,
+        "keep": spec.keep,
+        "kept_per_episode": observed.k,
+        "per_channel": spec.per_channel,
+        "obs_noise": spec.obs_noise,
         "obs_noise_std": None if noise_std is None else noise_std.tolist(),
-        "seed": seed,
-        "method": method,
+        "seed": spec.seed,
+        "method": spec.method,
         "solver_options": options,
-        "split": list(fractions),
-        "dtype": str(dtype).replace("torch.", ""),
-        "device": str(device),
+        "split": list(spec.split),
+        "dtype": str(spec.dtype).replace("torch.", ""),
+        "device": str(spec.device),
         "batch_size": batch_size,
         "rank": rank,
         "world_size": world,
-        "episode_range": [start, stop],
+        "episode_range": [episodes.start, episodes.stop],
     }
-    static = system.static() or None
-    if is_field:
+    if spec.is_field:
         meta["resolution"] = list(system.resolution)
-        meta["save_resolution"] = list(shape[:-1])
+        meta["save_resolution"] = list(spec.stored_shape[:-1])
         meta["domain"] = list(system.domain)
-        meta["step_size"] = step_size
-        static = {k: v[:: strides[i]] for i, (k, v) in enumerate(system.coords().items())}
-    if world > 1:
-        path = sdata.rank_shard_path(out) if distributed else _env_shard_path(out, rank)
-    else:
-        path = Path(out)
+        meta["step_size"] = spec.step_size
+    return meta
+
+
+def _write(
+    path: Path,
+    spec: GenerateSpec,
+    episodes: _Episodes,
+    data: np.ndarray,
+    observed: _Observations,
+    meta: dict,
+) -> Path:
+    """Write the observed episodes to ``path`` (unobserved values NaN under a mask)."""
+    from simsci import data as sdata
+
+    system, t_rec, np_dtype = spec.system, spec.t_rec, spec.np_dtype
+    static = system.static() or None
+    if spec.is_field:
+        coords = system.coords().items()
+        static = {k: v[:: spec.strides[i]] for i, (k, v) in enumerate(coords)}
     names = {"x": list(system.state_names), "params": list(system.param_names)}
     with sdata.TrajectoryWriter(
         path,
@@ -551,21 +810,21 @@ def generate(
         meta=_to_jsonable(meta),
         names=names,
         static=static,
-        compression=compression,
+        compression=spec.compression,
     ) as writer:
-        for i in range(count):
+        for i in range(episodes.count):
             x = data[i]
             t = t_rec
-            episode = {"params": rows[i], "split": int(splits[i])}
-            if masks is not None:
-                m = masks[i]
+            episode = {"params": episodes.rows[i], "split": int(observed.splits[i])}
+            if observed.masks is not None:
+                m = observed.masks[i]
                 rows_kept = m.any(axis=-1)
                 x = np.where(m, x, np.nan)[rows_kept].astype(np_dtype, copy=False)
                 episode["mask"] = m[rows_kept]
                 t = t_rec[rows_kept]
-            elif kept is not None:
-                x = x[kept[i]]
-                t = t_rec[kept[i]]
+            elif observed.kept is not None:
+                x = x[observed.kept[i]]
+                t = t_rec[observed.kept[i]]
             episode["t"] = t
             episode["x"] = x
             writer.append(episode)

@@ -1,7 +1,9 @@
 """``simsci.datasets.make_dataset``: the pendulum image sequences and the climate stations
 (layout, masks, labels, splits, the noise and weather models, seeds, bad input)."""
 
+import functools
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -39,6 +41,39 @@ def test_registry_lists_the_datasets_and_their_options():
     assert opts["keep"] == 0.5 and opts["size"] == 24 and "out" not in opts
     assert datasets.DATASETS["climate"].options()["years"] == 2
     assert not set(datasets.DATASETS) & set(systems.SYSTEMS)
+
+
+def test_a_family_builder_gets_the_shared_options_and_its_names_defaults(tmp_path):
+    seen = {}
+
+    def build(variant, n, common, *, size=3, **extra):
+        seen.update(variant=variant, n=n, common=common, size=size, extra=extra)
+        return Path(common.out)
+
+    register = datasets.register_dataset
+    try:
+        register("_test_a", "a", split=(0.5, 0.5, 0.0), defaults={"size": 5, "level": 1.0})(
+            functools.partial(build, "_test_a")
+        )
+        register("_test_b", "b")(functools.partial(build, "_test_b"))
+        a, b = datasets.DATASETS["_test_a"], datasets.DATASETS["_test_b"]
+        assert a.options() == {"size": 5, "level": 1.0, "split": (0.5, 0.5, 0.0)}
+        assert b.options() == {"size": 3, "split": (0.8, 0.1, 0.1)}
+        out = tmp_path / "x.h5"
+        datasets.make_dataset("_test_a", 2, out=out, seed=4, level=2.0)
+        assert seen["variant"] == "_test_a" and seen["n"] == 2
+        assert seen["common"] == datasets.BuildOptions(out, 4, False, (0.5, 0.5, 0.0))
+        assert seen["size"] == 5 and seen["extra"] == {"level": 2.0}
+        datasets.make_dataset("_test_b", 1, out=out, progress=True, split=(1, 0, 0), size=7)
+        assert seen["common"] == datasets.BuildOptions(out, 0, True, (1, 0, 0))
+        assert seen["size"] == 7 and seen["extra"] == {}
+        with pytest.raises(UnknownNameError, match="no option 'level'.*size=3, split="):
+            datasets.make_dataset("_test_b", 1, out=out, level=1.0)
+        with pytest.raises(ValueError, match="already taken by a dataset"):
+            register("_test_a", "again")(build)
+    finally:
+        datasets.DATASETS.pop("_test_a", None)
+        datasets.DATASETS.pop("_test_b", None)
 
 
 def test_bad_dataset_arguments_are_rejected(tmp_path):
