@@ -150,6 +150,7 @@ def _zoo_summary(zoo) -> dict:
 
 def run_dynadiff(args) -> int:
     from simsci.models import dynadiff as dd
+    from simsci.models import entry
     from simsci.train import load_model
 
     if args.action == "data":
@@ -159,29 +160,28 @@ def run_dynadiff(args) -> int:
         )
         print(json.dumps({k: str(v) for k, v in paths.items()}, indent=2))
         return 0
-    if args.action == "train":
+    if args.action == "train":  # the registry entry, as `simsci train dynadiff`
         _need(args, "zoo", "data", "out")
-        zoo = dd.load_zoo(args.zoo)
-        K = args.context_steps
-        if K is None:
-            K = dd.PROTOCOLS[zoo.system].context_steps if zoo.system in dd.PROTOCOLS else 10
-        data = Path(args.data)
-        if data.is_dir():
-            data = data / "train.h5"
-        dd.train_generator(
-            zoo, data, args.out, autoencoder_steps=args.autoencoder_steps,
-            decoder_steps=args.decoder_steps,
-            diffusion_train_steps=args.diffusion_steps, context_steps=K,
-            context_episodes=args.context_episodes, device=args.device, seed=args.seed,
-            progress=True,
-        )  # fmt: skip
+        stages = {
+            "zoo": args.zoo,
+            "autoencoder_steps": args.autoencoder_steps,
+            "decoder_steps": args.decoder_steps,
+            "diffusion_train_steps": args.diffusion_steps,
+            "context_steps": args.context_steps,
+            "context_episodes": args.context_episodes,
+        }
+        config = {"device": args.device, "seed": args.seed, "progress": True}
+        entry("dynadiff").train(
+            args.data,
+            args.out,
+            config,
+            model_args={k: v for k, v in stages.items() if v is not None},
+        )
         print(f"generator: {Path(args.out) / 'generator.pt'}")
         return 0
     if args.generator is None:
         raise ValueError(f"dynadiff {args.action} needs the generator checkpoint (generator.pt)")
-    gen = load_model(args.generator)
-    if not isinstance(gen, dd.DynaDiff):
-        raise ValueError(f"{args.generator} holds a {type(gen).__name__}, not a DynaDiff generator")
+    gen = entry("dynadiff").load(args.generator)
     if args.action == "adapt":
         _need(args, "context", "out")
         with warnings.catch_warnings(record=True) as caught:

@@ -1,22 +1,38 @@
-"""``simsci train`` and ``simsci evaluate``: any registered model on a trajectory file."""
+"""``simsci train`` and ``simsci evaluate``: ``train`` takes any model of the registry
+(simsci.models.REGISTRY) through its entry; ``evaluate`` a checkpoint on a trajectory file."""
 
 from __future__ import annotations
 
 import inspect
 import json
+import textwrap
 from pathlib import Path
 
 from simsci.cli._common import HelpFormatter, key_values
 
 TRAIN_DESCRIPTION = """\
-Train a registered model (simsci.models.MODELS) on a trajectory file with the one
-training loop of simsci.train: checkpoints in OUT/checkpoints (last.pt, best.pt), metrics
-in OUT/metrics.csv and OUT/metrics.jsonl. Validation uses --val-data, else the file's
-validation split (split == 1). A killed run continues where it stopped with --resume.
-A model may bring its own TrainConfig defaults (gfg: 2000 steps of batches of 256
-episodes, lr 3e-3, cosine schedule, evaluation and checkpoint every 200 steps, since its
-files are often a few short trajectories); --config and the flags override them.
-Under torchrun the run is data-parallel (DDP); --batch-size is per process.
+Train a registered model (simsci.models.REGISTRY, listed below): every model goes
+through its registry entry, simsci.models.entry(MODEL).train, one code path.
+
+Models of one trajectory file train with the one training loop of simsci.train:
+checkpoints in OUT/checkpoints (last.pt, best.pt), metrics in OUT/metrics.csv and
+OUT/metrics.jsonl. Validation uses --val-data, else the file's validation split
+(split == 1). A killed run continues where it stopped with --resume. A model may bring
+its own TrainConfig defaults (gfg: 2000 steps of batches of 256 episodes, lr 3e-3,
+cosine schedule, evaluation and checkpoint every 200 steps, since its files are often a
+few short trajectories); --config and the flags override them. Under torchrun the run
+is data-parallel (DDP); --batch-size is per process.
+
+dynadiff trains its generator on a model zoo (--model-arg zoo=ZOO.pt, from `simsci zoo
+build`) and the zoo's data (--data: the file, or the folder of `simsci dynadiff data`)
+in three stages (--max-steps sets each; or --model-arg autoencoder_steps=N,
+decoder_steps=N, diffusion_train_steps=N); it writes OUT/generator.pt, as `simsci
+dynadiff train` does. vectorworld trains its tile generator, VAE and ΔSim on a scene
+file into the directory OUT (--max-steps sets each; or --model-arg tile_steps=N,
+vae_steps=N, npc_steps=N, npc_roads=N).
+
+models (name, what it is, the kinds of file it reads):
+@MODELS@
 
 examples:
   simsci train operator --backbone fno --features dno --data data/burgers.h5 --out runs/dno
@@ -25,6 +41,7 @@ examples:
   simsci train gru_dt --data data/pendulum.h5 --task extrapolation --out runs/gru_extrap
   simsci train cocld --data data/population.h5 --out runs/cocld --epochs 10
   simsci train gfg --data data/circle.h5 --out runs/gfg --epochs 2000 --batch-size 8
+  simsci train dynadiff --data data/lv --model-arg zoo=runs/lv/zoo.pt --out runs/lv/gen
   simsci train vectorworld --data data/scenes.h5 --out runs/vw   (tile generator, VAE, ΔSim)
   torchrun --nproc_per_node 2 -m simsci train latent_ode --data data/lorenz.h5 --out runs/ddp
 """
@@ -45,11 +62,40 @@ examples:
 """
 
 
+class TrainHelpFormatter(HelpFormatter):
+    """``simsci train --help``: the registry's models listed where the description says
+    @MODELS@ (read when the help is shown, so building the parser imports no model)."""
+
+    def _format_text(self, text):
+        if "@MODELS@" in text:
+            text = text.replace("@MODELS@", registry_listing())
+        return super()._format_text(text)
+
+
+def registry_listing() -> str:
+    """One line per registered model: name, summary, the kinds of file it reads (and
+    what else it needs)."""
+    from simsci import models
+
+    width = max(len(name) for name in models.REGISTRY)
+    lines = []
+    for e in models.REGISTRY.values():
+        needs = f"; needs {e.needs}" if e.needs else ""
+        text = f"{e.name:<{width}s}  {e.summary} [{', '.join(e.reads)}{needs}]"
+        lines.append(
+            textwrap.fill(text, 88, initial_indent="  ", subsequent_indent=" " * (width + 4))
+        )
+    return "\n".join(lines)
+
+
 def add_to(sub) -> None:
     p = sub.add_parser(
-        "train", help="train a model", description=TRAIN_DESCRIPTION, formatter_class=HelpFormatter
+        "train",
+        help="train a model",
+        description=TRAIN_DESCRIPTION,
+        formatter_class=TrainHelpFormatter,
     )
-    p.add_argument("model", help="registry name of the model, e.g. latent_ode")
+    p.add_argument("model", help="registry name of the model, e.g. latent_ode (listed above)")
     p.add_argument(
         "--data",
         required=True,
@@ -111,20 +157,11 @@ def add_to(sub) -> None:
 
 
 def make_dataset(source, fields, *, split=None, window=None, stride=None):
-    """A TrajectoryDataset over the fields of ``fields`` that the data has (step or
-    episode fields, e.g. a series model's ``label``).
+    """A TrajectoryDataset over the fields of ``fields`` that the data has
+    (:func:`simsci.models.trajectory_dataset`, what ``simsci train`` reads)."""
+    from simsci.models import trajectory_dataset
 
-    ``source`` is a path or an opened ``Trajectories`` (opening checks every rule, so
-    open a file once and pass it around). ``split`` is ignored (all episodes) when the
-    data carries no split ids.
-    """
-    from simsci import data
-
-    traj = source if isinstance(source, data.Trajectories) else data.open(source)
-    present = tuple(f for f in fields if f in traj.step_fields or f in traj.episode_fields)
-    if split is not None and "split" not in traj.episode_fields:
-        split = None
-    return data.TrajectoryDataset(traj, fields=present, split=split, window=window, stride=stride)
+    return trajectory_dataset(source, fields, split=split, window=window, stride=stride)
 
 
 def event_data_path(source) -> str:
@@ -144,28 +181,30 @@ def event_data_path(source) -> str:
 
 
 def run_train(args) -> int:
-    from simsci import data, models, train
+    """``simsci train MODEL``: the registry entry of MODEL trains, for every model alike."""
+    from simsci import models
 
-    if args.model == "vectorworld":  # three parts, one directory: its own loop driver
-        from simsci.cli._vectorworld import run_train as run_vectorworld
+    model_entry = models.entry(args.model)  # an unknown name: the error lists the valid ones
+    request = train_request(args)
+    summary = model_entry.train(request.pop("data"), request.pop("out"), **request)
+    print(json.dumps(summary, indent=2, default=str))
+    return 0
 
-        return run_vectorworld(args)
-    model_cls = models.MODELS.get(args.model)
-    if model_cls is None:
-        models.get(args.model)  # raises the unknown-name error with a suggestion
-    if args.task is not None:
-        from simsci.models._series import SeriesModel
 
-        if not issubclass(model_cls, SeriesModel):
-            raise ValueError(
-                "--task applies to the models of irregular series (the subclasses of "
-                f"SeriesModel, e.g. latent_ode, gru_dt, latent_sde); {args.model!r} has no "
-                "tasks: drop --task"
-            )
+def train_request(args) -> dict:
+    """The arguments of ``ModelEntry.train`` from the command line: ``data``, ``out``,
+    ``config`` (a --config file, then the flags), ``model_args`` (--model-arg, --backbone,
+    --features), ``val_data``, ``window``, ``stride``, ``task``, ``resume``. EasyTPP data
+    is converted once into OUT/data.h5."""
+    from simsci import data
+
     out = Path(args.out or f"runs/{args.model}")
-    # a model's own defaults (``train_defaults``), then the config file, then the flags
-    cfg = dict(getattr(model_cls, "train_defaults", {}))
-    cfg.update(json.loads(Path(args.config).read_text()) if args.config else {})
+    config = json.loads(Path(args.config).read_text()) if args.config else {}
+    if not isinstance(config, dict):
+        raise TypeError(
+            f"--config {args.config} must hold a JSON object of TrainConfig fields, got a "
+            f"{type(config).__name__}"
+        )
     flags = {
         "epochs": args.epochs,
         "max_steps": args.max_steps,
@@ -175,55 +214,32 @@ def run_train(args) -> int:
         "seed": args.seed,
         "num_workers": args.num_workers,
     }
-    cfg.update({k: v for k, v in flags.items() if v is not None})
+    config.update({k: v for k, v in flags.items() if v is not None})
     if args.no_progress:
-        cfg["progress"] = False
-    config = train.TrainConfig.from_dict(cfg)
-
-    if data.is_easytpp_source(args.data):  # EasyTPP files: converted once into the run
+        config["progress"] = False
+    model_args = key_values(args.model_arg, "--model-arg")
+    for key in ("backbone", "features"):
+        if getattr(args, key) is not None:
+            model_args[key] = getattr(args, key)
+    source = args.data
+    if data.is_easytpp_source(source):  # EasyTPP files: converted once into the run
         converted = out / "data.h5"
         if not converted.exists():
             out.mkdir(parents=True, exist_ok=True)
-            data.import_easytpp(args.data, converted)
-            print(f"converted the EasyTPP data {args.data} to {converted}")
-        args.data = str(converted)
-    traj = data.open(args.data)
-    fields, window, stride = model_cls.data_fields, args.window, args.stride
-    train_set = make_dataset(traj, fields, split="train", window=window, stride=stride)
-    val_set = None
-    if args.val_data is not None:
-        val_set = make_dataset(args.val_data, fields, window=window, stride=stride)
-    elif "split" in traj.episode_fields and (traj.column("split") == 1).any():
-        val_set = make_dataset(traj, fields, split="val", window=window, stride=stride)
-    if args.resume and (out / "checkpoints" / "last.pt").exists():
-        model = train.load_model(out / "checkpoints" / "last.pt")
-        task = getattr(model, "task", None)
-        if args.task is not None and task is not None and args.task != task:
-            raise ValueError(
-                f"--resume: the run in {out} trains task {task!r}, not --task "
-                f"{args.task!r}; drop --task or start a new run with another --out"
-            )
-    else:
-        overrides = key_values(args.model_arg, "--model-arg")
-        for key in ("backbone", "features"):
-            if getattr(args, key) is not None:
-                overrides[key] = getattr(args, key)
-        if args.task is not None:
-            overrides["task"] = args.task
-        model = model_cls.from_data(traj, window=args.window, **overrides)
-    trainer = train.Trainer(
-        model,
-        config,
-        train_set,
-        val_set,
-        out_dir=out,
-        collate_fn=model.collate,
-        resume=args.resume,
-        extra={"window": args.window, "data": str(args.data)},
-    )
-    summary = trainer.fit()
-    print(json.dumps(summary, indent=2, default=str))
-    return 0
+            data.import_easytpp(source, converted)
+            print(f"converted the EasyTPP data {source} to {converted}")
+        source = str(converted)
+    return {
+        "data": source,
+        "out": out,
+        "config": config,
+        "model_args": model_args,
+        "val_data": args.val_data,
+        "window": args.window,
+        "stride": args.stride,
+        "task": args.task,
+        "resume": args.resume,
+    }
 
 
 def run_evaluate(args) -> int:

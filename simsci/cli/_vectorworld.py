@@ -1,11 +1,12 @@
-"""``simsci rollout vectorworld`` and ``simsci train vectorworld``: VectorWorld from the CLI."""
+"""``simsci rollout vectorworld``: VectorWorld from the CLI (``simsci train vectorworld``
+is its registry entry, simsci.models.entry("vectorworld"), through ``simsci train``)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from simsci.cli._common import HelpFormatter, key_values
+from simsci.cli._common import HelpFormatter
 
 ROLLOUT_DESCRIPTION = """\
 A closed-loop rollout in a world a trained VectorWorld generates as the ego drives
@@ -100,34 +101,4 @@ def run_rollout(args) -> int:
         stats["plot"] = str(out / "route.png")
     write_json(out / "stats.json", stats)
     print(json.dumps(stats, indent=2))
-    return 0
-
-
-def run_train(args) -> int:
-    """``simsci train vectorworld``: the tile generator, the VAE and ΔSim (model args
-    ``tile_steps``, ``vae_steps``, ``npc_steps``, ``npc_roads``; --max-steps sets all three)."""
-    from simsci.models.vectorworld import train_vectorworld
-
-    extra = key_values(args.model_arg, "--model-arg")
-    steps = {k: extra.pop(k) for k in ("tile_steps", "vae_steps", "npc_steps") if k in extra}
-    if args.max_steps is not None:
-        for k in ("tile_steps", "vae_steps", "npc_steps"):
-            steps.setdefault(k, args.max_steps)
-    roads = extra.pop("npc_roads", 6)
-    if extra:
-        raise ValueError(
-            f"unknown --model-arg for vectorworld: {sorted(extra)} (valid: tile_steps, "
-            "vae_steps, npc_steps, npc_roads)"
-        )
-    out = Path(args.out or "runs/vectorworld")
-    path = train_vectorworld(
-        args.data,
-        out,
-        **{k: int(v) for k, v in steps.items()},
-        npc_roads=int(roads),
-        seed=args.seed if args.seed is not None else 0,
-        resume=args.resume,
-        progress=not args.no_progress,
-    )
-    print(json.dumps({"checkpoint": str(path)}, indent=2))
     return 0

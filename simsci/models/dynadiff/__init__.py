@@ -10,7 +10,8 @@
 - :class:`Prompter`: physical and spectral features of a short context trajectory.
 - :class:`DynaDiff` (registry name ``dynadiff``): latent diffusion over expert weights
   conditioned on the prompt, trained with a functional loss (:func:`train_generator`,
-  ``simsci dynadiff train``); :func:`adapt` generates a :class:`Predictor` for a new
+  ``simsci train dynadiff`` or ``simsci dynadiff train``; ``simsci.models.get("dynadiff",
+  zoo=...)`` builds one untrained); :func:`adapt` generates a :class:`Predictor` for a new
   environment from a context file (``simsci dynadiff adapt``).
 - Baselines in the same harness (:data:`BASELINES`, :class:`CoDA`) and
   :func:`compare_methods`.

@@ -139,8 +139,9 @@ class ContextData(torch.utils.data.Dataset):
 class DynaDiff(nn.Module):
     """The weight-space generator (module docstring).
 
-    Not in ``simsci.models.MODELS``: it trains from a zoo, not from one trajectory file
-    (``simsci dynadiff train``), but it follows the training contract, so
+    Registry name ``dynadiff`` (``simsci.models.REGISTRY``): it trains from a zoo and the
+    zoo's data, not from one trajectory file alone (``simsci train dynadiff --model-arg
+    zoo=ZOO.pt`` or ``simsci dynadiff train``), and it follows the training contract, so
     :class:`simsci.train.Trainer` trains it and :func:`simsci.train.load_model` reads it.
 
     Build it from a zoo with :meth:`from_zoo`; train with :func:`train_generator`

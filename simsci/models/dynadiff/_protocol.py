@@ -142,7 +142,7 @@ _MATCH_RTOL = 1e-6
 
 
 def _system_class(name: str):
-    from simsci.systems._registry import SYSTEMS
+    from simsci.systems import SYSTEMS
 
     cls = SYSTEMS.get(name)
     if cls is None:
@@ -209,9 +209,20 @@ class Protocol:
             raise TypeError(f"Protocol: system must be a registry name, got {self.system!r}")
         cls = _system_class(self.system)
         names = tuple(cls.param_names)
-        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 (frozen dataclass)
+        varied = self._check_varied(names)
+        self._check_fixed(names, varied)
+        grid = self._check_grid(varied)
+        self._check_held_out(varied, grid)
+        self._check_window(cls)
+        # the system accepts the options and every environment's parameters
+        system = self.make_system()
+        for which in SPLITS:
+            system.params_tensor(self.param_rows(which))
 
-        # varied parameters
+    def _set(self, key: str, value) -> None:
+        object.__setattr__(self, key, value)  # a frozen dataclass, normalised once
+
+    def _check_varied(self, names: tuple[str, ...]) -> tuple[str, ...]:
         varied = (self.varied,) if isinstance(self.varied, str) else tuple(self.varied)
         if not varied:
             raise ValueError(f"Protocol({self.system!r}): varied names no parameter")
@@ -223,9 +234,10 @@ class Protocol:
                 )
         if len(set(varied)) != len(varied):
             raise ValueError(f"Protocol({self.system!r}): varied repeats a name: {varied}")
-        set_("varied", varied)
+        self._set("varied", varied)
+        return varied
 
-        # fixed parameters and options
+    def _check_fixed(self, names: tuple[str, ...], varied: tuple[str, ...]) -> None:
         if not isinstance(self.fixed, Mapping):
             raise TypeError(f"Protocol: fixed must be a dict name -> value, got {self.fixed!r}")
         fixed = {}
@@ -241,12 +253,12 @@ class Protocol:
                     "from one of them"
                 )
             fixed[key] = _real(f"fixed[{key!r}]", value)
-        set_("fixed", fixed)
+        self._set("fixed", fixed)
         if not isinstance(self.system_options, Mapping):
             raise TypeError(f"Protocol: system_options must be a dict, got {self.system_options!r}")
-        set_("system_options", dict(self.system_options))
+        self._set("system_options", dict(self.system_options))
 
-        # the training grid
+    def _check_grid(self, varied: tuple[str, ...]) -> dict[str, list[float]]:
         if not isinstance(self.train_grid, Mapping) or set(self.train_grid) != set(varied):
             got = list(self.train_grid) if isinstance(self.train_grid, Mapping) else None
             raise ValueError(
@@ -265,9 +277,10 @@ class Protocol:
                     f"strictly increasing values (the range is their span), got {values}"
                 )
             grid[key] = values
-        set_("train_grid", grid)
+        self._set("train_grid", grid)
+        return grid
 
-        # held-out points
+    def _check_held_out(self, varied: tuple[str, ...], grid: dict[str, list[float]]) -> None:
         for which in ("in_domain", "out_of_domain"):
             points = getattr(self, which)
             if isinstance(points, Mapping) or not isinstance(points, Sequence):
@@ -285,7 +298,7 @@ class Protocol:
                         f"varied parameters {list(varied)}, got {point!r}"
                     )
                 clean.append({k: _real(f"{which}[{i}][{k!r}]", point[k]) for k in varied})
-            set_(which, clean)
+            self._set(which, clean)
         ranges = self.param_range()
         nodes = np.array(list(itertools.product(*grid.values())))  # (G, V)
         spans = np.array([hi - lo for lo, hi in ranges.values()])
@@ -311,7 +324,7 @@ class Protocol:
                     "varied parameter outside it"
                 )
 
-        # the time window and sizes
+    def _check_window(self, cls) -> None:
         t_end = _real("t_end", self.t_end)
         dt = _real("dt", self.dt)
         steps = t_end / dt if dt > 0 else -1.0
@@ -320,22 +333,22 @@ class Protocol:
                 f"Protocol({self.system!r}): t_end and dt must be positive with t_end a "
                 f"multiple of dt; got t_end={self.t_end}, dt={self.dt}"
             )
-        set_("t_end", t_end)
-        set_("dt", dt)
+        self._set("t_end", t_end)
+        self._set("dt", dt)
         for key in ("n_train_per_env", "n_val_per_env"):
-            set_(key, _positive_int(key, getattr(self, key)))
-        set_("n_test_per_env", _positive_int("n_test_per_env", self.n_test_per_env, 2))
+            self._set(key, _positive_int(key, getattr(self, key)))
+        self._set("n_test_per_env", _positive_int("n_test_per_env", self.n_test_per_env, 2))
         ctx = _positive_int("context_steps", self.context_steps, MIN_CONTEXT_STEPS)
         if ctx >= self.frames:
             raise ValueError(
                 f"Protocol({self.system!r}): context_steps={ctx} must be shorter than an "
                 f"episode ({self.frames} frames: t_end/dt + 1); lower it or lengthen t_end"
             )
-        set_("context_steps", ctx)
+        self._set("context_steps", ctx)
         if self.method is not None and not isinstance(self.method, str):
             raise TypeError(f"Protocol: method must be a name or None, got {self.method!r}")
         if self.step_size is not None:
-            set_("step_size", _real("step_size", self.step_size))
+            self._set("step_size", _real("step_size", self.step_size))
             if self.step_size <= 0:
                 raise ValueError(f"Protocol: step_size must be > 0, got {self.step_size}")
         if self.save_resolution is not None and cls.kind != "field":
@@ -346,12 +359,7 @@ class Protocol:
         burn_in = _real("burn_in", self.burn_in)
         if burn_in < 0:
             raise ValueError(f"Protocol: burn_in must be >= 0, got {self.burn_in}")
-        set_("burn_in", burn_in)
-
-        # the system accepts the options and every environment's parameters
-        system = self.make_system()
-        for which in SPLITS:
-            system.params_tensor(self.param_rows(which))
+        self._set("burn_in", burn_in)
 
     # ----------------------------------------------------------- description
     @property
@@ -366,7 +374,7 @@ class Protocol:
 
     def make_system(self):
         """The :class:`simsci.systems.System` with ``system_options`` and ``fixed`` applied."""
-        from simsci.systems._registry import get
+        from simsci.systems import get
 
         return get(self.system, **self.system_options, **self.fixed)
 
@@ -607,7 +615,7 @@ def make_environments(
     (see the module docstring). Returns ``{"train", "val", "in_domain", "out_of_domain"}``
     -> path.
     """
-    from simsci.systems._generate import generate
+    from simsci.systems import generate
 
     protocol = get_protocol(system_or_protocol)
     if not isinstance(quick, bool):

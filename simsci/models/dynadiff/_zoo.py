@@ -47,7 +47,7 @@ from simsci.models.dynadiff._experts import (
     functional_template,
     rk4_frame,
 )
-from simsci.train._checkpoint import save_checkpoint
+from simsci.train import save_checkpoint
 
 __all__ = [
     "ZOO_KIND",
@@ -423,6 +423,67 @@ def build_zoo(
     floating point; for the throughput benchmark). ``run_dir`` holds the training runs
     (checkpoints, metrics; default ``<out>.runs``): an interrupted build resumes there.
     """
+    env, train, val_episodes = _zoo_environments(data, val)
+    spec, window, batch_size = _zoo_spec(env, train, spec, window, batch_size)
+    C = train.state_shape[-1]
+    allx = torch.cat([x.reshape(-1, C) for x in train.episodes]).double()
+    mean = allx.mean(0).tolist()
+    std = allx.std(0).clamp_min(1e-8).tolist()
+    run_dir = Path(run_dir) if run_dir is not None else Path(str(out) + ".runs")
+    common = dict(batch_size=batch_size, lr=lr, device=device, progress=progress, seed=seed)
+
+    def expert(n: int) -> ExpertZoo:  # n experts of the spec, stacked
+        return ExpertZoo(spec.to_dict(), n, mean, std, seed=seed, window=window)
+
+    t0 = time.perf_counter()
+    pooled = expert(1)
+    _train(
+        pooled,
+        WindowData(train.episodes, window, pooled=True),
+        WindowData(val_episodes, window, pooled=True, full=True),
+        steps=pool_steps,
+        out_dir=run_dir / "pooled",
+        **common,
+    )
+    t_pool = time.perf_counter() - t0
+    start = {n: w.detach().cpu() for n, w in pooled.stacked().items()}
+    t0 = time.perf_counter()
+    weights = _train_experts(
+        train, val_episodes, start, expert, spec=spec, window=window, steps=steps,
+        run_dir=run_dir, vmapped=vmapped, common=common,
+    )  # fmt: skip
+    t_experts = time.perf_counter() - t0
+    E = train.num_envs
+    checker = expert(E)
+    checker.load_stacked(weights)
+    val_rmse = checker.rollout_rmse([x.float() for x in val_episodes]).cpu()
+    record = {
+        "spec": spec.to_dict(),
+        "weights": weights,
+        "pooled": start,
+        "env_params": torch.as_tensor(train.params, dtype=torch.float64),
+        "param_names": list(train.param_names),
+        "val_rmse": val_rmse.float(),
+        "mean": torch.tensor(mean),
+        "std": torch.tensor(std),
+        "dt": float(env.dt),
+        "system": str(env.system),
+        "kind_of_data": str(env.kind),
+        "state_shape": list(train.state_shape),
+        "window": int(window),
+        "train_file": str(env.path),
+        "steps": int(steps),
+        "pool_steps": int(pool_steps),
+        "vmapped": bool(vmapped),
+        "seconds": {"pooled": float(t_pool), "experts": float(t_experts)},
+        "experts_per_minute": float(60.0 * E / max(t_experts, 1e-9)),
+    }
+    return save_zoo(out, record)
+
+
+def _zoo_environments(data, val):
+    """``build_zoo``'s data: the environments, their training part and each one's
+    validation episodes (warning when an environment has none)."""
     if not isinstance(data, EnvData) and Path(data).is_dir():
         folder = Path(data)
         data = folder / "train.h5"
@@ -452,8 +513,13 @@ def build_zoo(
         warnings.warn(
             f"{env.path}: {missing} of {env.num_envs} environments have no validation "
             "episodes; their validation error is measured on their training episodes",
-            stacklevel=2,
+            stacklevel=3,
         )
+    return env, train, val_episodes
+
+
+def _zoo_spec(env, train, spec, window, batch_size):
+    """The expert architecture, rollout window and batch size of a zoo (``build_zoo``)."""
     if window is None:
         window = 4 if env.kind == "state" else 2
     if batch_size is None:
@@ -468,27 +534,18 @@ def build_zoo(
             f"expert spec {spec.to_dict()} does not fit {env.kind} data with states of "
             f"shape {train.state_shape}"
         )
-    allx = torch.cat([x.reshape(-1, C) for x in train.episodes]).double()
-    mean = allx.mean(0).tolist()
-    std = allx.std(0).clamp_min(1e-8).tolist()
-    run_dir = Path(run_dir) if run_dir is not None else Path(str(out) + ".runs")
-    common = dict(batch_size=batch_size, lr=lr, device=device, progress=progress, seed=seed)
-    t0 = time.perf_counter()
-    pooled = ExpertZoo(spec.to_dict(), 1, mean, std, seed=seed, window=window)
-    _train(
-        pooled,
-        WindowData(train.episodes, window, pooled=True),
-        WindowData(val_episodes, window, pooled=True, full=True),
-        steps=pool_steps,
-        out_dir=run_dir / "pooled",
-        **common,
-    )
-    t_pool = time.perf_counter() - t0
-    start = {n: w.detach().cpu() for n, w in pooled.stacked().items()}
-    E = train.num_envs
-    t0 = time.perf_counter()
+    return spec, window, batch_size
+
+
+def _train_experts(
+    train, val_episodes, start, expert, *, spec, window, steps, run_dir, vmapped, common
+) -> dict:
+    """One expert per environment of ``train`` started at the pooled weights ``start``:
+    all at once with ``torch.func.vmap`` (``vmapped``), else one after another (same
+    losses; for the throughput benchmark). ``expert(n)`` makes ``n`` stacked experts.
+    Returns the stacked weights."""
     if vmapped:
-        zoo = ExpertZoo(spec.to_dict(), E, mean, std, seed=seed, window=window)
+        zoo = expert(train.num_envs)
         zoo.load_stacked(start)
         _train(
             zoo,
@@ -498,45 +555,18 @@ def build_zoo(
             out_dir=run_dir / "experts",
             **common,
         )
-        weights = {n: w.detach().cpu() for n, w in zoo.stacked().items()}
-    else:
-        parts = []
-        for e in range(E):
-            one = ExpertZoo(spec.to_dict(), 1, mean, std, seed=seed, window=window)
-            one.load_stacked(start)
-            _train(
-                one,
-                WindowData([train.episodes[e]], window),
-                WindowData([val_episodes[e]], window, full=True),
-                steps=steps,
-                out_dir=run_dir / f"expert-{e:04d}",
-                **common,
-            )
-            parts.append({n: w.detach().cpu() for n, w in one.stacked().items()})
-        weights = {n: torch.cat([p[n] for p in parts]) for n in spec.param_names()}
-    t_experts = time.perf_counter() - t0
-    checker = ExpertZoo(spec.to_dict(), E, mean, std, seed=seed, window=window)
-    checker.load_stacked(weights)
-    val_rmse = checker.rollout_rmse([x.float() for x in val_episodes]).cpu()
-    record = {
-        "spec": spec.to_dict(),
-        "weights": weights,
-        "pooled": start,
-        "env_params": torch.as_tensor(train.params, dtype=torch.float64),
-        "param_names": list(train.param_names),
-        "val_rmse": val_rmse.float(),
-        "mean": torch.tensor(mean),
-        "std": torch.tensor(std),
-        "dt": float(env.dt),
-        "system": str(env.system),
-        "kind_of_data": str(env.kind),
-        "state_shape": list(train.state_shape),
-        "window": int(window),
-        "train_file": str(env.path),
-        "steps": int(steps),
-        "pool_steps": int(pool_steps),
-        "vmapped": bool(vmapped),
-        "seconds": {"pooled": float(t_pool), "experts": float(t_experts)},
-        "experts_per_minute": float(60.0 * E / max(t_experts, 1e-9)),
-    }
-    return save_zoo(out, record)
+        return {n: w.detach().cpu() for n, w in zoo.stacked().items()}
+    parts = []
+    for e in range(train.num_envs):
+        one = expert(1)
+        one.load_stacked(start)
+        _train(
+            one,
+            WindowData([train.episodes[e]], window),
+            WindowData([val_episodes[e]], window, full=True),
+            steps=steps,
+            out_dir=run_dir / f"expert-{e:04d}",
+            **common,
+        )
+        parts.append({n: w.detach().cpu() for n, w in one.stacked().items()})
+    return {n: torch.cat([p[n] for p in parts]) for n in spec.param_names()}

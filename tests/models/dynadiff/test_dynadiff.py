@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+import simsci.envs  # noqa: F401  (registers the simsci/ environments with gymnasium)
 from simsci.errors import CheckpointError
 from simsci.models import dynadiff as dd
 from simsci.models.dynadiff._experts import flatten_params, unflatten_params
