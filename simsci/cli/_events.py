@@ -62,7 +62,7 @@ def add_to(sub) -> None:
 def run(args) -> int:
     from simsci import train
     from simsci._device import resolve_device
-    from simsci.models._events import EventModel
+    from simsci.models import EventModel
 
     model = train.load_model(args.checkpoint)
     if not isinstance(model, EventModel):
@@ -91,10 +91,10 @@ def _predict(model, args, device) -> int:
 
     from simsci import data
     from simsci._io import atomic_path
-    from simsci.models._events import _items
+    from simsci.models import event_items
 
     traj = data.open(args.data)
-    items = _items(traj, None if args.split == "all" else args.split)
+    items = event_items(traj, None if args.split == "all" else args.split)
     lines = []
     with torch.no_grad():
         for a in range(0, len(items), args.batch_size):
@@ -140,9 +140,9 @@ def _generate(model, args, device) -> int:
         if args.prefix < 1:
             raise ValueError(f"--prefix must be >= 1 (the history to continue), got {args.prefix}")
         traj = data.open(args.continue_from)
-        from simsci.models._events import _items
+        from simsci.models import event_items
 
-        items = _items(traj, None if args.split == "all" else args.split)
+        items = event_items(traj, None if args.split == "all" else args.split)
         for a in range(0, len(items), args.batch_size):
             chunk = items[a : a + args.batch_size]
             # to each sequence's window end where the file records it, else its last event

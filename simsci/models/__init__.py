@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from simsci.errors import unknown_name
-from simsci.models._events import EventModel, evaluate_events
+from simsci.models._events import EventModel, evaluate_events, event_items
 from simsci.models._registry import (
     ModelClasses,
     ModelEntry,
@@ -112,6 +112,7 @@ __all__ = [
     "DynaDiff",
     "EventModel",
     "evaluate_events",
+    "event_items",
     "PoissonTPP",
     "TrueProcessTPP",
     "RMTPP",

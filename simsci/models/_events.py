@@ -647,7 +647,10 @@ def generation_distances(
     return out
 
 
-def _items(traj, split):
+def event_items(traj, split) -> list[dict]:
+    """The sequences of an events file (a split, or all with None) as dicts of ``t``,
+    ``mark``, ``episode`` and the optional ``loc_id``, ``group``, ``params``, ``t_end``,
+    ``window``: what :meth:`EventModel.collate` takes."""
     ids = np.arange(len(traj))
     if split is not None and "split" in traj.episode_fields:
         ids = ids[np.asarray(traj.column("split")) == data.split_id(split, where=str(traj.path))]
@@ -679,7 +682,7 @@ def evaluate_events(
     :func:`generation_distances` of sequences sampled from each sequence's first event
     to its last event time against the real ones."""
     traj = source if isinstance(source, data.Trajectories) else data.open(source)
-    items = _items(traj, split)
+    items = event_items(traj, split)
     if not items:
         raise ValueError(f"{traj.path}: no sequences in split {split!r}")
     dev = (

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from simsci.models._events import EventModel, _items, event_file_kwargs
+from simsci.models._events import EventModel, event_file_kwargs, event_items
 
 
 class PoissonTPP(EventModel):
@@ -46,7 +46,7 @@ class PoissonTPP(EventModel):
             # the MLE: counts of mark k over the scored events / the observed time
             counts = np.zeros(kwargs["num_marks"])
             span = 0.0
-            for item in _items(
+            for item in event_items(
                 trajectories, "train" if "split" in trajectories.episode_fields else None
             ):
                 counts += np.bincount(item["mark"][1:], minlength=kwargs["num_marks"])
