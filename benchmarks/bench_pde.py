@@ -7,10 +7,11 @@ by raw time.
 
 For each PDE, :func:`simsci.bench.pde_benchmark` (its docstring has the method) runs
 every solver method over the problem's quick-sized grid of resolutions and step sizes
-(``default_setup(problem, quick=True)``; explicit methods at fractions of their
-stability limit), with py-pde side by side where it is installed and can express the
-PDE: relative L2 error at the final time against a float64 ETDRK4 reference at a finer
-grid and step (CG at a finer grid for Darcy), warm wall time per trajectory (batch of
+(``default_setup(problem, quick=True)``; steppers with a step limit at fractions of it),
+with py-pde side by side where it is installed and can express the PDE (the peer
+``pypde_peer.PyPDEPeer`` at its quick grids; the library itself calls no peer):
+relative L2 error at the final time against a float64 ETDRK4 reference at a finer grid
+and step (CG at a finer grid for Darcy), warm wall time per trajectory (batch of
 ``n``, device synchronised, median of repeats), Pareto fronts per solver, and for every
 pair of solvers the time ratio at equal error along the fronts (log-log interpolation
 inside the overlap of their error ranges).
@@ -27,6 +28,8 @@ import os
 import sys
 import time
 from pathlib import Path
+
+from pypde_peer import PyPDEPeer
 
 from simsci.bench import format_table, pde_benchmark, write_result
 from simsci.systems import SYSTEMS
@@ -82,7 +85,7 @@ def main() -> int:
             n=n,
             repeat=repeat,
             device=args.device,
-            pypde=False if (args.quick or args.no_pypde) else "auto",
+            peers=[] if (args.quick or args.no_pypde) else [PyPDEPeer(quick=True)],
             log=True,
         )
         wall = time.perf_counter() - start
@@ -91,7 +94,9 @@ def main() -> int:
         summary += summary_rows(problem, result)
         out["problems"][problem] = {
             **{k: result[k] for k in ("params", "settings", "reference", "fronts", "speedups")},
-            "pypde": result["pypde"],
+            "pypde": result["peers"].get(
+                "py-pde", {"included": False, "reason": "left out (--quick / --no-pypde)"}
+            ),
             "not_run": [
                 {k: r.get(k) for k in ("solver", "resolution", "dt", "status", "note")}
                 for r in result["runs"]

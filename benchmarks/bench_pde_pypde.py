@@ -25,8 +25,16 @@ ETDRK4 is timed twice: solving the ``n`` trajectories in one batch (how simsci m
 data), and one trajectory per call (``[batch 1]``, the like-for-like comparison with
 py-pde, which integrates one field at a time).
 
-Usage: ``python benchmarks/bench_pde_pypde.py [--quick] [--device cpu|cuda] [--n 8]``.
-Writes ``benchmarks/results/pde_pypde.json`` (``--out`` to change). Needs py-pde
+py-pde is the peer :class:`pypde_peer.PyPDEPeer` (the library calls no peer; it is
+handed to ``pde_benchmark(..., peers=[...])`` here). Any other PDE that py-pde can
+express (``--problems heat,allen_cahn``, see ``pypde_peer.PYPDE_EQUATIONS``) runs every
+simsci method on the problem's default grid (``--quick``: the smoke-run sizes) with
+py-pde side by side on its default grids: what ``simsci bench pde`` did with py-pde
+installed before the peer moved out of the package.
+
+Usage: ``python benchmarks/bench_pde_pypde.py [--quick] [--device cpu|cuda] [--n 8]
+[--problems burgers,kuramoto_sivashinsky]``. Writes
+``benchmarks/results/pde_pypde.json`` (``--out`` to change). Needs py-pde
 (``pip install 'simsci[compare]'``).
 """
 
@@ -38,49 +46,58 @@ import sys
 import time
 from pathlib import Path
 
+from pypde_peer import PYPDE_EQUATIONS, PyPDEPeer
+
 from simsci.bench import format_table, pde_benchmark, write_result
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
-#: per problem: pde_benchmark keywords (full, quick)
+#: the claim's problems: (full, quick) pde_benchmark keywords and the peer's grids
 PROBLEMS = {
     "burgers": (
-        dict(
-            t_end=0.5,
-            resolutions=[48, 64, 80, 96, 128, 160],
-            dts={"etdrk4": [1e-2, 5e-3, 2e-3, 1e-3, 5e-4]},
-            pypde_resolutions=[128, 256, 512, 1024, 2048],
-            pypde_dts=[1e-4, 2.5e-5],
-            pypde_tolerances=[1e-6],
+        (
+            dict(t_end=0.5, resolutions=[48, 64, 80, 96, 128, 160],
+                 dts={"etdrk4": [1e-2, 5e-3, 2e-3, 1e-3, 5e-4]}),
+            dict(resolutions=[128, 256, 512, 1024, 2048], dts=[1e-4, 2.5e-5],
+                 tolerances=[1e-6]),
         ),
-        dict(
-            t_end=0.2,
-            resolutions=[48, 64, 96],
-            dts={"etdrk4": [2e-3, 1e-3]},
-            pypde_resolutions=[128, 256],
-            pypde_dts=[],
-            pypde_tolerances=[1e-6],
+        (
+            dict(t_end=0.2, resolutions=[48, 64, 96], dts={"etdrk4": [2e-3, 1e-3]}),
+            dict(resolutions=[128, 256], dts=[], tolerances=[1e-6]),
         ),
     ),
     "kuramoto_sivashinsky": (
-        dict(
-            t_end=10.0,
-            resolutions=[96, 112, 128, 144, 160, 192],
-            dts={"etdrk4": [1.0, 0.5, 0.25, 0.1, 0.05]},
-            pypde_resolutions=[192, 256, 384, 512],
-            pypde_dts=[],
-            pypde_tolerances=[1e-6],  # its error is spatial: 1e-4 gives the same
+        (
+            dict(t_end=10.0, resolutions=[96, 112, 128, 144, 160, 192],
+                 dts={"etdrk4": [1.0, 0.5, 0.25, 0.1, 0.05]}),
+            # its error is spatial: tolerance 1e-4 gives the same
+            dict(resolutions=[192, 256, 384, 512], dts=[], tolerances=[1e-6]),
         ),
-        dict(
-            t_end=5.0,
-            resolutions=[112, 128],
-            dts={"etdrk4": [0.5, 0.25]},
-            pypde_resolutions=[256],
-            pypde_dts=[],
-            pypde_tolerances=[1e-5],
+        (
+            dict(t_end=5.0, resolutions=[112, 128], dts={"etdrk4": [0.5, 0.25]}),
+            dict(resolutions=[256], dts=[], tolerances=[1e-5]),
         ),
     ),
-}
+}  # fmt: skip
+
+
+def run_problem(problem: str, quick: bool, n: int, repeat: int, device: str) -> dict:
+    """One problem with py-pde side by side: the claim's setup (ETDRK4 only, both
+    batchings, 5 error levels) or, for another expressible PDE, every simsci method on
+    the default grid (quick: smoke-run sizes) against py-pde's default grids."""
+    common = dict(n=n, repeat=repeat, device=device, log=True)
+    if problem not in PROBLEMS:
+        return pde_benchmark(problem, quick=quick, peers=[PyPDEPeer(quick=quick)], **common)
+    kwargs, grids = PROBLEMS[problem][1 if quick else 0]
+    return pde_benchmark(
+        problem,
+        methods=["etdrk4"],
+        batches=(n, 1),
+        peers=[PyPDEPeer(**grids)],
+        levels=5,
+        **common,
+        **kwargs,
+    )
 
 
 def comparison_rows(result: dict) -> list[dict]:
@@ -123,7 +140,11 @@ def main() -> int:
     parser.add_argument("--n", type=int, default=None, help="trajectories (default 8; quick 2)")
     parser.add_argument("--repeat", type=int, default=None, help="timed calls (median)")
     parser.add_argument("--out", default=None, help="JSON path (default results/pde_pypde.json)")
-    parser.add_argument("--problems", default=",".join(PROBLEMS), help="comma-separated")
+    parser.add_argument(
+        "--problems",
+        default=",".join(PROBLEMS),
+        help="comma-separated (default: the claim's; any PDE py-pde can express)",
+    )
     args = parser.parse_args()
     try:
         import pde  # noqa: F401
@@ -139,27 +160,22 @@ def main() -> int:
         "load_average_before": os.getloadavg(),
         "problems": {},
     }
-    for problem in args.problems.split(","):
-        kwargs = PROBLEMS[problem][1 if args.quick else 0]
+    problems = args.problems.split(",")
+    missing = [p for p in problems if p not in PYPDE_EQUATIONS]
+    if missing:
+        reason = {p: PyPDEPeer().status(p)["reason"] for p in missing}
+        print(f"py-pde cannot run {missing}: {reason}")
+        return 1
+    for problem in problems:
         start = time.perf_counter()
-        result = pde_benchmark(
-            problem,
-            methods=["etdrk4"],
-            n=n,
-            repeat=repeat,
-            batches=(n, 1),
-            device=args.device,
-            pypde=True,
-            levels=5,
-            log=True,
-            **kwargs,
-        )
+        result = run_problem(problem, args.quick, n, repeat, args.device)
         result["wall_seconds"] = time.perf_counter() - start
         print(format_table(result))
         print(describe(problem, result), flush=True)
         out["problems"][problem] = {
             "comparisons": comparison_rows(result),
-            **{k: result[k] for k in ("params", "settings", "reference", "fronts", "pypde")},
+            **{k: result[k] for k in ("params", "settings", "reference", "fronts")},
+            "pypde": result["peers"]["py-pde"],
             "runs": result["runs"],
             "wall_seconds": result["wall_seconds"],
         }

@@ -9,10 +9,15 @@ use these helpers so every result file has the same shape.
 step sizes, scores each against a fine reference and times it; ``pareto_front``,
 ``matched_speedup`` and ``matched_error`` compare solvers at matched accuracy;
 ``format_table`` and ``plot_pareto`` report a result (see :mod:`simsci.bench._pde`).
+The library calls no peer package: a peer (``PDEPeer``, e.g. py-pde in
+``benchmarks/pypde_peer.py``) is handed in with ``pde_benchmark(..., peers=[...])``
+and runs on the ``PDEBenchProblem`` it is given.
 """
 
 from simsci.bench._pde import (
+    PDEBenchProblem,
     PDEBenchSetup,
+    PDEPeer,
     default_setup,
     format_table,
     matched_error,
@@ -41,6 +46,8 @@ __all__ = [
     "pde_benchmark",
     "default_setup",
     "PDEBenchSetup",
+    "PDEBenchProblem",
+    "PDEPeer",
     "pareto_front",
     "matched_speedup",
     "matched_error",

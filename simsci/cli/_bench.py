@@ -4,7 +4,9 @@
 solver method of a registered PDE over resolutions and step sizes, error against a fine
 reference, warm time per trajectory, speed-ups at matched accuracy; it prints the table
 and writes ``result.json`` and ``pareto.png`` under ``--out``. ``simsci bench pde
---help`` lists its options.
+--help`` lists its options. The library runs no peer package: the comparison with py-pde
+is the script ``benchmarks/bench_pde_pypde.py`` (``simsci bench pde_pypde --problems
+burgers``), and ``simsci bench pde`` says so after its table.
 
 Any other NAME runs a script: benchmarks live outside the package, in ``benchmarks/`` of
 the repository, one script per claim (shared/design/architecture.md); each compares
@@ -26,6 +28,9 @@ from pathlib import Path
 
 from simsci.cli._common import HelpFormatter, key_values
 from simsci.errors import unknown_name
+
+#: where the py-pde side of the PDE benchmark lives (peers run only from benchmarks/)
+PYPDE_SCRIPT = "benchmarks/bench_pde_pypde.py"
 
 #: benchmarks built into the package: name -> one-line description
 BUILTIN = {
@@ -128,19 +133,41 @@ def _resolution(text: str):
     return int(parts[0]) if len(parts) == 1 else tuple(int(p) for p in parts)
 
 
+def _stepper_names() -> list[str]:
+    from simsci.systems import PDE_STEPPERS
+
+    return list(PDE_STEPPERS)
+
+
+def _peer_note(args) -> str:
+    """Where the peer comparison lives (the library runs no peer)."""
+    quick = " --quick" if args.quick else ""
+    return (
+        f"\npeer comparison: py-pde runs from {PYPDE_SCRIPT}, not from the package: "
+        f"simsci bench pde_pypde --problems {args.problem}{quick}"
+    )
+
+
 def pde_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="simsci bench pde",
         description="Benchmark the solvers of one PDE: each method over resolutions and step "
         "sizes, relative L2 error against a fine reference (float64), warm wall time per "
         "trajectory (device synchronised, median), Pareto fronts and speed-ups at matched "
-        "accuracy (never raw). Trained operator checkpoints (--model) and py-pde (where "
-        "installed) run side by side on the same initial conditions. Prints the table; "
+        "accuracy (never raw). Trained operator checkpoints (--model) run side by side on "
+        "the same initial conditions; the py-pde comparison is the script "
+        f"{PYPDE_SCRIPT} (simsci bench pde_pypde --problems PROBLEM). Prints the table; "
         "writes OUT/result.json and OUT/pareto.png. PDE parameters go as --NAME VALUE "
         "(e.g. --nu 0.001).",
     )
     p.add_argument("--problem", required=True, help="a registered PDE, e.g. burgers")
-    p.add_argument("--methods", type=_csv(str), default=None, help="comma-separated (default: all)")
+    p.add_argument(
+        "--methods",
+        type=_csv(str),
+        default=None,
+        help="comma-separated methods of the problem (default: all; the time steppers: "
+        f"{', '.join(_stepper_names())})",
+    )
     p.add_argument(
         "--resolutions",
         type=_csv(_resolution),
@@ -168,7 +195,11 @@ def pde_parser() -> argparse.ArgumentParser:
         metavar="CKPT",
         help="a trained operator checkpoint to add (repeatable)",
     )
-    p.add_argument("--no-pypde", action="store_true", help="leave py-pde out")
+    p.add_argument(
+        "--no-pypde",
+        action="store_true",
+        help=f"kept for old command lines: py-pde never runs here (see {PYPDE_SCRIPT})",
+    )
     p.add_argument("--quick", action="store_true", help="small grids (a smoke run)")
     p.add_argument(
         "--param", action="append", metavar="NAME=VALUE", help="a PDE parameter (repeatable)"
@@ -199,7 +230,6 @@ def run_pde(args, extra: list[str] | None = None) -> int:
         device=args.device,
         dtype=getattr(torch, args.dtype),
         models=args.model,
-        pypde=False if args.no_pypde else "auto",
         seed=args.seed,
         repeat=args.repeat,
         quick=args.quick,
@@ -207,6 +237,7 @@ def run_pde(args, extra: list[str] | None = None) -> int:
     )
     out = Path(args.out or Path("runs") / "bench" / args.problem)
     print(format_table(result))
+    print(_peer_note(args))
     path = write_result(out / "result.json", result, device=result["settings"]["device"])
     print(f"\nwrote {path}")
     if not args.no_plot:

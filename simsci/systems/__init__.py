@@ -33,11 +33,16 @@ from simsci.systems._generate import generate, parse_param_spec
 from simsci.systems._grf import gaussian_random_field, sum_of_sines
 from simsci.systems._pde import PDESystem, PeriodicGrid
 from simsci.systems._registry import SYSTEMS, available, get, register
+from simsci.systems._steppers import PDE_STEPPERS, PDEStepper, get_stepper, register_stepper
 
 __all__ = [
     "System",
     "PDESystem",
     "PeriodicGrid",
+    "PDE_STEPPERS",
+    "PDEStepper",
+    "get_stepper",
+    "register_stepper",
     "Interval",
     "SYSTEMS",
     "register",

@@ -10,28 +10,27 @@ part in flux form :math:`\mathcal N = \sum_j \partial^{\beta_j} F_j(t, u)` (e.g.
 :math:`\partial_x(-u^2/2)`, Allen-Cahn :math:`u - u^3` with :math:`\beta = 0`), and an
 optional time-constant source :math:`f(x)` (``simulate(..., forcing=f)``; zero by
 default). A subclass describes the PDE once (:meth:`PDESystem.linear_terms`,
-:meth:`PDESystem.nonlinear_terms`) and gets three solvers:
+:meth:`PDESystem.nonlinear_terms`) and gets every time stepper of the registry
+:data:`simsci.systems._steppers.PDE_STEPPERS` (its ``methods``):
 
 ``etdrk4``
     pseudo-spectral in space (real FFT, 2/3-rule dealiasing of :math:`\mathcal N`),
-    exponential time differencing RK4 in time (Cox & Matthews 2002, J. Comput. Phys.
-    176, 430-455) with the coefficients :math:`\varphi(h\mathcal L)` evaluated by the
-    contour integral of Kassam & Trefethen (2005, SIAM J. Sci. Comput. 26, 1214-1233):
-    the mean over ``M = 64`` points on the unit circle around :math:`h L_k`, in float64,
-    then cast to the working dtype. Fourth order in time, stiff linear part exact.
+    exponential time differencing RK4 in time (Cox & Matthews 2002), the coefficients
+    by Kassam & Trefethen's (2005) contour integral. Fourth order, stiff linear part
+    exact.
 ``imex``
-    the same spectral discretisation with the semi-implicit backward-differentiation
-    scheme SBDF2 (linear part implicit, nonlinear part extrapolated; Ascher, Ruuth &
-    Wetton 1995, SIAM J. Numer. Anal. 32, 797-823), started with one IMEX-Euler step.
-    Second order in time, the lower-order spectral baseline of the benchmark.
+    the same spectral discretisation with SBDF2 (Ascher, Ruuth & Wetton 1995), started
+    with one IMEX-Euler step. Second order: the lower-order spectral baseline.
 ``rk4``
     explicit fourth-order centred finite differences in space (``torch.roll``
-    stencils) and classical RK4 in time. Its step must respect the linear stability
-    limit (diffusive :math:`\Delta t \lesssim \Delta x^2/\nu`, dispersive
-    :math:`\lesssim \Delta x^3`, hyper-diffusive :math:`\lesssim \Delta x^4`, advective
-    CFL :math:`\lesssim \Delta x / \max|u|`): :meth:`PDESystem.stable_dt` computes it
-    exactly for the frozen-coefficient linearisation (the RK4 stability region traced
-    along rays) and :meth:`PDESystem.simulate` refuses a larger step before running.
+    stencils) and classical RK4 in time, inside its linear stability limit
+    (:meth:`PDESystem.stable_dt`, checked by :meth:`PDESystem.simulate` before running).
+
+Each stepper declares its order, whether it needs the spectral grid, its stability
+rule and whether it takes a source field (:mod:`simsci.systems._steppers`, with the
+sources); this base class validates, plans the steps, caches the coefficients and runs
+the loop. A system can offer a non-generic stepper by listing it in
+``extra_steppers`` (``navier_stokes_2d``: ``cn``, the FNO generator's scheme).
 
 Design choices the task left open, and why:
 
@@ -91,15 +90,17 @@ import torch
 from simsci.errors import SolverError, unknown_name
 from simsci.systems._base import System, _check_count
 from simsci.systems._grf import gaussian_random_field, sum_of_sines
+from simsci.systems._steppers import (
+    PDE_STEPPERS,
+    PDEStepper,
+    etdrk4_coefficients,
+    get_stepper,
+    rk4_stable_radius,
+)
 
 __all__ = ["PDESystem", "PeriodicGrid", "etdrk4_coefficients", "fd_weights", "rk4_stable_radius"]
 
-SPECTRAL_METHODS = frozenset({"etdrk4", "imex"})
-EXPLICIT_METHODS = frozenset({"rk4"})
 AXIS_NAMES = ("x", "y", "z")
-
-#: contour points for the ETDRK4 coefficients (full circle of radius 1)
-CONTOUR_POINTS = 64
 _CACHE_SIZE = 16
 
 
@@ -124,95 +125,6 @@ def fd_weights(order: int, accuracy: int = 4) -> tuple[tuple[int, float], ...]:
     rhs[order] = 1.0
     w = np.linalg.solve(A, rhs)
     return tuple((int(o), float(c)) for o, c in zip(offsets, w) if abs(c) > 1e-13)
-
-
-# ------------------------------------------------------------------ RK4 stability
-@functools.lru_cache(maxsize=1)
-def _rk4_radius_table(n_angles: int = 1025) -> tuple[np.ndarray, np.ndarray]:
-    """Radius of RK4's stability region along rays at angles in [pi/2, pi]."""
-    theta = np.linspace(0.5 * np.pi, np.pi, n_angles)
-    direction = np.exp(1j * theta)
-
-    def amp(r):
-        z = r * direction
-        return np.abs(1 + z + z * z / 2 + z**3 / 6 + z**4 / 24)
-
-    radii = np.arange(1, 3201) * 1e-3  # scan to 3.2 > 2.83 (the largest extent)
-    inside = np.stack([amp(r) <= 1.0 + 1e-14 for r in radii])  # (R, A)
-    first_out = np.argmin(inside, axis=0)  # first radius index leaving the region
-    lo = np.where(first_out > 0, radii[np.maximum(first_out - 1, 0)], 0.0)
-    hi = radii[first_out]
-    for _ in range(50):
-        mid = 0.5 * (lo + hi)
-        ok = amp(mid) <= 1.0
-        lo = np.where(ok, mid, lo)
-        hi = np.where(ok, hi, mid)
-    return theta, lo
-
-
-def rk4_stable_radius(angle: np.ndarray) -> np.ndarray:
-    """Conservative radius of the RK4 stability region along the ray at ``angle``.
-
-    ``angle`` in [pi/2, pi] (the left half-plane, mirrored for negative imaginary
-    parts); the table value of the two neighbouring tabulated angles, the smaller one.
-    Along the negative real axis this is 2.785, along the imaginary axis 2.828.
-    """
-    theta, radius = _rk4_radius_table()
-    angle = np.clip(np.asarray(angle, dtype=np.float64), theta[0], theta[-1])
-    idx = np.clip(np.searchsorted(theta, angle), 1, len(theta) - 1)
-    return np.minimum(radius[idx - 1], radius[idx])
-
-
-def _rk4_dt_limit(lam: np.ndarray) -> float:
-    """Largest h with h*lam inside RK4's region for every eigenvalue in ``lam``.
-
-    Eigenvalues with a positive real part are physically growing modes (KS, Allen-Cahn);
-    only their imaginary part constrains stability.
-    """
-    lam = np.asarray(lam, dtype=np.complex128).ravel()
-    lam = np.where(lam.real > 0, 1j * lam.imag, lam)
-    mag = np.abs(lam)
-    keep = mag > 0
-    if not keep.any():
-        return math.inf
-    lam, mag = lam[keep], mag[keep]
-    angle = np.abs(np.angle(lam))  # mirror the lower half-plane onto the upper
-    return float(np.min(rk4_stable_radius(angle) / mag))
-
-
-# ------------------------------------------------------------------------ ETDRK4
-def etdrk4_coefficients(
-    L: torch.Tensor, h: float, points: int = CONTOUR_POINTS, chunk: int = 1 << 18
-) -> tuple[torch.Tensor, ...]:
-    r"""ETDRK4 coefficients for the diagonal linear operator ``L`` (complex128).
-
-    Returns ``(E, E2, Q, f1, f2, f3)``, each of ``L``'s shape: :math:`E = e^{hL}`,
-    :math:`E_2 = e^{hL/2}` and the Kassam-Trefethen contour means
-    :math:`Q = h\,\overline{(e^{z/2}-1)/z}`,
-    :math:`f_1 = h\,\overline{(-4 - z + e^z(4 - 3z + z^2))/z^3}`,
-    :math:`f_2 = h\,\overline{(2 + z + e^z(z - 2))/z^3}`,
-    :math:`f_3 = h\,\overline{(-4 - 3z - z^2 + e^z(4 - z))/z^3}` over
-    :math:`z = hL + e^{i\theta_j}`, :math:`\theta_j = 2\pi(j - 1/2)/M`. Evaluated in
-    chunks of ``chunk`` entries to bound the ``(…, M)`` temporaries.
-    """
-    L = L.to(torch.complex128)
-    flat = L.reshape(-1)
-    j = torch.arange(points, dtype=torch.float64, device=L.device)
-    roots = torch.exp(1j * (2.0 * math.pi * (j + 0.5) / points)).to(torch.complex128)
-    outs = [[], [], [], []]
-    for start in range(0, flat.numel(), chunk):
-        z = h * flat[start : start + chunk, None] + roots
-        ez = torch.exp(z)
-        z3 = z**3
-        outs[0].append(h * ((torch.exp(z / 2) - 1) / z).mean(-1))
-        outs[1].append(h * ((-4 - z + ez * (4 - 3 * z + z * z)) / z3).mean(-1))
-        outs[2].append(h * ((2 + z + ez * (z - 2)) / z3).mean(-1))
-        outs[3].append(h * ((-4 - 3 * z - z * z + ez * (4 - z)) / z3).mean(-1))
-    Q, f1, f2, f3 = (torch.cat(o).reshape(L.shape) for o in outs)
-    if not bool(L.imag.any()):
-        # real symbol: the exact means are real; drop the rounding-level imaginary parts
-        Q, f1, f2, f3 = (c.real.to(torch.complex128) for c in (Q, f1, f2, f3))
-    return torch.exp(h * L), torch.exp(0.5 * h * L), Q, f1, f2, f3
 
 
 # -------------------------------------------------------------------------- grid
@@ -376,6 +288,21 @@ class _SolveOptions(SimulateOptions):
 
 
 # ---------------------------------------------------------------------- the base
+class _OfferedSteppers:
+    """``PDESystem.methods``: name -> description of the steppers a system offers, read
+    from :data:`PDE_STEPPERS` at each access (a stepper registered later is offered too):
+    every ``generic`` one and those the class lists in ``extra_steppers``, in registry
+    order. A subclass that solves by other means (Darcy's ``cg``) sets a plain dict."""
+
+    def __get__(self, obj, owner) -> dict[str, str]:
+        extra = owner.extra_steppers
+        return {
+            name: stepper.description
+            for name, stepper in PDE_STEPPERS.items()
+            if stepper.generic or name in extra
+        }
+
+
 class PDESystem(System):
     """Base class of the periodic PDE systems (``kind = "field"``).
 
@@ -387,13 +314,14 @@ class PDESystem(System):
 
     Class attributes: ``spatial_dims`` (1 or 2), ``channel_names``, ``domain`` (box
     lengths per axis, overridable per instance), ``periodic``, ``pde_order`` (highest
-    spatial derivative), ``default_resolution``, ``methods`` (name -> description),
-    ``default_method``, ``default_dt`` (internal step of ``default_method``),
-    ``method_dt`` (internal steps of the other methods; rk4 also never exceeds 0.9 of
-    its stability limit), ``default_save_dt`` (recording interval for
-    :func:`simsci.systems.generate`), ``default_t_end``, ``ic_params`` (keywords of
-    :func:`simsci.systems._grf.gaussian_random_field` for ``ic="grf"``),
-    ``sines_params`` (keywords of :func:`simsci.systems._grf.sum_of_sines`).
+    spatial derivative), ``default_resolution``, ``methods`` (name -> description, the
+    registered time steppers it offers; read-only), ``extra_steppers`` (non-generic
+    steppers it offers too), ``default_method``, ``default_dt`` (internal step of
+    ``default_method``), ``method_dt`` (internal steps of the other methods; a stepper
+    with a step limit, rk4, also never exceeds 0.9 of it), ``default_save_dt``
+    (recording interval for :func:`simsci.systems.generate`), ``default_t_end``,
+    ``ic_params`` (keywords of :func:`simsci.systems._grf.gaussian_random_field` for
+    ``ic="grf"``), ``sines_params`` (keywords of :func:`simsci.systems._grf.sum_of_sines`).
     """
 
     kind: ClassVar[str] = "field"
@@ -403,11 +331,8 @@ class PDESystem(System):
     periodic: ClassVar[bool] = True
     pde_order: ClassVar[int] = 2
     default_resolution: ClassVar[tuple[int, ...]] = (256,)
-    methods: ClassVar[dict[str, str]] = {
-        "etdrk4": "pseudo-spectral, exponential time differencing RK4 (order 4)",
-        "imex": "pseudo-spectral, semi-implicit SBDF2 (order 2)",
-        "rk4": "4th-order centred finite differences, explicit RK4 (order 4)",
-    }
+    methods: ClassVar[dict[str, str]] = _OfferedSteppers()  # type: ignore[assignment]
+    extra_steppers: ClassVar[tuple[str, ...]] = ()
     default_method: ClassVar[str] = "etdrk4"
     default_dt: ClassVar[float] = 1e-3
     method_dt: ClassVar[dict[str, float]] = {}
@@ -585,12 +510,6 @@ class PDESystem(System):
             out = out + coef * grid.symbol(alpha, kind)
         return out
 
-    def _apply_linear_fd(self, u: torch.Tensor, coefs) -> torch.Tensor:
-        out = torch.zeros_like(u)
-        for coef, alpha in coefs:
-            out = out + coef * (self.grid_for(u.device, u.dtype).fd_apply(u, alpha))
-        return out
-
     def drift(self, t, u: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
         """Pseudo-spectral semi-discrete right-hand side :math:`\\mathcal L u + \\mathcal N`.
 
@@ -639,74 +558,59 @@ class PDESystem(System):
         return self._gather(L, uniq, inverse, grid)[0]
 
     def _coefficients(self, method: str, h: float, p: torch.Tensor, grid: PeriodicGrid):
+        """The stepper's coefficients for step ``h`` and parameters ``p`` ``(B, P)``: built
+        once per distinct parameter rows (cached), then selected per sample."""
+        stepper = get_stepper(method)
         uniq, inverse = self._rows(p)
         key = (method, float(f"{h:.14g}"), uniq.tobytes(), uniq.shape, grid.resolution,
                grid.domain, str(grid.device), grid.dtype)  # fmt: skip
-
-        def build():
-            L = self.linear_symbol(torch.as_tensor(uniq), grid)
-            if method == "etdrk4":
-                E, E2, Q, f1, f2, f3 = etdrk4_coefficients(L, h)
-                coeffs = (E, E2, Q, f1, 2.0 * f2, f3)
-            elif method == "imex":
-                d1, d2 = 1.0 - h * L, 3.0 - 2.0 * h * L
-                if bool((d1.abs() < 1e-12).any() or (d2.abs() < 1e-12).any()):
-                    raise ValueError(
-                        f"{self.name}: dt={h:g} makes the implicit step of 'imex' singular "
-                        "(1 - dt L or 3 - 2 dt L vanishes for a growing mode); change dt"
-                    )
-                coeffs = (1.0 / d1, 1.0 / d2)
-            else:  # rk4: per-row, per-channel coefficients of the linear terms
-                rows = torch.as_tensor(uniq, device=grid.device)
-                coeffs = []
-                for coef, alpha in self.linear_terms(rows):
-                    c = torch.as_tensor(coef, dtype=torch.float64, device=grid.device)
-                    c = torch.broadcast_to(c, (rows.shape[0], len(self.channel_names)))
-                    coeffs.append((c.reshape(*c.shape, *([1] * grid.ndim)), alpha))
-                return coeffs
-            return tuple(c.to(grid.cdtype) for c in coeffs)
-
-        coeffs = self._cached(key, build)
-        if method == "rk4":
-            if uniq.shape[0] == 1:
-                return [(c.to(grid.dtype), a) for c, a in coeffs]
-            index = torch.as_tensor(inverse, device=grid.device)
-            return [(c.index_select(0, index).to(grid.dtype), a) for c, a in coeffs]
-        return self._gather(coeffs, uniq, inverse, grid)
+        coeffs = self._cached(key, lambda: stepper.coefficients(self, h, uniq, grid))
+        index = None if uniq.shape[0] == 1 else torch.as_tensor(inverse, device=grid.device)
+        return stepper.select(coeffs, index, grid)
 
     # ------------------------------------------------------------ stability
     def stable_dt(self, params=None, method: str | None = None, *, u0=None) -> float:
         """Largest stable internal step of ``method`` (the most restrictive sample).
 
-        Spectral methods (``etdrk4``, ``imex``) treat the linear part exactly or
-        implicitly and have no linear limit: ``inf`` (their explicit nonlinear part
-        still needs a CFL-like step for strong advection; a blow-up is reported by
-        :meth:`simulate`). For ``rk4`` the limit is the largest ``h`` with
+        The stepper's stability rule (:attr:`PDEStepper.stability`): ``inf`` for the
+        steppers that treat the linear part exactly or implicitly (``etdrk4``, ``imex``;
+        their explicit nonlinear part still needs a CFL-like step for strong advection, a
+        blow-up is reported by :meth:`simulate`). For ``rk4`` the largest ``h`` with
         :math:`h\\lambda` inside the RK4 stability region for every eigenvalue
-        :math:`\\lambda` of the finite-difference linear operator plus, when ``u0``
-        ``(B, *resolution, C)`` is given, the frozen advection
-        :math:`-\\sum_a s_a D_a` with ``s`` from :meth:`wave_speed`.
+        :math:`\\lambda` of :meth:`linearised_symbol` (the finite-difference linear
+        operator plus, when ``u0`` ``(B, *resolution, C)`` is given, the frozen advection).
         """
-        method = self._check_method(method)
-        if method not in EXPLICIT_METHODS:
+        stepper = get_stepper(self._check_method(method))
+        if stepper.unconditionally_stable:
             return math.inf
+        return stepper.stable_dt(self, params, u0)
+
+    def linearised_symbol(self, params=None, *, u0=None, kind: str = "fd") -> torch.Tensor:
+        """Eigenvalues of the frozen-coefficient linearisation, complex128 on the CPU.
+
+        The symbol of :math:`\\mathcal L` (``kind`` ``"fd"``: the finite-difference
+        stencils; ``"spectral"``) for the distinct rows of ``params``, and with ``u0``
+        the advection :math:`\\pm i \\sum_a s_a |D_a|` at the largest speeds ``s`` of
+        :meth:`wave_speed` (both signs stacked). What explicit steppers' step limits
+        (:meth:`PDEStepper.stable_dt`) are computed from.
+        """
         grid = self.grid_for("cpu", torch.float64)
         if isinstance(params, torch.Tensor):
             rows = params.detach().to("cpu", torch.float64).reshape(-1, len(self.param_names))
         else:
             rows = self.params_tensor(1 if params is None else params)
         uniq, _ = self._rows(rows)
-        lam = self.linear_symbol(torch.as_tensor(uniq), grid, kind="fd")
+        lam = self.linear_symbol(torch.as_tensor(uniq), grid, kind=kind)
         if u0 is not None:
             u = u0.detach().to("cpu", torch.float64).movedim(-1, 1)
             full = rows if rows.shape[0] == u.shape[0] else rows[:1].expand(u.shape[0], -1)
             speed = self.wave_speed(u, full.to(u.dtype)).amax(dim=0)  # (d,)
             adv = torch.zeros((1, 1, *grid.kshape), dtype=torch.float64)
             for axis in range(grid.ndim):
-                d1 = grid.symbol(tuple(int(a == axis) for a in range(grid.ndim)), "fd")
+                d1 = grid.symbol(tuple(int(a == axis) for a in range(grid.ndim)), kind)
                 adv = adv + float(speed[axis]) * d1.imag.abs()
             lam = torch.cat([lam + 1j * adv, lam - 1j * adv])
-        return _rk4_dt_limit(lam.numpy())
+        return lam
 
     # ----------------------------------------------------------- sampling
     def _sample_initial(self, n: int, generator, device) -> torch.Tensor:
@@ -772,7 +676,7 @@ class PDESystem(System):
             axes = list(grid)
         if len(axes) != d:
             raise ValueError(f"{self.name}: grid needs {d} coordinate arrays, got {len(axes)}")
-        spectral = method in SPECTRAL_METHODS
+        spectral = get_stepper(method).spectral
         for a, coords in enumerate(axes):
             if coords is None:
                 continue
@@ -824,11 +728,26 @@ class PDESystem(System):
                 hs[i] = hs[i - 1]
         return counts, hs
 
-    def _default_step(self, method: str, p: torch.Tensor, u0: torch.Tensor) -> float:
-        dt = self.method_dt.get(method, self.default_dt)
-        if method in EXPLICIT_METHODS:
-            dt = min(dt, 0.9 * self.stable_dt(p, method, u0=u0))
+    def _default_step(self, stepper: PDEStepper, p: torch.Tensor, u0: torch.Tensor) -> float:
+        dt = self.method_dt.get(stepper.name, self.default_dt)
+        if not stepper.unconditionally_stable:
+            dt = min(dt, 0.9 * self.stable_dt(p, stepper.name, u0=u0))
         return dt
+
+    def _check_step(self, stepper: PDEStepper, hs: np.ndarray, p, u0) -> None:
+        """Refuse steps beyond the stepper's stability limit, before running."""
+        if stepper.unconditionally_stable or not len(hs):
+            return
+        limit = self.stable_dt(p, stepper.name, u0=u0)
+        if hs.max() > limit:
+            free = [m for m in self.methods if get_stepper(m).unconditionally_stable]
+            raise ValueError(
+                f"{self.name}: dt={hs.max():.4g} is beyond the stability limit {limit:.4g} of "
+                f"the explicit method {stepper.name!r} at resolution {self.resolution} and "
+                f"these parameters ({stepper.stability}). Use dt <= "
+                f"{limit:.4g}, a coarser grid, or a method without a step limit "
+                f"({', '.join(map(repr, free))}); check_stability=False runs anyway"
+            )
 
     def simulate(
         self,
@@ -867,8 +786,9 @@ class PDESystem(System):
         opts = SimulateOptions(**options) if options else SimulateOptions()
         u0 = self._check_u0(u0)
         method = self._check_method(method)
+        stepper = get_stepper(method)
         self._check_grid(grid, method)
-        if method in SPECTRAL_METHODS and any(n % 2 for n in self.resolution):
+        if stepper.spectral and any(n % 2 for n in self.resolution):
             raise ValueError(
                 f"{self.name}: spectral method {method!r} needs an even resolution, got "
                 f"{self.resolution}; use an even number of grid points"
@@ -881,38 +801,26 @@ class PDESystem(System):
                 **dataclasses.asdict(opts), forcing=self._check_forcing(forcing, u0, method)
             )
         if dt is None:
-            dt = self._default_step(method, p, u0)
+            dt = self._default_step(stepper, p, u0)
         elif isinstance(dt, bool) or not isinstance(dt, (int, float, np.number)):
             raise TypeError(f"dt must be a number, got {dt!r}")
         dt = float(dt)
         if not (math.isfinite(dt) and dt > 0):
             raise ValueError(f"dt must be finite and > 0, got {dt!r}")
         counts, hs = self._plan(times, dt)
-        if method in EXPLICIT_METHODS and opts.check_stability and len(hs):
-            limit = self.stable_dt(p, method, u0=u0)
-            if hs.max() > limit:
-                raise ValueError(
-                    f"{self.name}: dt={hs.max():.4g} is beyond the stability limit "
-                    f"{limit:.4g} of the explicit method {method!r} (4th-order finite "
-                    f"differences + RK4) at resolution {self.resolution} and these parameters "
-                    f"(diffusive dt ~ dx^2/nu, dispersive ~ dx^3, hyper-diffusive ~ dx^4, "
-                    f"advective ~ dx/max|u|). Use dt <= {limit:.4g}, a coarser grid, or a "
-                    "spectral method ('etdrk4', 'imex'); check_stability=False runs anyway"
-                )
+        if opts.check_stability:
+            self._check_step(stepper, hs, p, u0)
         grid_ = self.grid_for(u0.device, u0.dtype)
         w = u0.movedim(-1, 1).contiguous()
-        if method == "rk4":
-            frames = self._run_rk4(w, times, counts, hs, p, grid_, opts)
-        else:
-            frames = self._run_spectral(method, w, times, counts, hs, p, grid_, opts)
+        frames = self._run(stepper, w, times, counts, hs, p, grid_, opts)
         return torch.stack([u0, *[f.movedim(1, -1) for f in frames]], dim=1)
 
     def _check_forcing(self, forcing, u0: torch.Tensor, method: str) -> torch.Tensor:
         """Validate a source field; return it channels-first in ``u0``'s dtype."""
-        if method not in SPECTRAL_METHODS | EXPLICIT_METHODS:
+        if not get_stepper(method).forcing:
             raise ValueError(
                 f"{self.name}: forcing= is supported by the methods "
-                f"{sorted(SPECTRAL_METHODS | EXPLICIT_METHODS)}, not {method!r}"
+                f"{sorted(m for m in self.methods if get_stepper(m).forcing)}, not {method!r}"
             )
         shape = (*self.resolution, len(self.channel_names))
         B = u0.shape[0]
@@ -963,102 +871,33 @@ class PDESystem(System):
             time=float(t_now),
         )
 
-    def _run_spectral(self, method, w, times, counts, hs, p, grid, opts):
-        v = grid.to_spectral(w)
+    def _run(self, stepper: PDEStepper, w, times, counts, hs, p, grid, opts):
+        """Step ``w`` ``(B, C, *resolution)`` through the planned intervals; the frames at
+        ``times[1:]``. Coefficients are looked up when the step changes; the state is
+        checked for inf/NaN every ``check_every`` steps and at every output time."""
+        state = stepper.enter(w, grid)
         pw = p.to(w.dtype)
+        forcing = getattr(opts, "forcing", None)
+        source = None if forcing is None else stepper.enter(forcing, grid)
         frames = []
-        history = None  # SBDF2: (v_prev, N_prev, h)
+        carry = None  # the stepper's history (SBDF2: previous state, N and step)
         t_ok = float(times[0])
         coeffs, h_coeffs = None, None
-        forcing = getattr(opts, "forcing", None)
-        f_hat = None if forcing is None else grid.to_spectral(forcing)
         for i in range(len(counts)):
             h = float(hs[i])
             if h != h_coeffs:  # equal intervals reuse the coefficients without a lookup
-                coeffs, h_coeffs = self._coefficients(method, h, p, grid), h
+                coeffs, h_coeffs = self._coefficients(stepper.name, h, p, grid), h
             t0 = float(times[i])
             for j in range(int(counts[i])):
                 tj = t0 + j * h
-                if method == "etdrk4":
-                    v = self._etdrk4_step(v, tj, h, coeffs, pw, grid, f_hat)
-                else:
-                    v, history = self._imex_step(v, tj, h, coeffs, pw, grid, history, f_hat)
+                state, carry = stepper.step(self, state, tj, h, coeffs, pw, grid, source, carry)
                 if (j + 1) % opts.check_every == 0:
                     t_now = tj + h
-                    self._check_finite(v, t_ok, t_now, method, h)
+                    self._check_finite(state, t_ok, t_now, stepper.name, h)
                     t_ok = t_now
-            self._check_finite(v, t_ok, float(times[i + 1]), method, h)
+            self._check_finite(state, t_ok, float(times[i + 1]), stepper.name, h)
             t_ok = float(times[i + 1])
-            frames.append(grid.to_physical(v))
-        return frames
-
-    def _forced(self, f_hat):
-        """:meth:`nonlinear_hat`, plus the forcing spectrum ``f_hat`` when given."""
-        if f_hat is None:
-            return self.nonlinear_hat
-        base = self.nonlinear_hat
-
-        def forced(t, v, p, grid):
-            return base(t, v, p, grid) + f_hat
-
-        return forced
-
-    def _etdrk4_step(self, v, t, h, coeffs, p, grid, f_hat=None):
-        E, E2, Q, f1, f2x2, f3 = coeffs  # f2x2 = 2 f2 (cached that way)
-        N = self._forced(f_hat)
-        # Cox & Matthews' ETDRK4, written with fused multiply-adds (fewer passes over
-        # the batch: the step is memory-bound on CPU)
-        Nv = N(t, v, p, grid)
-        E2v = E2 * v
-        a = torch.addcmul(E2v, Q, Nv)
-        Na = N(t + 0.5 * h, a, p, grid)
-        b = torch.addcmul(E2v, Q, Na)
-        Nb = N(t + 0.5 * h, b, p, grid)
-        c = torch.addcmul(E2 * a, Q, Nb.mul(2.0).sub_(Nv))
-        Nc = N(t + h, c, p, grid)
-        out = torch.addcmul(E * v, f1, Nv)
-        out.addcmul_(f2x2, Na.add_(Nb))
-        return out.addcmul_(f3, Nc)
-
-    def _imex_step(self, v, t, h, coeffs, p, grid, history, f_hat=None):
-        inv1, inv2 = coeffs
-        Nv = self._forced(f_hat)(t, v, p, grid)
-        if history is None or history[2] != h:
-            new = (v + h * Nv) * inv1  # IMEX Euler start (and restart when h changes)
-        else:
-            v_prev, N_prev, _ = history
-            new = (4.0 * v - v_prev + (2.0 * h) * (2.0 * Nv - N_prev)) * inv2
-        return new, (v, Nv, h)
-
-    def _run_rk4(self, w, times, counts, hs, p, grid, opts):
-        pw = p.to(w.dtype)
-        coefs = self._coefficients("rk4", float(hs[0]) if len(hs) else 0.0, p, grid)
-        forcing = getattr(opts, "forcing", None)
-
-        def rhs(t, u):
-            out = self._apply_linear_fd(u, coefs) + self.nonlinear_fd(t, u, pw, grid)
-            return out if forcing is None else out + forcing
-
-        u = w
-        frames = []
-        t_ok = float(times[0])
-        for i in range(len(counts)):
-            h = float(hs[i])
-            t0 = float(times[i])
-            for j in range(int(counts[i])):
-                tj = t0 + j * h
-                k1 = rhs(tj, u)
-                k2 = rhs(tj + 0.5 * h, u + (0.5 * h) * k1)
-                k3 = rhs(tj + 0.5 * h, u + (0.5 * h) * k2)
-                k4 = rhs(tj + h, u + h * k3)
-                u = u + (h / 6.0) * (k1 + 2.0 * (k2 + k3) + k4)
-                if (j + 1) % opts.check_every == 0:
-                    t_now = tj + h
-                    self._check_finite(u, t_ok, t_now, "rk4", h)
-                    t_ok = t_now
-            self._check_finite(u, t_ok, float(times[i + 1]), "rk4", h)
-            t_ok = float(times[i + 1])
-            frames.append(u)
+            frames.append(stepper.leave(state, grid))
         return frames
 
 

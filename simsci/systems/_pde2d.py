@@ -4,7 +4,8 @@ Both build on :class:`simsci.systems._pde.PDESystem` (states ``(B, Nx, Ny, C)``
 channels-last, axis 1 is ``x``, axis 2 is ``y``; grid ``x_i = i L_x / N_x``) and get its
 ``etdrk4`` (pseudo-spectral ETDRK4), ``imex`` (pseudo-spectral SBDF2) and ``rk4``
 (fourth-order finite differences + RK4, with the stability limit checked before running)
-solvers. Navier-Stokes adds ``cn``, the scheme of the FNO data generator.
+solvers. Navier-Stokes adds ``cn``, the scheme of the FNO data generator (a stepper of
+:mod:`simsci.systems._steppers` that it lists in ``extra_steppers``).
 
 Design choices the task left open, and why:
 
@@ -89,13 +90,7 @@ class NavierStokes2D(PDESystem):
     param_ranges = {"nu": (1e-4, 1e-3)}
     valid_ranges = {"nu": "(0, inf)", "forcing": "[0, inf)"}
     default_resolution = (64, 64)
-    methods = {
-        "etdrk4": "pseudo-spectral, exponential time differencing RK4 (order 4)",
-        "cn": "pseudo-spectral, Crank-Nicolson viscosity + forward-Euler advection: the "
-        "FNO data generator (order 1)",
-        "imex": "pseudo-spectral, semi-implicit SBDF2 (order 2)",
-        "rk4": "4th-order centred finite differences, explicit RK4 (order 4)",
-    }
+    extra_steppers = ("cn",)  # the FNO generator's scheme (simsci.systems._steppers)
     default_method = "etdrk4"
     default_dt = 1e-2
     method_dt = {"cn": 1e-4, "imex": 1e-3, "rk4": 1e-2}
@@ -182,59 +177,6 @@ class NavierStokes2D(PDESystem):
         mult, _, _, _ = self._operators(grid)
         vel = grid.to_physical(grid.to_spectral(w.movedim(-1, 1)) * mult[:, :2])
         return vel.movedim(1, -1)
-
-    # ----------------------------------------------------------- the cn method
-    def _check_grid(self, grid, method):
-        if method != "cn":
-            return super()._check_grid(grid, method)
-        # "cn" is spectral: check as a spectral method, name "cn" in the message
-        try:
-            super()._check_grid(grid, "etdrk4")
-        except ValueError as exc:
-            raise ValueError(str(exc).replace("('etdrk4')", "('cn')")) from None
-
-    def _coefficients(self, method, h, p, grid):
-        if method != "cn":
-            return super()._coefficients(method, h, p, grid)
-        uniq, inverse = self._rows(p)
-        key = ("cn", float(f"{h:.14g}"), uniq.tobytes(), uniq.shape, grid.resolution,
-               grid.domain, str(grid.device), grid.dtype)  # fmt: skip
-
-        def build():
-            lin = self.linear_symbol(torch.as_tensor(uniq), grid).real
-            return (
-                (1.0 + 0.5 * h * lin).to(grid.dtype),
-                (1.0 / (1.0 - 0.5 * h * lin)).to(grid.dtype),
-            )
-
-        return self._gather(self._cached(key, build), uniq, inverse, grid)
-
-    def _run_spectral(self, method, w, times, counts, hs, p, grid, opts):
-        if method != "cn":
-            return super()._run_spectral(method, w, times, counts, hs, p, grid, opts)
-        if any(n % 2 for n in self.resolution):
-            raise ValueError(
-                f"{self.name}: spectral method 'cn' needs an even resolution, got "
-                f"{self.resolution}; use an even number of grid points"
-            )
-        v = grid.to_spectral(w)
-        pw = p.to(w.dtype)
-        frames = []
-        t_ok = float(times[0])
-        for i in range(len(counts)):
-            h = float(hs[i])
-            plus, inv_minus = self._coefficients("cn", h, p, grid)
-            t0 = float(times[i])
-            for j in range(int(counts[i])):
-                tj = t0 + j * h
-                v = (plus * v + h * self.nonlinear_hat(tj, v, pw, grid)) * inv_minus
-                if (j + 1) % opts.check_every == 0:
-                    self._check_finite(v, t_ok, tj + h, method, h)
-                    t_ok = tj + h
-            self._check_finite(v, t_ok, float(times[i + 1]), method, h)
-            t_ok = float(times[i + 1])
-            frames.append(grid.to_physical(v))
-        return frames
 
     # ----------------------------------------------------------- diagnostics
     def taylor_green(self, n: int = 1, *, mode: int = 1, amplitude: float = 1.0,

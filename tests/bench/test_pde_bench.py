@@ -1,5 +1,5 @@
 """The PDE-solver benchmark: fronts, matched-accuracy interpolation, restriction, real
-runs on small grids, the operator plug-in, py-pde side by side and the CLI."""
+runs on small grids, the operator plug-in and the CLI (peers: test_pde_peers.py)."""
 
 import json
 import math
@@ -232,6 +232,42 @@ def test_a_pde_without_a_setup_gets_generic_defaults():
         del SYSTEMS["heat_copy_for_bench_test"]
 
 
+def test_a_newly_registered_stepper_is_benchmarked_by_default():
+    """Adding a stepper is one class: the benchmark runs it without a table entry (a
+    step-limited one at 0.9 of its limit) and picks the reference from the registry."""
+    from simsci.systems import PDE_STEPPERS, PDEStepper, register_stepper
+
+    @register_stepper
+    class SpectralEuler(PDEStepper):
+        name = "euler_bench_test"
+        order = 1
+        spectral = True
+        unconditionally_stable = False
+        stability = "h nu k_max^2 <= 2 (forward Euler on the diffusion)"
+        description = "test: pseudo-spectral forward Euler"
+        source = "-"
+
+        def coefficients(self, system, h, rows, grid):
+            return (system.linear_symbol(torch.as_tensor(rows), grid).to(grid.cdtype),)
+
+        def step(self, system, v, t, h, coeffs, p, grid, source, carry):
+            return v + h * (coeffs[0] * v + system.nonlinear_hat(t, v, p, grid)), carry
+
+        def stable_dt(self, system, params, u0):
+            lam = system.linearised_symbol(params, u0=u0, kind="spectral").real
+            return float(2.0 / (-lam).max())
+
+    try:
+        result = pde_benchmark("heat", quick=True, n=2, repeat=1)
+    finally:
+        del PDE_STEPPERS["euler_bench_test"]
+    assert result["settings"]["methods"] == ["etdrk4", "imex", "rk4", "euler_bench_test"]
+    assert result["reference"]["method"] == "etdrk4"  # highest order, spectral
+    runs = [r for r in result["runs"] if r["method"] == "euler_bench_test"]
+    assert [r["dt_rule"] for r in runs] == ["0.9 x stable_dt"] * 2
+    assert all(r["status"] == "ok" and 0 < r["error"] < 1e-2 for r in runs)
+
+
 def test_float32_runs_against_a_float64_reference(device):
     result = pde_benchmark(
         "burgers", methods=["etdrk4"], quick=True, dtype=torch.float32, n=2, repeat=1,
@@ -309,7 +345,8 @@ def test_bad_input_is_rejected_with_a_clear_message():
         pde_benchmark("heat", params={"mu": 1.0}, pypde=False)
     with pytest.raises(ValueError, match="resolution must be an integer"):
         pde_benchmark("heat", resolutions=[4], pypde=False)
-    with pytest.raises(ValueError, match="py-pde cannot run 'navier_stokes_2d'"):
+    # the library runs no peer: asking for py-pde names where the comparison lives
+    with pytest.raises(ValueError, match=r"runs no peer itself.*benchmarks/bench_pde_pypde.py"):
         pde_benchmark("navier_stokes_2d", quick=True, pypde=True)
 
 
@@ -407,30 +444,6 @@ def test_models_are_checked_against_the_protocol(tmp_path):
         pde_benchmark("heat", quick=True, models=[other], pypde=False)
 
 
-# --------------------------------------------------------------------- py-pde
-@pytest.mark.slow  # numba compiles py-pde's stepper per grid: ~10 s
-def test_pypde_runs_side_by_side_with_the_same_initial_conditions():
-    pytest.importorskip("pde")
-    result = pde_benchmark(
-        "heat",
-        methods=["etdrk4"],
-        resolutions=[32, 64],
-        dts=[0.05],
-        t_end=0.2,
-        n=2,
-        repeat=1,
-        pypde_dts=(),
-        pypde_tolerances=(1e-9,),
-    )
-    assert result["pypde"]["included"]
-    runs = [r for r in result["runs"] if r["family"] == "py-pde"]
-    assert [r["resolution"] for r in runs] == [32, 64]
-    e32, e64 = (r["error"] for r in runs)
-    # py-pde's second-order centred differences on the same band-limited fields:
-    # doubling the grid divides its error by about 4
-    assert 3.0 < e32 / e64 < 5.0 and e64 < 1e-2
-
-
 # ------------------------------------------------------------------------ CLI
 def test_cli_bench_pde_end_to_end(tmp_path, capsys):
     out = tmp_path / "tmp"
@@ -438,6 +451,9 @@ def test_cli_bench_pde_end_to_end(tmp_path, capsys):
     captured = capsys.readouterr()
     assert code == 0
     assert "speed-up at matched accuracy" in captured.out and "simsci:imex" in captured.out
+    # the peer comparison is not the package's: the CLI says where it lives
+    assert "py-pde runs from benchmarks/bench_pde_pypde.py" in captured.out
+    assert "simsci bench pde_pypde --problems heat --quick" in captured.out
     result = json.loads((out / "result.json").read_text())
     assert result["problem"] == "heat" and result["environment"]["device"] == "cpu"
     assert result["runs"] and result["fronts"]

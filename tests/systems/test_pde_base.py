@@ -109,7 +109,7 @@ def test_rk4_step_beyond_the_stability_limit_fails_before_running(device, monkey
     def never(*args, **kwargs):
         raise AssertionError("the solver ran")
 
-    monkeypatch.setattr(PDESystem, "_run_rk4", never)
+    monkeypatch.setattr(PDESystem, "_run", never)
     with pytest.raises(ValueError, match=r"beyond the stability limit .* Use dt <= ") as info:
         heat.simulate(u0, [0.0, 1.0], method="rk4", dt=2 * limit)
     assert f"{limit:.4g}" in str(info.value)
