@@ -22,7 +22,9 @@ def add_to(sub) -> None:
         "info",
         help="print a readable summary of a dataset",
         description="Print kind, system, episode count and lengths, fields with shapes, "
-        "dtypes and names, parameter ranges, static arrays, graphs and file size.",
+        "dtypes and names, parameter ranges, static arrays, graphs and file size. For a "
+        "directory of shards: totals over every shard, episodes and steps per shard, the "
+        "meta all shards share and each meta key that differs (with its value per shard).",
     )
     info.add_argument("path", help="a .h5 file or a directory of part-*.h5 shards")
     info.set_defaults(run=run_info)
@@ -30,8 +32,9 @@ def add_to(sub) -> None:
         "check",
         help="check every rule of the format; exit 1 if any is broken",
         description="Check every rule of the trajectory format contract and print each "
-        "problem with the file, field, episode and rule it concerns. Exit status 0 when "
-        "the file is valid, 1 when it is not.",
+        "problem with the file, field, episode and rule it concerns: structure, times, "
+        "marks, graphs, and every floating value (no ±inf; NaN in x only where mask is "
+        "False). Exit status 0 when the file is valid, 1 when it is not.",
     )
     check.add_argument("path", help="a .h5 file or a directory of part-*.h5 shards")
     check.set_defaults(run=run_check)

@@ -13,7 +13,9 @@ Read::
     loader = DataLoader(TrajectoryDataset(ds, window=64), batch_size=32,
                         collate_fn=union_collate, num_workers=4)
 
-Check and describe: ``check_file(path)`` (every problem), ``info(path)`` (a summary).
+Check and describe: ``check_file(path)`` (every problem), ``info(path)`` (a summary),
+``check_finite(path_or_trajectories, fields=None)`` (raise when a field holds values
+training cannot use: ±inf, or NaN where it counts as observed).
 Import: ``import_pdebench``, ``import_thewell`` (PDE fields), ``import_aeon`` (aeon's
 classification sets as irregular sensor sequences; needs the optional package aeon),
 ``import_easytpp`` (EasyTPP's event-sequence pickles/JSON as kind="events").
@@ -31,7 +33,7 @@ from __future__ import annotations
 import importlib
 
 from simsci.data._aeon import bundled_aeon_datasets, import_aeon
-from simsci.data._check import check_file
+from simsci.data._check import check_file, check_finite
 from simsci.data._easytpp import import_easytpp, is_easytpp_source
 from simsci.data._import import import_pdebench, import_thewell
 from simsci.data._info import info
@@ -65,6 +67,7 @@ __all__ = [
     "TrajectoryDataset",
     "bundled_aeon_datasets",
     "check_file",
+    "check_finite",
     "import_aeon",
     "import_easytpp",
     "is_easytpp_source",

@@ -5,11 +5,17 @@ first offending episode and how many are affected) instead of stopping at the fi
 ``open(check=True)`` raises the first. Big arrays (``t``, ``mark``, edge ids) are read in
 blocks of about 16 MiB, and every test is vectorised over the flat arrays.
 
+Three depths: the structure (root attributes, offsets, shapes; ``open(check=False)``),
+the scans of ``t``, ``mark`` and edge ids (``open(check=True)``), and the scan of every
+floating value (rule values-finite, ``_finite``; ``check_file`` and ``check_finite``).
+The last reads the whole file, so ``open`` leaves it to ``check_file`` and to
+``check_finite``, which training calls for the fields it reads.
+
 Rule ids: file-missing, not-hdf5, damaged, root-attrs, format, format-version, kind,
 meta, offsets, offsets-start, offsets-decrease, offsets-end, steps-shape, episodes-rows,
 split-range, t-missing, t-dtype, t-finite, t-increasing, mask-shape, mask-dtype,
 mark-dtype, num-marks, mark-range, agents-valid-shape, graph-offsets, graph-edges, stats,
-attrs, read-error, no-shards, shard-schema.
+attrs, values-finite, read-error, no-shards, shard-schema.
 
 ``load_header`` (check, then parse the header) is what the reader opens files with; the
 header and the shard-schema comparison live one level down in ``_header``, so the
@@ -20,13 +26,14 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import h5py
 import numpy as np
 
 from simsci._version import __version__
+from simsci.data._finite import scan_values
 from simsci.data._header import Header, read_header, shard_mismatch
 from simsci.data._schema import (
     FORMAT,
@@ -37,7 +44,7 @@ from simsci.data._schema import (
     attr_str,
     problem,
 )
-from simsci.errors import FormatError
+from simsci.errors import FormatError, unknown_name
 
 #: raw-data chunk cache per dataset for readers (chunks are ~1 MiB).
 RDCC_NBYTES = 8 * 2**20
@@ -115,10 +122,16 @@ def _episode_of(offsets: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 
 class _Checker:
-    def __init__(self, f: h5py.File, path: Path, deep: bool):
+    """The rules of one open file. ``deep`` adds the scans of ``t``, ``mark`` and edge
+    ids; ``values`` the scan of the floating values (rule values-finite), limited to the
+    step / episode field names in ``fields`` when given."""
+
+    def __init__(self, f: h5py.File, path: Path, deep: bool, values: bool = False, fields=None):
         self.f = f
         self.path = path
         self.deep = deep
+        self.values = values
+        self.fields = fields
         self.problems: list[FormatError] = []
         self.offsets: np.ndarray | None = None
 
@@ -135,6 +148,8 @@ class _Checker:
             self.graphs_rule()
             self.stats_rule()
             self.attrs_rule()
+            if self.values and self.offsets is not None:
+                self.problems.extend(scan_values(self.f, self.path, self.offsets, self.fields))
         except (OSError, RuntimeError, KeyError, ValueError, TypeError, AttributeError) as exc:
             # h5py raises these on damaged data blocks; AttributeError on a group where a
             # dataset belongs
@@ -536,7 +551,7 @@ def check_one(path: str | os.PathLike, *, deep: bool = True) -> list[FormatError
     if err is not None:
         return [err]
     with f:
-        return _Checker(f, path, deep).run()
+        return _Checker(f, path, deep, values=deep).run()
 
 
 def load_header(path: Path, deep: bool) -> tuple[Header | None, list[FormatError]]:
@@ -589,7 +604,9 @@ def check_file(path: str | os.PathLike) -> list[FormatError]:
     """Check a file (or a directory of shards) against the format contract.
 
     Returns every problem found (an empty list when the data is valid), each a
-    FormatError naming the file, field, episode and rule id (``err.rule``)."""
+    FormatError naming the file, field, episode and rule id (``err.rule``). Every value
+    is read (rule values-finite scans the floating fields); ``open(check=True)`` runs
+    the same rules but that scan."""
     path = Path(path)
     if path.is_dir():
         files = shard_files(path)
@@ -602,3 +619,73 @@ def check_file(path: str | os.PathLike) -> list[FormatError]:
             problems.extend(schema_mismatch(files))
         return problems
     return check_one(path)
+
+
+def _field_names(f: h5py.File) -> list[str]:
+    names = list(f["steps"]) if "steps" in f else []
+    if "episodes" in f:
+        names += [k for k in f["episodes"] if k != "offsets"]
+    return names
+
+
+def _finite_problems(path: Path, fields: frozenset[str] | None) -> list[FormatError]:
+    """The structural problems of one file, else its problems of t-finite and
+    values-finite (for ``fields``, or every field)."""
+    f, err = open_h5(path)
+    if err is not None:
+        return [err]
+    with f:
+        checker = _Checker(f, path, deep=False)
+        problems = checker.run()  # the structure: offsets are needed to name episodes
+        if problems:
+            return problems
+        if fields is not None:
+            known = _field_names(f)
+            for name in sorted(fields - set(known)):
+                raise unknown_name("field", name, known)
+        try:
+            if (fields is None or "t" in fields) and "steps/t" in f:
+                checker.scan_t(f["steps/t"])
+                problems = [p for p in checker.problems if p.rule == "t-finite"]
+            return problems + scan_values(f, path, checker.offsets, fields)
+        except (OSError, RuntimeError, KeyError, ValueError, TypeError) as exc:
+            return [
+                problem(
+                    path,
+                    "read-error",
+                    f"reading failed ({type(exc).__name__}: {exc}); the file is damaged",
+                )
+            ]
+
+
+def check_finite(source, fields: Iterable[str] | None = None) -> None:
+    """Refuse data whose values training cannot use: raise the first problem of rule
+    values-finite (or t-finite) as a FormatError, with the message ``check_file`` and
+    ``simsci data check`` give for it (file, field, episode, step and the fix).
+
+    ``source`` is a path (a file or a directory of ``part-*.h5`` shards) or an opened
+    ``Trajectories`` (its files are scanned whole, also for a view). ``fields`` names the
+    step and episode fields to scan, e.g. ``("t", "x", "params")``: the ones a model
+    reads; None scans every one. A name the data does not have is an error
+    (UnknownNameError, a ValueError, listing the names it has). Integer and bool fields
+    are always finite. Reads every value of the named fields, in blocks of about 16 MiB
+    (vectorised); a file that breaks a structural rule raises that problem instead.
+
+    >>> check_finite("data/lorenz.h5", fields=("t", "x"))     # doctest: +SKIP
+    """
+    if fields is not None:
+        if isinstance(fields, str):
+            fields = (fields,)
+        fields = frozenset(fields)
+    files = getattr(source, "files", None)
+    if files is None:
+        path = Path(source)
+        if not path.exists():
+            raise FileNotFoundError(f"no trajectory file or shard directory at {str(path)!r}")
+        files = shard_files(path)
+        if not files:
+            raise no_shards(path)
+    for p in files:
+        problems = _finite_problems(Path(p), fields)
+        if problems:
+            raise problems[0]

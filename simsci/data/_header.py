@@ -3,8 +3,9 @@
 The header is what ``open`` parses once per file and keeps in memory (kind, system,
 meta, offsets and the fields' shapes, dtypes, names and statistics); both the reader
 (one ``Trajectories`` over many shards) and the checker (``check_file`` of a shard
-directory) compare headers to decide whether shards form one dataset. This module
-sits below both: it imports only ``_schema``.
+directory) compare headers to decide whether shards form one dataset; ``read_rows`` is
+the row reader both (and the value scan of ``_finite``) use. This module sits below
+them: it imports only ``_schema``.
 """
 
 from __future__ import annotations
@@ -51,6 +52,21 @@ def _info(dset: h5py.Dataset, per_row: bool = True) -> FieldInfo:
 
 def _datasets(group) -> dict[str, h5py.Dataset]:
     return {k: v for k, v in group.items() if isinstance(v, h5py.Dataset)}
+
+
+def read_rows(dset: h5py.Dataset, start: int, stop: int) -> np.ndarray:
+    """Rows start:stop of ``dset``.
+
+    A plain slice goes through h5py's fast Cython path for numeric dtypes; bool (an
+    HDF5 enum) misses that path, and one hand-built hyperslab read is quicker there."""
+    if dset.dtype != np.bool_:
+        return dset[start:stop]
+    out = np.empty((stop - start, *dset.shape[1:]), dtype=np.bool_)
+    if out.size:
+        fspace = dset.id.get_space()
+        fspace.select_hyperslab((start,) + (0,) * (out.ndim - 1), out.shape)
+        dset.id.read(h5py.h5s.create_simple(out.shape), fspace, out)
+    return out
 
 
 def read_header(f: h5py.File, path: Path) -> Header:

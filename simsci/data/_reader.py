@@ -31,26 +31,11 @@ import h5py
 import numpy as np
 
 from simsci.data._check import RDCC_NBYTES, load_header, no_shards, shard_files
-from simsci.data._header import Header, shard_mismatch
+from simsci.data._header import Header, read_rows, shard_mismatch
 from simsci.data._schema import PADDED_FIELDS, FieldInfo, problem
 from simsci.errors import unknown_name
 
 _COLUMN_CACHE_BYTES = 256 * 2**20
-
-
-def _read_rows(dset: h5py.Dataset, start: int, stop: int) -> np.ndarray:
-    """Rows start:stop of ``dset``.
-
-    A plain slice goes through h5py's fast Cython path for numeric dtypes; bool (an
-    HDF5 enum) misses that path, and one hand-built hyperslab read is quicker there."""
-    if dset.dtype != np.bool_:
-        return dset[start:stop]
-    out = np.empty((stop - start, *dset.shape[1:]), dtype=np.bool_)
-    if out.size:
-        fspace = dset.id.get_space()
-        fspace.select_hyperslab((start,) + (0,) * (out.ndim - 1), out.shape)
-        dset.id.read(h5py.h5s.create_simple(out.shape), fspace, out)
-    return out
 
 
 class _Source:
@@ -103,7 +88,7 @@ class _Source:
         self._dsets = {}
 
     def rows(self, key: str, start: int, stop: int, width: int | None = None) -> np.ndarray:
-        arr = _read_rows(self.dset(key), start, stop)
+        arr = read_rows(self.dset(key), start, stop)
         if width is not None and arr.shape[1] < width:  # agents of a narrower shard
             name = key.rsplit("/", 1)[-1]
             pad = np.full(

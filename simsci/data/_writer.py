@@ -14,11 +14,14 @@ Design choices the format leaves open (and why):
 - **Validation at the boundary.** Every episode is checked before anything of it is
   buffered, so a rejected episode leaves the writer as it was (append more or close).
   ``t`` must be 1-D, finite and strictly increasing. ``mask`` must be bool with the
-  shape of ``x``. NaN/inf in a floating ``x`` is allowed only where ``mask`` is False
-  (without a ``mask`` field, ``x`` must be finite): the contract says readers never trust
-  NaN alone. Other fields may hold NaN (the fill values of the last rollout row, padded
-  agents). ``mark`` must be a non-negative integer below ``num_marks`` (when not given,
-  ``num_marks`` is stored as max(mark)+1). For kind="events" ``mark`` is required; for
+  shape of ``x``. Rule values-finite (``_finite``, the checker scans files for the
+  same): NaN in a floating ``x`` is allowed only where ``mask`` is False (without a
+  ``mask`` field, ``x`` must be finite): the contract says readers never trust NaN
+  alone; NaN in ``agents`` only where ``agents_valid`` / ``agents_history_valid`` are
+  False; other floating fields may hold NaN (the fill values of the last rollout row,
+  padded agents); no floating step or episode field holds ±inf. ``mark`` must be a
+  non-negative integer below ``num_marks`` (when not given, ``num_marks`` is stored as
+  max(mark)+1). For kind="events" ``mark`` is required; for
   kind="field" ``x`` must be (L, *grid, C).
 - **Empty episodes** (length 0) are allowed: offsets may repeat, the contract only
   requires them non-decreasing. A reader returns zero-row arrays for them; windowed
@@ -61,8 +64,9 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from simsci._io import check_parent_dir, temporary_sibling
+from simsci._io import check_parent_dir, is_unwritable, not_writable, temporary_sibling
 from simsci._version import __version__
+from simsci.data._finite import VALIDITY_FIELDS, bad_entries, observed_of, rule_and_fix
 from simsci.data._schema import (
     BOOL_FIELDS,
     FORMAT,
@@ -234,7 +238,13 @@ class TrajectoryWriter:
         self._dsets: dict[str, h5py.Dataset] = {}
         self._closed = False
         self._tmp = temporary_sibling(self.path)
-        self._h5 = h5py.File(self._tmp, "w", track_order=True)
+        try:
+            self._h5 = h5py.File(self._tmp, "w", track_order=True)
+        except OSError as exc:
+            self._closed = True  # nothing to discard: __del__ has no file to remove
+            if is_unwritable(exc, self._tmp, self.path):
+                raise not_writable(self.path, exc) from exc
+            raise
 
     # ------------------------------------------------------------------ public
     def __enter__(self) -> TrajectoryWriter:
@@ -455,7 +465,30 @@ class TrajectoryWriter:
                 )
         steps = self._check_steps(steps, where)
         self._check_against_schema(steps, eps, graphs, where)
+        self._check_values(steps, eps, where)  # after the casts: float32 may overflow
         return steps, eps, graphs
+
+    @staticmethod
+    def _check_values(steps: dict, eps: dict, where: str) -> None:
+        """Rule values-finite (``_finite``): the values the checker would refuse."""
+        for group, step in ((steps, True), (eps, False)):
+            for name, arr in group.items():
+                if name == "t":
+                    continue  # checked on its own
+                observed = None
+                if step:
+                    validity = {v: steps[v] for v in VALIDITY_FIELDS.get(name, ()) if v in steps}
+                    observed = observed_of(name, arr.shape, validity)
+                bad = bad_entries(name, arr, observed, step=step)
+                if bad is None:
+                    continue
+                pos = tuple(int(i) for i in np.argwhere(bad)[0])
+                rule, fix = rule_and_fix(name, arr[pos], has_mask="mask" in steps, step=step)
+                at = f"index {pos}" if pos else "the episode"
+                raise ValueError(
+                    f"{where}, field {name}: {name} is {arr[pos]} at {at} "
+                    f"({int(np.count_nonzero(bad))} such value(s)); {rule}; {fix}"
+                )
 
     def _episode_value(self, name: str, value, where: str) -> np.ndarray:
         if name == "split":
@@ -492,21 +525,6 @@ class TrajectoryWriter:
                 raise ValueError(
                     f"{where}, field mask: mask must have the shape of x {x.shape}, got "
                     f"{steps['mask'].shape}"
-                )
-        if x is not None and x.dtype.kind in "fc":
-            bad = ~np.isfinite(x)
-            if "mask" in steps:
-                bad &= steps["mask"]
-            if bad.any():
-                pos = tuple(int(i) for i in np.argwhere(bad)[0])
-                fix = (
-                    "set mask False there (missing values are NaN AND mask=False)"
-                    if "mask" in steps
-                    else "add a bool 'mask' field, False where x is missing"
-                )
-                raise ValueError(
-                    f"{where}, field x: x is {x[pos]} at index {pos} where it counts as "
-                    f"observed; {fix}"
                 )
         if self.kind == "field" and x is not None and x.ndim < 3:
             raise ValueError(

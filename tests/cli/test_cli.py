@@ -343,3 +343,66 @@ def test_generate_a_pde_dataset(tmp_path, capsys):
     assert ds.kind == "field" and ds[0]["x"].shape == (3, 32, 1)
     assert ds.static["x"].shape == (32,) and ds.names("params") == ["nu"]
     assert ds[0]["params"].tolist() == pytest.approx([0.02])
+
+
+# ------------------------------------------------ data commands: values, shards, folders
+def test_data_check_refuses_inf_and_info_describes_every_shard(tmp_path, capsys):
+    import numpy as np
+
+    from simsci import data
+
+    bad = data.write(
+        tmp_path / "inf.h5",
+        [{"t": [0.0, 1.0, 2.0], "x": np.ones((3, 2))}] * 2,
+        kind="state",
+        system="toy",
+    )
+    with h5py.File(bad, "r+") as f:
+        f["steps/x"][4, 1] = np.inf  # episode 1, step 1
+    code, _, err = run(capsys, "data", "check", bad)
+    assert code == 1 and "1 problem" in err
+    assert "field steps/x, episode 1: x[1, 1] = inf at step 1" in err and "values-finite" in err
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    for rank in range(2):
+        data.write(
+            data.shard_path(shards, rank),
+            [{"t": [0.0], "x": [[1.0]]}] * (rank + 1),
+            kind="state",
+            system="toy",
+            meta={"seed": rank, "dt": 0.5},
+        )
+    code, stdout, _ = run(capsys, "data", "info", shards)
+    assert code == 0 and "episodes: 3" in stdout and "shards: 2" in stdout
+    common = next(ln for ln in stdout.splitlines() if ln.startswith("meta (the same in all 2"))
+    assert "dt=0.5" in common and "seed" not in common
+    assert "seed: part-00000.h5: 0, part-00001.h5: 1" in stdout
+
+
+def test_unwritable_output_folder_is_one_clear_line(tmp_path, capsys, monkeypatch):
+    import os
+
+    denied = tmp_path / "denied"
+    denied.mkdir()
+    real = os.access
+    monkeypatch.setattr(
+        os,
+        "access",
+        lambda p, mode, *a, **k: False if os.path.abspath(p) == str(denied) else real(p, mode),
+    )
+    code, _, err = run(
+        capsys,
+        "generate",
+        "lorenz63",
+        "--n",
+        2,
+        "--t-end",
+        0.5,
+        "--out",
+        denied / "l.h5",
+        "--no-progress",
+        "--device",
+        "cpu",
+    )
+    assert code == 2 and f"folder {str(denied)!r} is not writable" in err
+    assert "Traceback" not in err and "errno" not in err
