@@ -75,7 +75,7 @@ def test_unknown_stepper_lists_the_valid_names():
         UnknownNameError, match=r"unknown PDE stepper 'etdrk5'; did you mean 'etdrk4'"
     ):
         get_stepper("etdrk5")
-    with pytest.raises(UnknownNameError, match="Valid names: cn, etdrk4, imex, rk4"):
+    with pytest.raises(UnknownNameError, match="Valid names: " + ", ".join(sorted(PDE_STEPPERS))):
         get_stepper(3)
 
 
@@ -84,7 +84,7 @@ def test_systems_offer_the_generic_steppers_and_their_extras():
     assert list(systems.get("burgers", resolution=16).methods) == generic
     assert set(generic) >= {"etdrk4", "imex", "rk4"} and "cn" not in generic
     ns = systems.get("navier_stokes_2d", resolution=16)
-    assert list(ns.methods) == ["etdrk4", "cn", "imex", "rk4"]
+    assert list(ns.methods) == [n for n, s in PDE_STEPPERS.items() if s.generic or n == "cn"]
     assert ns.methods["cn"] == get_stepper("cn").description
     assert systems.get("darcy", resolution=9).methods == {
         "cg": systems.SYSTEMS["darcy"].methods["cg"]
