@@ -79,7 +79,8 @@ Design choices, and why:
   interval, and raises :class:`simsci.errors.SolverError` naming the samples; the
   dynamics then re-run the interval without them and return NaN rows for them, so
   :class:`simsci.envs.SimsciVectorEnv` terminates exactly those sub-environments
-  (one extra solve, only in the step where something blew up). ``rk4`` runs with
+  (one extra solve, only in the step where something blew up). A method with a step
+  limit (``rk4``; any stepper whose registry entry declares one) runs with
   ``check_stability=False``: its linear stability limit is checked once at
   construction, an advective CFL violation shows as a blow-up (a failure), never as an
   exception in the middle of an episode.
@@ -250,7 +251,7 @@ def _check_method(sys_, name: str, method: str) -> str:
     if method not in sys_.methods:
         raise unknown_name(f"method for {name!r}", method, sys_.methods)
     N = sys_.resolution[0]
-    if method in ("etdrk4", "imex") and N % 2:
+    if _systems.get_stepper(method).spectral and N % 2:
         raise ValueError(f"the spectral method {method!r} needs an even resolution, got {N}")
     return method
 
@@ -259,8 +260,9 @@ def _solver_dt(
     sys_, spec: PDETask, method: str, dt: float, solver_dt, params_mode, fixed, ranges
 ) -> float:
     """The largest internal step: the task's (at most the system's own for another
-    method) unless given; for rk4 inside the linear stability limit of every row the
-    episodes can draw."""
+    method) unless given; for a method with a step limit (rk4, any registered stepper
+    that declares one) inside the linear stability limit of every row the episodes can
+    draw."""
     given = solver_dt is not None
     if not given:
         # the task's step is tuned for the task's method; another method also gets at
@@ -269,19 +271,19 @@ def _solver_dt(
         if method != spec.method:
             solver_dt = min(solver_dt, sys_.method_dt.get(method, sys_.default_dt))
     solver_dt = _positive(solver_dt, "solver_dt (the internal step)")
-    if method != "rk4":
+    if _systems.get_stepper(method).unconditionally_stable:
         return solver_dt
     rows = fixed
     if params_mode == "random":
         rows = sys_.params_tensor({k: list(v) for k, v in ranges.items()})
-    limit = sys_.stable_dt(rows, "rk4")
+    limit = sys_.stable_dt(rows, method)
     if not given:
         solver_dt = min(solver_dt, 0.9 * limit)
     h = dt / math.ceil(dt / solver_dt * (1.0 - 1e-12))
     if h > limit:
         raise ValueError(
             f"solver_dt={solver_dt:g} (step {h:.4g} per interval) is beyond the "
-            f"stability limit {limit:.4g} of 'rk4' at resolution {sys_.resolution[0]}; use "
+            f"stability limit {limit:.4g} of {method!r} at resolution {sys_.resolution[0]}; use "
             f"solver_dt <= {limit:.4g} or method='etdrk4'"
         )
     return solver_dt
@@ -537,7 +539,7 @@ _DOC_ARGS = """
         action_low, action_high: action bounds (number or one per actuator).
         n_sensors: observed grid points, equally spaced; must divide N (default: N).
         dt, solver_dt, method: control interval, largest internal step and PDE solver
-            ("etdrk4", "imex", "rk4").
+            (a key of the system's ``methods``: "etdrk4", "imex", "rk4", ...).
         action_cost: weight of ||a||^2 in the reward.
         initial_scale: factor on the system's random initial fields.
         max_episode_steps: truncation length (None: never truncate).

@@ -188,6 +188,51 @@ def test_other_methods_agree_with_etdrk4():
     assert rk4.solver_dt <= 0.9 * rk4.system.stable_dt(None, "rk4")
 
 
+def test_a_registered_stepper_is_checked_by_its_declarations():
+    """A stepper registered later (here a toy: pseudo-spectral forward Euler) gets the
+    same care as rk4 from what it declares, not from its name: its step limit caps the
+    default internal step and refuses a larger given one, and a spectral one needs an
+    even grid."""
+    from simsci.systems import PDE_STEPPERS, PDEStepper, register_stepper
+
+    @register_stepper
+    class SpectralEuler(PDEStepper):
+        name = "euler_env_test"
+        order = 1
+        spectral = True
+        unconditionally_stable = False
+        stability = "h nu k_max^2 <= 2 (forward Euler on the diffusion)"
+        description = "test: pseudo-spectral forward Euler"
+        source = "-"
+
+        def coefficients(self, system, h, rows, grid):
+            return (system.linear_symbol(torch.as_tensor(rows), grid).to(grid.cdtype),)
+
+        def step(self, system, v, t, h, coeffs, p, grid, source, carry):
+            N = system.nonlinear_hat(t, v, p, grid)
+            return v + h * (coeffs[0] * v + N + (0 if source is None else source)), carry
+
+        def stable_dt(self, system, params, u0):
+            lam = system.linearised_symbol(params, u0=u0, kind="spectral").real
+            return float(2.0 / (-lam).max())
+
+    try:
+        dyn = PDEControlDynamics("heat-track", method="euler_env_test")
+        limit = dyn.system.stable_dt(None, "euler_env_test")
+        assert limit < PDE_TASKS["heat-track"].solver_dt  # the task's step would blow up
+        assert dyn.solver_dt == pytest.approx(0.9 * limit)
+        env = PDEControlEnv("heat-track", method="euler_env_test")
+        env.reset(seed=0)
+        for _ in range(3):
+            assert not env.step(np.full(8, 0.5, np.float32))[2]  # no blow-up
+        with pytest.raises(ValueError, match="stability limit .* of 'euler_env_test'"):
+            PDEControlDynamics("heat-track", method="euler_env_test", solver_dt=2 * limit)
+        with pytest.raises(ValueError, match="'euler_env_test' needs an even resolution"):
+            PDEControlDynamics("heat-track", method="euler_env_test", resolution=63)
+    finally:
+        del PDE_STEPPERS["euler_env_test"]
+
+
 def test_solver_blow_up_terminates_only_that_sub_env():
     env = PDEControlVectorEnv(3, "ks-stabilize", state_bound=math.inf)
     env.reset(seed=0)
