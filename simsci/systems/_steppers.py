@@ -37,7 +37,9 @@ with the coefficients of Kassam & Trefethen (2005), SIAM J. Sci. Comput. 26,
 the FNO data generator (Li et al. 2021, ``data_generation/navier_stokes/ns_2d.py``;
 ``cn``); classical RK4 with fourth-order centred differences (Fornberg 1988, Math.
 Comp. 51, 699-706, for the stencils; Hairer & Wanner, "Solving ODEs II", IV.2 for the
-stability region).
+stability region); the strong-stability-preserving RK3 of Shu & Osher (1988), J. Comput.
+Phys. 77, 439-471, on the same stencils (``ssprk3``; Gottlieb, Shu & Tadmor 2001, SIAM
+Rev. 43, 89-112, for its SSP property).
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ __all__ = [
     "register_stepper",
     "etdrk4_coefficients",
     "rk4_stable_radius",
+    "rk_stable_radius",
 ]
 
 #: contour points for the ETDRK4 coefficients (full circle of radius 1)
@@ -351,17 +354,21 @@ class SBDF2(PDEStepper):
 
 
 # ------------------------------------------------------------------------------ RK4
-@functools.lru_cache(maxsize=1)
-def _rk4_radius_table(n_angles: int = 1025) -> tuple[np.ndarray, np.ndarray]:
-    """Radius of RK4's stability region along rays at angles in [pi/2, pi]."""
+@functools.lru_cache(maxsize=4)
+def _rk_radius_table(order: int = 4, n_angles: int = 1025) -> tuple[np.ndarray, np.ndarray]:
+    r"""Radius of the stability region of an explicit ``order``-stage RK method of order
+    ``order`` (``order`` <= 4: its stability polynomial is the Taylor polynomial
+    :math:`\sum_{j \le p} z^j / j!`, whatever the tableau) along rays at angles in
+    [pi/2, pi]."""
     theta = np.linspace(0.5 * np.pi, np.pi, n_angles)
     direction = np.exp(1j * theta)
+    taylor = [1.0 / math.factorial(j) for j in range(order + 1)]
 
     def amp(r):
         z = r * direction
-        return np.abs(1 + z + z * z / 2 + z**3 / 6 + z**4 / 24)
+        return np.abs(sum(c * z**j for j, c in enumerate(taylor)))
 
-    radii = np.arange(1, 3201) * 1e-3  # scan to 3.2 > 2.83 (the largest extent)
+    radii = np.arange(1, 3201) * 1e-3  # scan to 3.2 > 2.83 (RK4's largest extent)
     inside = np.stack([amp(r) <= 1.0 + 1e-14 for r in radii])  # (R, A)
     first_out = np.argmin(inside, axis=0)  # first radius index leaving the region
     lo = np.where(first_out > 0, radii[np.maximum(first_out - 1, 0)], 0.0)
@@ -381,14 +388,25 @@ def rk4_stable_radius(angle: np.ndarray) -> np.ndarray:
     parts); the table value of the two neighbouring tabulated angles, the smaller one.
     Along the negative real axis this is 2.785, along the imaginary axis 2.828.
     """
-    theta, radius = _rk4_radius_table()
+    return rk_stable_radius(angle, 4)
+
+
+def rk_stable_radius(angle: np.ndarray, order: int) -> np.ndarray:
+    """:func:`rk4_stable_radius` for an explicit RK method of ``order`` stages and order,
+    3 or 4 (the regions that contain a segment of the imaginary axis; those of orders 1
+    and 2 only touch it at 0). Order 3 (``ssprk3``): 2.513 along the negative real axis,
+    sqrt(3) along the imaginary axis."""
+    if order not in (3, 4):
+        raise ValueError(f"order must be 3 or 4, got {order!r}")
+    theta, radius = _rk_radius_table(order)
     angle = np.clip(np.asarray(angle, dtype=np.float64), theta[0], theta[-1])
     idx = np.clip(np.searchsorted(theta, angle), 1, len(theta) - 1)
     return np.minimum(radius[idx - 1], radius[idx])
 
 
-def _rk4_dt_limit(lam: np.ndarray) -> float:
-    """Largest h with h*lam inside RK4's region for every eigenvalue in ``lam``.
+def _rk_dt_limit(lam: np.ndarray, order: int = 4) -> float:
+    """Largest h with h*lam inside the region of the explicit RK method of ``order`` (4:
+    RK4) for every eigenvalue in ``lam``.
 
     Eigenvalues with a positive real part are physically growing modes (KS, Allen-Cahn);
     only their imaginary part constrains stability.
@@ -401,7 +419,7 @@ def _rk4_dt_limit(lam: np.ndarray) -> float:
         return math.inf
     lam, mag = lam[keep], mag[keep]
     angle = np.abs(np.angle(lam))  # mirror the lower half-plane onto the upper
-    return float(np.min(rk4_stable_radius(angle) / mag))
+    return float(np.min(rk_stable_radius(angle, order) / mag))
 
 
 def _linear_fd(system, u: torch.Tensor, coefs) -> torch.Tensor:
@@ -461,4 +479,55 @@ class RK4FiniteDifferences(PDEStepper):
         return u + (h / 6.0) * (k1 + 2.0 * (k2 + k3) + k4), carry
 
     def stable_dt(self, system, params, u0) -> float:
-        return _rk4_dt_limit(system.linearised_symbol(params, u0=u0, kind="fd").numpy())
+        return _rk_dt_limit(system.linearised_symbol(params, u0=u0, kind="fd").numpy(), 4)
+
+
+# --------------------------------------------------------------------------- SSPRK3
+@register_stepper
+class SSPRK3FiniteDifferences(PDEStepper):
+    r"""The strong-stability-preserving third-order Runge-Kutta method of Shu & Osher
+    (1988) in time, on the fourth-order centred finite differences of ``rk4`` in space.
+    With :math:`F(t, u) = \mathcal L u + \mathcal N(u) + f`, one step is the convex
+    combination of forward-Euler steps
+
+    .. math::
+        u^{(1)} &= u^n + h F(t, u^n) \\
+        u^{(2)} &= \tfrac34 u^n + \tfrac14 \big(u^{(1)} + h F(t + h, u^{(1)})\big) \\
+        u^{n+1} &= \tfrac13 u^n + \tfrac23 \big(u^{(2)} + h F(t + h/2, u^{(2)})\big)
+
+    so any norm or total-variation bound that forward Euler keeps for steps up to
+    :math:`h_{FE}` it keeps for the same steps (SSP coefficient 1; Gottlieb, Shu & Tadmor
+    2001). Third order in time, three right-hand sides a step (RK4 takes four). Its
+    linear stability region is that of every three-stage third-order RK method,
+    :math:`|1 + z + z^2/2 + z^3/6| \le 1`: 2.513 along the negative real axis (RK4:
+    2.785) and :math:`\sqrt 3` along the imaginary axis (RK4: :math:`2\sqrt 2`);
+    :meth:`stable_dt` traces it along rays as ``rk4`` does its own.
+    """
+
+    name = "ssprk3"
+    order = 3
+    spectral = False
+    unconditionally_stable = False
+    stability = (
+        "h lambda inside the region |1 + z + z^2/2 + z^3/6| <= 1 (2.513 along the negative "
+        "real axis, sqrt(3) along the imaginary one) for every eigenvalue lambda of the "
+        "finite-difference linearisation: diffusive dt ~ dx^2/nu, advective ~ dx/max|u|"
+    )
+    description = "4th-order centred finite differences, explicit SSP-RK3 (order 3)"
+    source = "Shu & Osher 1988, JCP 77, 439-471; SSP: Gottlieb, Shu & Tadmor 2001, SIAM Rev. 43"
+
+    # the per-row coefficients of the linear terms, as rk4 builds and selects them
+    coefficients = RK4FiniteDifferences.coefficients
+    select = RK4FiniteDifferences.select
+
+    def step(self, system, u, t, h, coefs, p, grid, source, carry):
+        def euler(t, v):  # one forward-Euler step of the semi-discrete system from v
+            rhs = _linear_fd(system, v, coefs) + system.nonlinear_fd(t, v, p, grid)
+            return v + h * (rhs if source is None else rhs + source)
+
+        u1 = euler(t, u)
+        u2 = 0.75 * u + 0.25 * euler(t + h, u1)
+        return u / 3.0 + (2.0 / 3.0) * euler(t + 0.5 * h, u2), carry
+
+    def stable_dt(self, system, params, u0) -> float:
+        return _rk_dt_limit(system.linearised_symbol(params, u0=u0, kind="fd").numpy(), 3)

@@ -197,3 +197,62 @@ def test_a_stepper_registered_in_a_test_is_usable_by_a_pde_system(toy, tmp_path)
     assert path.exists()
     # the order test that every registered stepper passes
     assert abs(fitted_order("toy_euler_test") - toy.order) < 0.3
+
+
+# ------------------------------------------------------------------- ssprk3
+def _fd_laplacian_symbol(k: int, n: int, length: float = 1.0) -> float:
+    """Eigenvalue of the fourth-order centred second difference on the mode k (n points)."""
+    theta, dx = 2 * math.pi * k / n, length / n
+    return (-math.cos(2 * theta) / 6 + 8 * math.cos(theta) / 3 - 2.5) / dx**2
+
+
+def test_ssprk3_is_shu_osher_rk3_with_its_stability_region():
+    """One step on a Fourier mode of the heat equation multiplies it by the stability
+    function R(z) = 1 + z + z^2/2 + z^3/6 of Shu & Osher's scheme (z = h lambda_fd): the
+    three stages and their weights are right; the declared limit is R's region."""
+    nu, n = 0.02, 16
+    heat = systems.get("heat", resolution=n, nu=nu)
+    x = torch.as_tensor(heat.coords()["x"])
+    for k in (1, 3, 8):
+        u0 = torch.cos(2 * math.pi * k * x)[None, :, None]
+        lam = nu * _fd_laplacian_symbol(k, n)
+        h = 0.05
+        z = h * lam
+        u1 = heat.simulate(u0, [0.0, h], method="ssprk3", dt=h)[:, -1]
+        gain = 1 + z + z * z / 2 + z**3 / 6
+        torch.testing.assert_close(u1, gain * u0, atol=1e-12, rtol=1e-12)
+    # the limit: the fastest mode (k = n/2, lambda = -16/3 nu/dx^2) on the negative real
+    # axis at 2.5127, the root of 1 - r + r^2/2 - r^3/6 = -1
+    limit = heat.stable_dt(None, "ssprk3")
+    root = float(max(r.real for r in np.roots([1 / 6, -1 / 2, 1, -2]) if abs(r.imag) < 1e-12))
+    assert limit == pytest.approx(root / (nu * 16 / 3 * n**2), rel=1e-5)
+    assert limit < heat.stable_dt(None, "rk4")  # RK4's region reaches 2.785
+    u0 = torch.cos(2 * math.pi * x)[None, :, None]
+    with pytest.raises(ValueError, match="beyond the stability limit .* 'ssprk3'"):
+        heat.simulate(u0, [0.0, 1.05 * limit], method="ssprk3", dt=1.05 * limit)
+    # just inside it the fastest mode does not grow; RK4's step there is inside its own
+    u_fast = torch.cos(math.pi * n * x)[None, :, None]
+    end = heat.simulate(u_fast, [0.0, 50 * limit], method="ssprk3", dt=0.999 * limit)[:, -1]
+    assert float(end.abs().max()) <= 1.0
+    # on the imaginary axis (advection's centred differences) the region reaches sqrt(3)
+    adv = systems.get("advection", resolution=n, c=1.0)
+    dx = 1.0 / n
+    thetas = 2 * math.pi * np.arange(n) / n  # the grid's modes
+    fastest = float(np.abs(8 * np.sin(thetas) - np.sin(2 * thetas)).max()) / (6 * dx)
+    assert adv.stable_dt(None, "ssprk3") == pytest.approx(math.sqrt(3) / fastest, rel=1e-3)
+
+
+def test_ssprk3_is_third_order_on_the_heat_equation():
+    """Against the exact solution of the semi-discrete system (the finite-difference
+    decay rate), so the error is the time stepper's alone."""
+    nu, n, t_end = 0.01, 16, 0.5  # stability limit 0.18
+    heat = systems.get("heat", resolution=n, nu=nu)
+    x = torch.as_tensor(heat.coords()["x"])
+    u0 = torch.sin(2 * math.pi * 2 * x)[None, :, None]
+    exact = math.exp(nu * _fd_laplacian_symbol(2, n) * t_end) * u0
+    errors = []
+    for dt in (0.1, 0.05, 0.025):
+        u = heat.simulate(u0, [0.0, t_end], method="ssprk3", dt=dt)[:, -1]
+        errors.append(float((u - exact).abs().max()))
+    rates = [math.log2(a / b) for a, b in zip(errors, errors[1:])]
+    assert all(2.8 < r < 3.2 for r in rates), (errors, rates)
