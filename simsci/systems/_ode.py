@@ -171,6 +171,55 @@ class DampedPendulum(System):
 
 
 @register
+class Duffing(System):
+    r"""Duffing oscillator, unforced: a unit mass on a cubic spring with viscous damping.
+
+    .. math:: \dot x = v,\quad \dot v = -\delta v - \alpha x - \beta x^3
+
+    Duffing, G. (1918), "Erzwungene Schwingungen bei veränderlicher Eigenfrequenz und
+    ihre technische Bedeutung", Vieweg. Defaults: the double-well form of Holmes, P.
+    (1979), "A nonlinear oscillator with a strange attractor", Phil. Trans. R. Soc.
+    Lond. A 292, 419-448 (Guckenheimer & Holmes 1983, Nonlinear Oscillations, Dynamical
+    Systems, and Bifurcations of Vector Fields, Sec. 2.2): alpha = -1, beta = 1, with
+    their damping delta = 0.25. Two sinks at x = +-sqrt(-alpha/beta), v = 0 (small
+    oscillations there at frequency sqrt(-2 alpha) before the damping), a saddle at
+    the origin. The energy per unit mass H = v^2/2 + alpha x^2/2 + beta x^4/4 obeys
+    dH/dt = -delta v^2: conserved for delta = 0, decreasing otherwise.
+
+    Their periodic forcing gamma cos(omega t) is left out: every system here is
+    autonomous (``simsci/ODEControl-v0`` integrates each control interval over
+    [0, dt], so a time-dependent drift would restart its phase at every step).
+    beta >= 0 (a hardening or linear spring): with beta < 0 and alpha > 0 orbits beyond
+    the saddles escape to infinity in finite time. Sampling ranges: delta 0.1-0.4,
+    alpha -1.5 to -0.5, beta 0.5-1.5 (always two wells). Initial states: uniform in
+    [-2, 2]^2 (both wells and the orbits over the barrier).
+    """
+
+    name = "duffing"
+    state_names = ("x", "v")
+    param_names = ("delta", "alpha", "beta")
+    default_params = {"delta": 0.25, "alpha": -1.0, "beta": 1.0}
+    param_ranges = {"delta": (0.1, 0.4), "alpha": (-1.5, -0.5), "beta": (0.5, 1.5)}
+    valid_ranges = {"delta": "[0, inf)", "beta": "[0, inf)"}
+    default_dt = 0.05
+    default_t_end = 20.0
+
+    def drift(self, t, x, p):
+        delta, alpha, beta = p.unbind(-1)
+        u, v = x.unbind(-1)
+        return torch.stack((v, -delta * v - alpha * u - beta * u**3), dim=-1)
+
+    def energy(self, x: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+        """``H = v^2/2 + alpha x^2/2 + beta x^4/4`` per unit mass, shape ``x.shape[:-1]``."""
+        alpha, beta = p[..., 1], p[..., 2]
+        u, v = x[..., 0], x[..., 1]
+        return 0.5 * v * v + 0.5 * alpha * u * u + 0.25 * beta * u**4
+
+    def _sample_initial(self, n, generator, device):
+        return _uniform(n, [-2.0, -2.0], [2.0, 2.0], generator, device)
+
+
+@register
 class DoublePendulum(System):
     r"""A planar double pendulum of two point masses on massless rods (no friction).
 

@@ -59,6 +59,42 @@ def test_undamped_pendulum_conserves_energy(device):
     assert xs[..., 0].std(dim=1).min() > 0.05  # it swings
 
 
+def test_duffing_energy_is_conserved_without_damping_and_decays_into_a_well(device):
+    duff = systems.get("duffing")
+    x0 = duff.sample_initial(8, generator=_gen(), device=device)
+    p = duff.sample_params(8, generator=_gen(1), device=device)
+    t = torch.linspace(0.0, 20.0, 201, dtype=torch.float64, device=device)
+    free = p.clone()
+    free[:, 0] = 0.0  # delta = 0: conservative
+    xs = duff.simulate(x0, t, free, **TIGHT)
+    energy = duff.energy(xs, free[:, None, :])
+    assert (energy - energy[:, :1]).abs().max() < 1e-8 * (1.0 + energy.abs().max())
+    assert xs[..., 0].std(dim=1).min() > 0.05  # it oscillates
+    # damped: dH/dt = -delta v^2 <= 0, and every orbit ends at the bottom of a well,
+    # x = +-sqrt(-alpha/beta), H = -alpha^2/(4 beta)
+    t = torch.linspace(0.0, 200.0, 801, dtype=torch.float64, device=device)  # e^-10 at 0.1
+    xs = duff.simulate(x0, t, p, **TIGHT)
+    energy = duff.energy(xs, p[:, None, :])
+    assert energy.diff(dim=1).max() < 1e-9
+    alpha, beta = p[:, 1], p[:, 2]
+    well = torch.sqrt(-alpha / beta)
+    assert torch.allclose(xs[:, -1, 0].abs(), well, atol=1e-3)
+    assert torch.allclose(energy[:, -1], -(alpha**2) / (4 * beta), atol=1e-5)
+
+
+def test_duffing_small_oscillation_in_a_well_is_linear(device):
+    """Near the sink x* = sqrt(-alpha/beta) the undamped motion is harmonic at
+    omega = sqrt(alpha + 3 beta x*^2) = sqrt(-2 alpha): x = x* + eps cos(omega t)."""
+    duff = systems.get("duffing", delta=0.0, alpha=-1.0, beta=1.0)
+    eps = 1e-4
+    x0 = torch.tensor([[1.0 + eps, 0.0]], dtype=torch.float64, device=device)
+    t = torch.linspace(0.0, 10.0, 101, dtype=torch.float64, device=device)
+    xs = duff.simulate(x0, t, **TIGHT)
+    linear = 1.0 + eps * torch.cos(math.sqrt(2.0) * t)
+    # the neglected terms are O(eps^2)
+    assert (xs[0, :, 0] - linear).abs().max() < 10 * eps**2
+
+
 def test_double_pendulum_conserves_energy(device):
     pend = systems.get("double_pendulum")
     x0 = pend.sample_initial(4, generator=_gen(), device=device)

@@ -36,6 +36,7 @@ def test_registry_lists_the_built_in_systems():
         "lorenz96",
         "van_der_pol",
         "damped_pendulum",
+        "duffing",
         "double_pendulum",
         "lotka_volterra",
         "glycolytic_oscillator",
@@ -268,6 +269,11 @@ def _np_rigid_body(x, p):
     return np.cross(x, x / p)  # Euler: dm/dt = m x omega, omega = I^-1 m
 
 
+def _np_duffing(x, p):
+    delta, alpha, beta = p
+    return np.array([x[1], -delta * x[1] - alpha * x[0] - beta * x[0] ** 3])
+
+
 def _np_fitzhugh(x, p):
     a, b, tau, current = p
     v, w = x
@@ -281,6 +287,7 @@ REFERENCES = {
     "glycolytic_oscillator": _np_glycolytic,
     "rigid_body": _np_rigid_body,
     "fitzhugh_nagumo": _np_fitzhugh,
+    "duffing": _np_duffing,
 }
 
 
