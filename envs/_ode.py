@@ -38,6 +38,21 @@ Tasks (``TASKS``; every field can be overridden by a keyword of the environment)
     for the constant efforts (0.4, 0.6), but a centre, not an attractor: holding it
     needs feedback); reward :math:`-(\|(x - x^*)/x^*\|^2 + 0.01\|u\|^2)`; dt 0.1, 200
     steps; failure when a population leaves [1e-4, 1e3].
+``rigid-body-intermediate-axis``
+    ``rigid_body`` (Euler's equations in body angular momentum m) spinning about its
+    intermediate axis, m = (0, 1, 0): unstable without control (the tennis-racket or
+    Dzhanibekov flip; Ashbaugh, Chicone & Cushman 1991, J. Dyn. Differ. Equ. 3, 67-85).
+    Body torques on the two other axes only (additive control on :math:`\dot m_1`,
+    :math:`\dot m_3`), :math:`|u_i| \le 0.25`; reward :math:`-(\|m - e_2\|^2 +
+    0.01\|u\|^2)`; initial :math:`m_1, m_3 \sim U[-0.1, 0.1]`,
+    :math:`m_2 = \sqrt{1 - m_1^2 - m_3^2}`; dt 0.1, 200 steps. Linearised about
+    :math:`e_2`, :math:`\dot m_1 = (1/I_3 - 1/I_2) m_3 + u_1`,
+    :math:`\dot m_3 = (1/I_2 - 1/I_1) m_1 + u_3`: a saddle of rate
+    :math:`\sqrt{(1/I_3 - 1/I_2)(1/I_2 - 1/I_1)}` (0.5 at the defaults, at most 0.8
+    over ``params="random"``, whose ranges keep :math:`I_1 > I_2 \ge I_3`) that the
+    feedback :math:`u = -k(m_1, m_3)`, k above the rate, turns into a sink; no torque
+    about the spin axis, as for a spacecraft with two working actuators (Crouch 1984,
+    IEEE Trans. Automat. Control 29, 321-331).
 ``regulate``
     any system: additive control of every state, :math:`|u_i| \le 1`, drive the state
     to ``target`` (default the origin); reward :math:`-(\|x - x^*\|^2 + 0.01\|u\|^2)`;
@@ -147,6 +162,16 @@ def _lv_reward(x, u, target):
     return -((((x - target) / target) ** 2).sum(-1) + 0.01 * (u**2).sum(-1))
 
 
+def _spin_axis(system, p):
+    return torch.tensor([0.0, 1.0, 0.0], dtype=p.dtype, device=p.device).expand(p.shape[0], 3)
+
+
+def _near_spin_axis(n, generator):
+    u = 0.2 * torch.rand(n, 2, generator=generator, dtype=torch.float64) - 0.1
+    m2 = torch.sqrt(1.0 - (u * u).sum(-1))
+    return torch.stack((u[:, 0], m2, u[:, 1]), dim=-1)
+
+
 def _quadratic_reward(x, u, target):
     return -(((x - target) ** 2).reshape(x.shape[0], -1).sum(-1) + 0.01 * (u**2).sum(-1))
 
@@ -188,6 +213,19 @@ TASKS: dict[str, Task] = {
         target=_lv_target,
         reward=_lv_reward,
         state_bound=1e3,
+        substeps=4,
+    ),
+    "rigid-body-intermediate-axis": Task(
+        system="rigid_body",
+        action_low=-0.25,
+        action_high=0.25,
+        dt=0.1,
+        max_episode_steps=200,
+        actuated=("m1", "m3"),
+        target=_spin_axis,
+        reward=_quadratic_reward,
+        initial=_near_spin_axis,
+        state_bound=10.0,
         substeps=4,
     ),
     "regulate": Task(
@@ -466,7 +504,7 @@ class ODEControlDynamics(Dynamics):
 _DOC_ARGS = """
     Args:
         task: a key of ``simsci.envs.TASKS`` ("pendulum-swingup", "lorenz63-stabilize",
-            "lotka-volterra-target", "regulate").
+            "lotka-volterra-target", "rigid-body-intermediate-axis", "regulate").
         system: a registered ODE/SDE system (default: the task's); for a named task it
             must have the task's states (``stochastic_lorenz`` for the Lorenz task).
         system_options: constructor options of the system (``{"dim": 10}``).
@@ -494,7 +532,8 @@ class ODEControlEnv(SimsciEnv):
     A registered simsci system (``simsci.systems``) integrated by ``simsci.odeint`` /
     ``simsci.sdeint`` over a fixed control interval under additive or parametric
     control, with a task: swing up the damped pendulum, stabilise Lorenz-63 at a fixed
-    point, hold Lotka-Volterra populations at a target, or regulate any system.
+    point, hold Lotka-Volterra populations at a target, hold a rigid body's spin about
+    its unstable intermediate axis, or regulate any system.
 
     ## Action Space
     ``Box(action_low, action_high, (A,), float32)``: one entry per actuated state

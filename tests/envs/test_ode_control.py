@@ -92,6 +92,39 @@ def test_observations_stay_in_space_under_random_actions():
                 obs, _ = env.reset()
 
 
+def test_rigid_body_intermediate_axis_task():
+    """gymnasium's check_env; the free body flips (m2 changes sign: the tennis-racket
+    instability the task is about); torques on the two other axes, u = -k (m1, m3) with
+    k above the saddle's rate, hold the spin, inside the action bounds."""
+    env = gymnasium.make(ENV_ID, task="rigid-body-intermediate-axis")
+    _check(env)
+    assert env.unwrapped.dynamics.action_names == ("m1", "m3")
+
+    def episode(gain, seed=0, **kwargs):
+        env = ODEControlEnv("rigid-body-intermediate-axis", **kwargs)
+        obs, _ = env.reset(seed=seed)
+        assert abs(np.linalg.norm(obs) - 1.0) < 1e-6 and obs[1] > 0.98
+        states, total, done = [obs], 0.0, False
+        while not done:
+            action = (-gain * obs[[0, 2]]).astype(np.float32)
+            assert np.all(np.abs(action) <= 0.25)  # never clipped
+            obs, reward, term, trunc, _ = env.step(action)
+            states.append(obs)
+            total, done = total + reward, term or trunc
+        return np.array(states), total
+
+    free, free_return = episode(0.0)
+    held, held_return = episode(1.5)
+    assert len(free) == len(held) == 201  # 200 steps, no failure
+    np.testing.assert_allclose(np.linalg.norm(free, axis=1), 1.0, atol=1e-4)  # |m| kept
+    assert free[:, 1].min() < -0.9  # flipped to the opposite spin
+    assert np.linalg.norm(held - [0.0, 1.0, 0.0], axis=1).max() < 0.15
+    assert free_return < -100.0 and held_return > -1.0
+    # the same holds over the randomised inertias (saddle rate at most 0.8 < 1.5)
+    _, random_return = episode(1.5, seed=1, params="random")
+    assert random_return > -1.0
+
+
 def test_zero_action_pendulum_matches_system_simulate():
     env = ODEControlEnv("pendulum-swingup")
     _, info = env.reset(seed=5)
