@@ -34,6 +34,7 @@ from simsci.models.gfg import GFG
 from simsci.models.gru_dt import GRUDelta
 from simsci.models.latent_ode import LatentODE
 from simsci.models.latent_sde import LatentSDE
+from simsci.models.linear_ode import LinearODE
 from simsci.models.neural_tpp import RMTPP, NeuralHawkes, TransformerHawkes
 from simsci.models.point_process import PoissonTPP, TrueProcessTPP
 from simsci.models.sdevi import SDEVI
@@ -69,6 +70,12 @@ REGISTRY: dict[str, ModelEntry] = {
         ),
         trajectory_entry(
             "latent_sde", LatentSDE, "latent SDE on irregular series (SDEVI's baseline)", _SERIES
+        ),
+        trajectory_entry(
+            "linear_ode",
+            LinearODE,
+            "linear ODE dx/dt = A x + b on irregular series (exact steps, reset by observations)",
+            _SERIES,
         ),
         trajectory_entry(
             "cocld",
@@ -120,6 +127,7 @@ __all__ = [
     "TransformerHawkes",
     "LatentODE",
     "LatentSDE",
+    "LinearODE",
     "GRUDelta",
     "ControlledODE",
     "OperatorModel",
