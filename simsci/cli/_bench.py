@@ -1,6 +1,6 @@
 """``simsci bench``: the PDE-solver benchmark and the benchmark scripts of the source tree.
 
-``simsci bench pde --problem burgers`` runs :func:`simsci.bench.pde_benchmark`: every
+``simsci bench pde --system burgers`` runs :func:`simsci.bench.pde_benchmark`: every
 solver method of a registered PDE over resolutions and step sizes, error against a fine
 reference, warm time per trajectory, speed-ups at matched accuracy; it prints the table
 and writes ``result.json`` and ``pareto.png`` under ``--out``. ``simsci bench pde
@@ -8,14 +8,15 @@ and writes ``result.json`` and ``pareto.png`` under ``--out``. ``simsci bench pd
 is the script ``benchmarks/bench_pde_pypde.py`` (``simsci bench pde_pypde --problems
 burgers``), and ``simsci bench pde`` says so after its table.
 
-Any other NAME runs a script: benchmarks live outside the package, in ``benchmarks/`` of
-the repository, one script per claim (shared/design/architecture.md); each compares
-against a named peer in the same run and writes JSON under ``benchmarks/results/``. This
-command finds that folder (beside the installed package for an editable install, else in
-the current directory) and runs a script by its short name: ``simsci bench odeint_grid
---quick`` runs ``benchmarks/bench_odeint_grid.py --quick`` (options after the name go to
-the script; ``--`` is optional). A script whose short name is taken by a built-in
-benchmark (``benchmarks/bench_pde.py``) runs by its file stem: ``simsci bench
+Any other NAME runs a script (one action per script found): benchmarks live outside the
+package, in ``benchmarks/`` of the repository (a wheel install has only ``pde``), one
+script per claim (shared/design/architecture.md); each compares against a named peer in
+the same run and writes JSON under ``benchmarks/results/``. This command finds that
+folder (beside the installed package for an editable install, else in the current
+directory) and runs a script by its short name: ``simsci bench odeint_grid --quick``
+runs ``benchmarks/bench_odeint_grid.py --quick`` (options after the name go to the
+script, ``--help`` included; ``--`` is optional). A script whose short name is taken by
+a built-in benchmark (``benchmarks/bench_pde.py``) runs by its file stem: ``simsci bench
 bench_pde``.
 """
 
@@ -26,8 +27,20 @@ import subprocess
 import sys
 from pathlib import Path
 
-from simsci.cli._common import HelpFormatter, key_values
-from simsci.errors import unknown_name
+from simsci.cli._common import (
+    LAZY_TEXT,
+    HelpFormatter,
+    add_action,
+    add_deprecated,
+    add_device,
+    add_episodes,
+    add_out,
+    add_param,
+    add_seed,
+    allow_free_form,
+    legacy_params,
+    params,
+)
 
 #: where the py-pde side of the PDE benchmark lives (peers run only from benchmarks/)
 PYPDE_SCRIPT = "benchmarks/bench_pde_pypde.py"
@@ -68,49 +81,48 @@ def add_to(sub) -> None:
         help="run a benchmark: 'pde' (built in) or a script (see --list)",
         description=__doc__,
         formatter_class=HelpFormatter,
-        add_help=False,
     )
-    p.add_argument("-h", "--help", action="store_true", help="show this help message and exit")
     p.add_argument("--list", action="store_true", help="list the benchmarks and exit")
-    p.add_argument("name", nargs="?", help="'pde' or a script name, e.g. odeint_grid (--list)")
-    p.add_argument(
-        "args",
-        nargs=argparse.REMAINDER,
-        help="options of the benchmark: simsci bench pde --help, or a script's own options",
-    )
-    p.set_defaults(run=run, bench_parser=p)
+    p.set_defaults(run=run_list, cli_parser=p, extra_options=False)
+    actions = p.add_subparsers(dest="bench_action", metavar="NAME", title="benchmarks")
+    _add_pde(actions)
+    try:
+        scripts = available()
+    except FileNotFoundError:  # a wheel install: only the built-in benchmarks
+        scripts = {}
+    for name, path in scripts.items():
+        # the script's own options pass through untouched (--help included)
+        script = add_action(
+            actions,
+            name,
+            help=f"benchmarks/{path.name}",
+            description=f"Run benchmarks/{path.name}; options after the name go to it.",
+            run=run_script,
+            extra_options=True,
+            add_help=False,
+        )
+        script.set_defaults(script=str(path))
+        if not name.startswith("bench_"):  # the file stem works too, unlisted
+            actions.choices.setdefault(f"bench_{name}", script)
 
 
-def run(args) -> int:
-    if args.name in BUILTIN:
-        if args.help:
-            args.args = ["--help", *args.args]
-        ns, extra = pde_parser().parse_known_args(args.args)
-        return run_pde(ns, extra)
-    if args.help:
-        args.bench_parser.print_help()
-        raise SystemExit(0)
-    if args.list or not args.name:
-        for name, text in BUILTIN.items():
-            print(f"{name:20s} {text}")
-        try:
-            scripts = available()
-        except FileNotFoundError as exc:
-            print(f"(scripts: {exc})")
-            return 0
-        for name, path in scripts.items():
-            print(f"{name:20s} {path}")
+def run_list(args) -> int:
+    """``simsci bench`` / ``simsci bench --list``: the built-in benchmarks and scripts."""
+    for name, text in BUILTIN.items():
+        print(f"{name:20s} {text}")
+    try:
+        scripts = available()
+    except FileNotFoundError as exc:
+        print(f"(scripts: {exc})")
         return 0
-    scripts = available()
-    name = args.name
-    if name not in scripts and f"bench_{name}" in scripts:
-        name = f"bench_{name}"
-    if name not in scripts and name.removeprefix("bench_") in scripts:
-        name = name.removeprefix("bench_")
-    if name not in scripts:
-        raise unknown_name("benchmark", args.name, [*BUILTIN, *scripts])
-    rest = args.args[1:] if args.args[:1] == ["--"] else args.args
-    return subprocess.call([sys.executable, str(scripts[name]), *rest])
+    for name, path in scripts.items():
+        print(f"{name:20s} {path}")
+    return 0
+
+
+def run_script(args) -> int:
+    rest = args.extra[1:] if args.extra[:1] == ["--"] else args.extra
+    return subprocess.call([sys.executable, args.script, *rest])
 
 
 # ---------------------------------------------------------------------- bench pde
@@ -133,10 +145,13 @@ def _resolution(text: str):
     return int(parts[0]) if len(parts) == 1 else tuple(int(p) for p in parts)
 
 
-def _stepper_names() -> list[str]:
+def _stepper_names() -> str:
     from simsci.systems import PDE_STEPPERS
 
-    return list(PDE_STEPPERS)
+    return ", ".join(PDE_STEPPERS)
+
+
+LAZY_TEXT["PDE_STEPPERS"] = _stepper_names
 
 
 def _peer_note(args) -> str:
@@ -144,98 +159,104 @@ def _peer_note(args) -> str:
     quick = " --quick" if args.quick else ""
     return (
         f"\npeer comparison: py-pde runs from {PYPDE_SCRIPT}, not from the package: "
-        f"simsci bench pde_pypde --problems {args.problem}{quick}"
+        f"simsci bench pde_pypde --problems {args.system}{quick}"
     )
 
 
-def pde_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="simsci bench pde",
-        description="Benchmark the solvers of one PDE: each method over resolutions and step "
-        "sizes, relative L2 error against a fine reference (float64), warm wall time per "
-        "trajectory (device synchronised, median), Pareto fronts and speed-ups at matched "
-        "accuracy (never raw). Trained operator checkpoints (--model) run side by side on "
-        "the same initial conditions; the py-pde comparison is the script "
-        f"{PYPDE_SCRIPT} (simsci bench pde_pypde --problems PROBLEM). Prints the table; "
-        "writes OUT/result.json and OUT/pareto.png. PDE parameters go as --NAME VALUE "
-        "(e.g. --nu 0.001).",
+PDE_DESCRIPTION = f"""\
+Benchmark the solvers of one PDE: each method over resolutions and step sizes, relative
+L2 error against a fine reference (float64), warm wall time per trajectory (device
+synchronised, median), Pareto fronts and speed-ups at matched accuracy (never raw).
+Trained operator checkpoints (--checkpoint) run side by side on the same initial
+conditions; the py-pde comparison is the script {PYPDE_SCRIPT} (simsci bench pde_pypde
+--problems SYSTEM). Prints the table; writes OUT/result.json and OUT/pareto.png. PDE
+parameters go as --param NAME=VALUE.
+
+example:
+  simsci bench pde --system burgers --param nu=0.001 --quick --out runs/bench/burgers
+"""
+
+
+def _add_pde(actions) -> None:
+    p = add_action(
+        actions,
+        "pde",
+        help=BUILTIN["pde"],
+        description=PDE_DESCRIPTION,
+        run=run_pde,
+        extra_options=True,  # the deprecated free-form --NAME VALUE parameters
     )
-    p.add_argument("--problem", required=True, help="a registered PDE, e.g. burgers")
+    p.add_argument("--system", required=True, help="a registered PDE, e.g. burgers")
+    add_deprecated(p, "--problem", "--system", dest="system", type=str)
     p.add_argument(
         "--methods",
         type=_csv(str),
         default=None,
-        help="comma-separated methods of the problem (default: all; the time steppers: "
-        f"{', '.join(_stepper_names())})",
+        help="comma-separated methods of the system (default: all; the time steppers: "
+        "@PDE_STEPPERS@)",
     )
     p.add_argument(
         "--resolutions",
         type=_csv(_resolution),
         default=None,
-        help="comma-separated points per axis, e.g. 64,128 or 32x64 (default: per problem)",
+        help="comma-separated points per axis, e.g. 64,128 or 32x64 (default: per system)",
     )
     p.add_argument(
         "--dts", type=_csv(float), default=None, help="step sizes for every method (default: "
-        "per problem and method; explicit methods at fractions of their stability limit)"
+        "per system and method; explicit methods at fractions of their stability limit)"
     )  # fmt: skip
-    p.add_argument("--t-end", type=float, default=None, help="final time (default: per problem)")
-    p.add_argument("--n", type=int, default=4, help="trajectories, one batch (default: 4)")
+    p.add_argument("--t-end", type=float, default=None, help="final time (default: per system)")
+    add_episodes(p, default=4, help="trajectories, solved as one batch", deprecated=("--n",))
+    p.add_argument("--repeat", type=int, default=3, help="timed calls per configuration")
+    add_seed(p, help="the seed of the initial fields")
+    add_device(p)
     p.add_argument(
-        "--repeat", type=int, default=3, help="timed calls per configuration (default: 3)"
-    )
-    p.add_argument("--seed", type=int, default=0, help="seed of the initial fields (default: 0)")
-    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default: cpu)")
-    p.add_argument(
-        "--dtype", choices=["float64", "float32"], default="float64", help="(default: float64)"
+        "--dtype", choices=["float64", "float32"], default="float64", help="the solvers' precision"
     )
     p.add_argument(
-        "--model",
+        "--checkpoint",
         action="append",
-        default=[],
+        default=None,
         metavar="CKPT",
         help="a trained operator checkpoint to add (repeatable)",
     )
-    p.add_argument(
-        "--no-pypde",
-        action="store_true",
-        help=f"kept for old command lines: py-pde never runs here (see {PYPDE_SCRIPT})",
-    )
+    add_deprecated(p, "--model", "--checkpoint", dest="checkpoint", type=str, append=True)
+    add_deprecated(
+        p, "--no-pypde", f"nothing (py-pde never runs here: {PYPDE_SCRIPT})", dest="no_pypde",
+        flag=True,
+    )  # fmt: skip
     p.add_argument("--quick", action="store_true", help="small grids (a smoke run)")
-    p.add_argument(
-        "--param", action="append", metavar="NAME=VALUE", help="a PDE parameter (repeatable)"
-    )
-    p.add_argument("--out", default=None, help="output folder (default: runs/bench/PROBLEM)")
+    add_param(p, what="a PDE parameter (nu=0.001)")
+    allow_free_form(p, "PDE parameters")
+    add_out(p, "dir", default=None, help="the output folder (default: runs/bench/SYSTEM)")
     p.add_argument("--no-plot", action="store_true", help="do not write pareto.png")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    return p
 
 
-def run_pde(args, extra: list[str] | None = None) -> int:
+def run_pde(args) -> int:
     import torch
 
     from simsci.bench import format_table, pde_benchmark, plot_pareto, write_result
     from simsci.cli._generate import system_arguments
 
-    params = key_values(args.param, "--param")
-    if extra:
-        params.update(system_arguments(extra))
+    values = {**legacy_params(args.extra, system_arguments, "simsci bench pde"), **params(args)}
     result = pde_benchmark(
-        args.problem,
+        args.system,
         methods=args.methods,
         resolutions=args.resolutions,
         dts=args.dts,
-        n=args.n,
+        n=args.episodes,
         t_end=args.t_end,
-        params=params or None,
+        params=values or None,
         device=args.device,
         dtype=getattr(torch, args.dtype),
-        models=args.model,
+        models=args.checkpoint or (),
         seed=args.seed,
         repeat=args.repeat,
         quick=args.quick,
         log=not args.quiet,
     )
-    out = Path(args.out or Path("runs") / "bench" / args.problem)
+    out = Path(args.out or Path("runs") / "bench" / args.system)
     print(format_table(result))
     print(_peer_note(args))
     path = write_result(out / "result.json", result, device=result["settings"]["device"])

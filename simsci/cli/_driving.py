@@ -1,4 +1,5 @@
-"""``simsci driving``: road networks, scene-file metrics, and RL in simsci/Driving-v0."""
+"""``simsci driving roads|metrics|ppo|eval``: road networks, scene-file metrics, and RL in
+simsci/Driving-v0; one sub-parser per action."""
 
 from __future__ import annotations
 
@@ -6,61 +7,164 @@ import json
 import time
 from pathlib import Path
 
-from simsci.cli._common import HelpFormatter
+from simsci.cli._common import (
+    add_action,
+    add_deprecated_param,
+    add_device,
+    add_episodes,
+    add_group,
+    add_max_steps,
+    add_out,
+    add_param,
+    add_seed,
+    params,
+)
 
 DESCRIPTION = """\
 The driving world (simsci.driving) and its environment simsci/Driving-v0.
-
-  roads     generate road networks and summarise them (lanes by kind, junctions,
-            conflicts, route length, generation time)
-  metrics   the driving metrics of a scene file (simsci generate driving): collision
-            and off-road rates of the agents in each tile, kinematic infeasibility of
-            their histories, agents per km, lane-graph statistics, seam gaps
-  ppo       train a PPO agent (Stable Baselines3, pip install "simsci[rl]") in
-            simsci/Driving-v0 (--env vectorworld: simsci/VectorWorld-v0, the generated
-            world of --checkpoint) and evaluate it against the lane-keeping baseline
-  eval      evaluate a policy: lane-keeping, zero, or a PPO checkpoint (.zip), in
-            either world (a policy trained in one runs in the other)
+Run 'simsci driving ACTION --help' for each action's options.
 
 examples:
-  simsci driving roads --seed 0 --count 5 --length 5000
-  simsci generate driving --n 2000 --out data/scenes.h5
+  simsci driving roads --seed 0 -n 5 --param length=5000
+  simsci generate driving -n 2000 --out data/scenes.h5
   simsci driving metrics data/scenes.h5
-  simsci driving ppo --timesteps 200000 --num-envs 32 --out runs/driving_ppo
-  simsci driving eval runs/driving_ppo/ppo.zip --episodes 64
+  simsci driving ppo --max-steps 200000 --num-envs 32 --out runs/driving_ppo
+  simsci driving eval runs/driving_ppo/ppo.zip -n 64
+  simsci driving eval runs/driving_ppo/ppo.zip --env vectorworld --checkpoint runs/vw
+"""
+
+ROADS_DESCRIPTION = """\
+Generate road networks (simsci.driving.make_road, seeds SEED, SEED+1, ...) and summarise
+each as JSON: route length, lanes by kind, lane ends, conflicts, lane-km, generation
+time. --param sets an argument of make_road: length (route length [m], default 5000) or
+any RoadConfig field (lanes=[2,3], oncoming=false, p_roundabout=0.2, ...).
+
+example:
+  simsci driving roads -n 5 --param length=2000 --out roads.json
+"""
+
+METRICS_DESCRIPTION = """\
+The driving metrics of a scene file (simsci generate driving): collision and off-road
+rates of the agents in each tile, kinematic infeasibility of their histories, agents per
+km, lane-graph statistics, seam gaps; printed as JSON (and written to --out).
+Deterministic: draws no random numbers.
+
+example:
+  simsci driving metrics data/scenes.h5 -n 64 --out metrics.json
+"""
+
+ENV_PARAMS = """\
+--param sets a keyword of the environment: route_length (metres, default 5000),
+max_episode_steps (10 Hz steps, default 600 here), num_agents, max_vehicles, ...
+(simsci.envs.DrivingVectorEnv, VectorWorldVectorEnv)."""
+
+PPO_DESCRIPTION = f"""\
+Train a PPO agent (Stable Baselines3, pip install "simsci[rl]") in simsci/Driving-v0
+(--env vectorworld: simsci/VectorWorld-v0, the generated world of --checkpoint) for
+--max-steps environment steps, then evaluate it on -n/--episodes episodes against the
+lane-keeping baseline. Writes OUT/ppo.zip, OUT/vecnormalize.pkl (its observation
+normalisation) and OUT/eval.json.
+{ENV_PARAMS}
+
+example:
+  simsci driving ppo --max-steps 200000 --num-envs 32 --out runs/driving_ppo
+"""
+
+EVAL_DESCRIPTION = f"""\
+Evaluate a policy, lane-keeping, zero, or a PPO checkpoint (.zip of `simsci driving
+ppo`), in either world (a policy trained in one runs in the other): the fractions of
+episodes that succeeded, collided, left the road or timed out, mean distance and return.
+{ENV_PARAMS}
+
+examples:
+  simsci driving eval lane-keeping -n 64
   simsci driving eval runs/driving_ppo/ppo.zip --env vectorworld --checkpoint runs/vw
 """
 
 
 def add_to(sub) -> None:
-    p = sub.add_parser(
+    actions = add_group(
+        sub,
         "driving",
         help="driving world: roads, scene metrics, PPO in simsci/Driving-v0",
         description=DESCRIPTION,
-        formatter_class=HelpFormatter,
     )
-    p.add_argument("action", choices=["roads", "metrics", "ppo", "eval"])
-    p.add_argument("target", nargs="?", default=None, help="scene file (metrics) or policy (eval)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--count", type=int, default=3, help="roads: networks to generate")
-    p.add_argument("--length", type=float, default=5000.0, help="route length [m]")
-    p.add_argument("--episodes", type=int, default=32, help="metrics: episodes read; eval: run")
-    p.add_argument("--num-envs", type=int, default=16, help="egos stepped together")
-    p.add_argument("--timesteps", type=int, default=200_000, help="ppo: environment steps")
-    p.add_argument("--max-episode-steps", type=int, default=600, help="episode length (10 Hz)")
+    r = add_action(
+        actions,
+        "roads",
+        help="generate road networks and summarise them",
+        description=ROADS_DESCRIPTION,
+        run=_roads,
+    )
+    r.add_argument("-n", "--count", type=int, default=3, metavar="N", help="networks to generate")
+    add_param(r, what="an argument of make_road (length=5000, lanes=[2,3], ...)")
+    add_deprecated_param(r, "--length", "length")
+    add_seed(r, help="the seed of the first network (the next ones: SEED+1, ...)")
+    add_out(r, "file", help="also write the summary here (JSON)")
+
+    m = add_action(
+        actions,
+        "metrics",
+        help="driving metrics of a scene file",
+        description=METRICS_DESCRIPTION,
+        run=_metrics,
+    )
+    m.add_argument("scenes", metavar="SCENES", help="a scene file (simsci generate driving)")
+    add_episodes(m, default=32, help="episodes read (the first N)")
+    add_out(m, "file", help="also write the metrics here (JSON)")
+
+    p = add_action(
+        actions,
+        "ppo",
+        help="train a PPO agent (Stable Baselines3) and evaluate it",
+        description=PPO_DESCRIPTION,
+        run=_ppo,
+    )
+    add_max_steps(
+        p, default=200_000, help="environment steps of training", deprecated=("--timesteps",)
+    )
+    add_episodes(p, default=32, help="evaluation episodes")
+    _add_env_options(p)
+    add_out(p, "dir", help="the run folder (ppo.zip, vecnormalize.pkl, eval.json)", required=True)
+
+    e = add_action(
+        actions,
+        "eval",
+        help="evaluate a policy: lane-keeping, zero or a PPO checkpoint",
+        description=EVAL_DESCRIPTION,
+        run=_eval,
+    )
+    e.add_argument(
+        "policy",
+        nargs="?",
+        default="lane-keeping",
+        metavar="POLICY",
+        help="lane-keeping, zero, or a PPO checkpoint (.zip)",
+    )
+    add_episodes(e, default=32, help="episodes to run")
+    _add_env_options(e)
+    add_out(e, "file", help="also write the result here (JSON)")
+
+
+def _add_env_options(p) -> None:
+    """The environment of ppo and eval: which world, its keywords, batch, seed, device."""
     p.add_argument(
         "--env",
         choices=["driving", "vectorworld"],
         default="driving",
-        help="ppo/eval: simsci/Driving-v0 or simsci/VectorWorld-v0 (same spaces)",
+        help="simsci/Driving-v0 or simsci/VectorWorld-v0 (same spaces)",
     )
     p.add_argument(
-        "--checkpoint", default=None, help="vectorworld: the VectorWorld directory (simsci train)"
+        "--checkpoint",
+        default=None,
+        help="--env vectorworld: the VectorWorld directory (simsci train vectorworld)",
     )
-    p.add_argument(
-        "--out", default=None, help="output: JSON file (roads, metrics) or run dir (ppo)"
-    )
-    p.set_defaults(run=run)
+    p.add_argument("--num-envs", type=int, default=16, help="egos stepped together")
+    add_param(p, what="a keyword of the environment (route_length=5000, max_episode_steps=600)")
+    add_deprecated_param(p, "--length", "route_length")
+    add_deprecated_param(p, "--max-episode-steps", "max_episode_steps")
+    add_seed(p)
+    add_device(p, help="the environment's and the policy's")
 
 
 def _emit(result: dict, out) -> None:
@@ -72,21 +176,18 @@ def _emit(result: dict, out) -> None:
         write_json(Path(out), result)
 
 
-def run(args) -> int:
-    return {"roads": _roads, "metrics": _metrics, "ppo": _ppo, "eval": _eval}[args.action](args)
-
-
 def _roads(args) -> int:
     import numpy as np
 
     from simsci.driving import LANE_ENDS, LANE_KINDS, make_road
 
     if args.count < 1:
-        raise ValueError("--count must be >= 1")
+        raise ValueError("-n/--count must be >= 1")
+    options = params(args)
     rows = []
     for i in range(args.count):
         t0 = time.perf_counter()
-        road = make_road(seed=args.seed + i, length=args.length)
+        road = make_road(seed=args.seed + i, **options)
         dt = time.perf_counter() - t0
         kinds = np.bincount(road.kind, minlength=len(LANE_KINDS))
         ends = np.bincount(road.end, minlength=len(LANE_ENDS))
@@ -107,11 +208,9 @@ def _roads(args) -> int:
 
 
 def _metrics(args) -> int:
-    if not args.target:
-        raise ValueError("driving metrics needs a scene FILE (made by simsci generate driving)")
     from simsci.driving import scene_metrics
 
-    _emit(scene_metrics(args.target, episodes=args.episodes), args.out)
+    _emit(scene_metrics(args.scenes, episodes=args.episodes), args.out)
     return 0
 
 
@@ -119,9 +218,13 @@ ENV_IDS = {"driving": "simsci/Driving-v0", "vectorworld": "simsci/VectorWorld-v0
 
 
 def _env_kwargs(args) -> dict:
-    if args.max_episode_steps < 1 or args.num_envs < 1:
-        raise ValueError("--max-episode-steps and --num-envs must be >= 1")
-    kw = {"max_episode_steps": args.max_episode_steps, "route_length": args.length}
+    """The environment's keywords: --param over this command's defaults, and --device."""
+    from simsci._device import resolve_device
+
+    kw = {"max_episode_steps": 600, "route_length": 5000.0, **params(args)}
+    if kw["max_episode_steps"] < 1 or args.num_envs < 1:
+        raise ValueError("max_episode_steps and --num-envs must be >= 1")
+    kw["device"] = str(resolve_device(args.device))
     if args.env == "vectorworld":
         kw["checkpoint"] = args.checkpoint
     elif args.checkpoint is not None:
@@ -136,29 +239,27 @@ def _vector_env(args):
 
 
 def _ppo(args) -> int:
-    import torch
-
     from simsci.envs import evaluate_driving, lane_keeping_policy, to_sb3
+    from simsci.train import seed_everything
 
     try:
         from stable_baselines3 import PPO
     except ImportError as exc:
         raise RuntimeError('driving ppo needs Stable Baselines3: pip install "simsci[rl]"') from exc
-    if not args.out:
-        raise ValueError("driving ppo needs --out DIR (the model and its evaluation go there)")
-    if args.timesteps < 1:
-        raise ValueError("--timesteps must be >= 1")
+    if args.max_steps < 1:
+        raise ValueError("--max-steps must be >= 1")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     kwargs = _env_kwargs(args)
-    torch.manual_seed(args.seed)
+    # the one seeding point of the run: before the environments and the policy are built
+    seed_everything(args.seed)
     from stable_baselines3.common.vec_env import VecNormalize
 
     # observations in metres and m/s: running normalisation (saved beside the model)
     venv = VecNormalize(to_sb3(_vector_env(args)(args.num_envs, **kwargs)), gamma=0.99)
     # rollouts of 256 steps per ego (fewer for a tiny budget), minibatches of 1024; a
     # small initial action noise, or the first policies steer off the road at once
-    n_steps = max(8, min(256, args.timesteps // args.num_envs))
+    n_steps = max(8, min(256, args.max_steps // args.num_envs))
     batch = min(1024, n_steps * args.num_envs)
     model = PPO(
         "MultiInputPolicy",
@@ -167,10 +268,11 @@ def _ppo(args) -> int:
         batch_size=batch,
         gamma=0.99,
         seed=args.seed,
+        device=kwargs["device"],
         policy_kwargs={"log_std_init": -1.5},
     )
     t0 = time.perf_counter()
-    model.learn(args.timesteps)
+    model.learn(args.max_steps)
     seconds = time.perf_counter() - t0
     model.save(out / "ppo.zip")
     venv.save(str(out / "vecnormalize.pkl"))
@@ -185,7 +287,7 @@ def _ppo(args) -> int:
         "env_id": ENV_IDS[args.env],
     }
     result = {
-        "timesteps": args.timesteps,
+        "timesteps": args.max_steps,
         "train_seconds": round(seconds, 1),
         "env": {"id": ENV_IDS[args.env], **kwargs},
         "ppo": evaluate_driving(ppo_policy, **eval_kw, **kwargs),
@@ -201,7 +303,8 @@ def _eval(args) -> int:
 
     from simsci.envs import evaluate_driving, lane_keeping_policy
 
-    target = args.target or "lane-keeping"
+    kwargs = _env_kwargs(args)
+    target = args.policy
     if target == "lane-keeping":
         policy = lane_keeping_policy
     elif target == "zero":
@@ -219,7 +322,7 @@ def _eval(args) -> int:
 
         from stable_baselines3 import PPO
 
-        model = PPO.load(path)
+        model = PPO.load(path, device=kwargs["device"])
         stats = path.parent / "vecnormalize.pkl"  # written by `simsci driving ppo`
         norm = pickle.loads(stats.read_bytes()) if stats.is_file() else None
 
@@ -227,7 +330,6 @@ def _eval(args) -> int:
             obs = norm.normalize_obs(obs) if norm is not None else obs
             return model.predict(obs, deterministic=True)[0]
 
-    kwargs = _env_kwargs(args)
     result = evaluate_driving(
         policy,
         episodes=args.episodes,

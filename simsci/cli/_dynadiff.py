@@ -1,5 +1,6 @@
 """``simsci zoo build|info`` and ``simsci dynadiff data|train|adapt|compare``: DynaDiff,
-generating dynamics predictors for new environments (simsci.models.dynadiff)."""
+generating dynamics predictors for new environments (simsci.models.dynadiff); one
+sub-parser per action."""
 
 from __future__ import annotations
 
@@ -7,18 +8,23 @@ import json
 import warnings
 from pathlib import Path
 
-from simsci.cli._common import HelpFormatter
+from simsci.cli._common import (
+    add_action,
+    add_deprecated,
+    add_deprecated_param,
+    add_device,
+    add_group,
+    add_max_steps,
+    add_no_progress,
+    add_out,
+    add_param,
+    add_seed,
+    params,
+)
 
 ZOO_DESCRIPTION = """\
 The model zoo of DynaDiff: one expert dynamics predictor per training environment.
-
-  build   train a pooled model on every environment of --data, then one expert per
-          environment started at it, all at once (torch.func.vmap); write --out (a zoo
-          file with each expert's weights, environment parameters and validation RMSE).
-          --data is a file or a directory of `simsci dynadiff data` (train.h5 + val.h5).
-          The runs (checkpoints, metrics) go to --runs (default OUT.runs): rerunning the
-          same command resumes an interrupted build.
-  info    summarise a zoo file (JSON)
+Run 'simsci zoo ACTION --help' for each action's options.
 
 examples:
   simsci dynadiff data --system lotka_volterra --out data/lv
@@ -26,21 +32,31 @@ examples:
   simsci zoo info runs/lv/zoo.pt
 """
 
+BUILD_DESCRIPTION = """\
+Train a pooled model on every environment of --data, then one expert per environment
+started at it, all at once (torch.func.vmap); write --out (a zoo file with each expert's
+weights, environment parameters and validation RMSE) and print its summary. --data is a
+file or a directory of `simsci dynadiff data` (train.h5 + val.h5). The runs
+(checkpoints, metrics) go to --runs (default OUT.runs): rerunning the same command
+resumes an interrupted build. --param sets a field of the experts' architecture
+(hidden=64, depth=3, activation=tanh, substeps=1, kernel=3, modes=6).
+
+example:
+  simsci zoo build --data data/lv --out runs/lv/zoo.pt --max-steps 1500 --param hidden=32
+"""
+
+INFO_DESCRIPTION = """\
+Summarise a zoo file as JSON: system, experts, architecture, parameters per expert, the
+varied environment parameters and their range, validation RMSE, build time.
+
+example:
+  simsci zoo info runs/lv/zoo.pt
+"""
+
 DESCRIPTION = """\
 DynaDiff: a diffusion model in the weight space of a model zoo generates a dynamics
 predictor for a new environment from a short context trajectory of it.
-
-  data     write a CoDA/LEADS multi-environment protocol (train, val, in_domain,
-           out_of_domain .h5) for --system (lotka_volterra, glycolytic_oscillator,
-           damped_pendulum, gray_scott, navier_stokes_2d)
-  train    train the generator on --zoo and its --data (weight autoencoder, then
-           conditional latent diffusion; resumes under --out); writes OUT/generator.pt
-  adapt    generate a predictor for the environment of --context (a trajectory file of
-           the new environment: its first episodes' first frames are the context) in one
-           call; writes --out, a model checkpoint that `simsci evaluate` and
-           simsci.train.load_model read
-  compare  DynaDiff vs the baselines (pooled, nearest expert, zoo average, fine-tuning,
-           CoDA) on the environments of --data; JSON with RMSE/MSE and deploy times
+Run 'simsci dynadiff ACTION --help' for each action's options.
 
 examples:
   simsci dynadiff data --system lotka_volterra --out data/lv
@@ -51,80 +67,220 @@ examples:
   simsci dynadiff compare runs/lv/gen/generator.pt --zoo runs/lv/zoo.pt --data data/lv/in_domain.h5
 """
 
+DATA_DESCRIPTION = """\
+Write a CoDA/LEADS multi-environment protocol for --system into the folder --out:
+train.h5, val.h5, in_domain.h5 and out_of_domain.h5 (their paths are printed as JSON).
+
+example:
+  simsci dynadiff data --system lotka_volterra --out data/lv --quick
+"""
+
+TRAIN_DESCRIPTION = """\
+Train the generator on --zoo and its --data: the weight autoencoder, its decoder, then
+the conditional latent diffusion (each stage resumes under --out); writes
+OUT/generator.pt. This is `simsci train dynadiff` (the model registry's entry).
+--max-steps sets the length of every stage (default: autoencoder 1500, decoder twice the
+autoencoder's, diffusion 3000); --param sets one stage (autoencoder_steps=N,
+decoder_steps=N, diffusion_train_steps=N) or a generator argument (context_steps=N,
+frames per context, default the protocol's or 10; context_episodes=N, default 1; and the
+other arguments of simsci.models.dynadiff.DynaDiff).
+
+example:
+  simsci dynadiff train --zoo runs/lv/zoo.pt --data data/lv --out runs/lv/gen \\
+      --param diffusion_train_steps=5000
+"""
+
+ADAPT_DESCRIPTION = """\
+Generate a predictor for the environment of --context (a trajectory file of the new
+environment: its first episodes' first frames are the context) in one call; writes
+--out, a model checkpoint that `simsci evaluate` and simsci.train.load_model read, and
+prints the context error of each candidate.
+
+example:
+  simsci dynadiff adapt runs/lv/gen/generator.pt --context data/lv/in_domain.h5 --out pred.pt
+"""
+
+COMPARE_DESCRIPTION = """\
+DynaDiff against the baselines (pooled model, nearest expert, zoo average, fine-tuning,
+and CoDA with --coda) on every environment of --data: RMSE/MSE of each method's
+predictor and its deploy time, printed as JSON (the summary) and written in full to
+--out. Runs on the CPU, where the zoo's baselines run, so that the times compare.
+
+example:
+  simsci dynadiff compare runs/lv/gen/generator.pt --zoo runs/lv/zoo.pt \\
+      --data data/lv/in_domain.h5 --out compare.json
+"""
+
+GENERATOR_HELP = "the generator checkpoint (OUT/generator.pt of dynadiff train)"
+
+#: old options of `dynadiff train` -> the --param they set now
+_OLD_TRAIN_OPTIONS = {
+    "--autoencoder-steps": "autoencoder_steps",
+    "--decoder-steps": "decoder_steps",
+    "--diffusion-steps": "diffusion_train_steps",
+    "--context-steps": "context_steps",
+    "--context-episodes": "context_episodes",
+}
+
 
 def add_to(sub) -> None:
-    z = sub.add_parser(
-        "zoo",
-        help="build a DynaDiff model zoo (one expert per environment)",
-        description=ZOO_DESCRIPTION,
-        formatter_class=HelpFormatter,
-    )
-    z.add_argument("action", choices=("build", "info"))
-    z.add_argument("path", nargs="?", default=None, help="info: the zoo file")
-    z.add_argument("--data", default=None, help="build: multi-environment file or directory")
-    z.add_argument("--val", default=None, help="build: validation file (same environments)")
-    z.add_argument("--out", default=None, help="build: the zoo file to write (.pt)")
-    z.add_argument("--runs", default=None, help="build: run directory (default OUT.runs)")
-    z.add_argument("--steps", type=int, default=1500, help="expert fine-tuning steps")
-    z.add_argument("--pool-steps", type=int, default=1500, help="pooled-model steps")
-    z.add_argument("--hidden", type=int, default=None, help="expert width")
-    z.add_argument("--window", type=int, default=None, help="rollout frames per window")
-    z.add_argument("--one-at-a-time", action="store_true", help="no vmap (for comparison)")
-    z.add_argument("--seed", type=int, default=0)
-    z.add_argument("--device", default="auto")
-    z.set_defaults(run=run_zoo)
-
-    p = sub.add_parser(
+    _add_zoo(sub)
+    actions = add_group(
+        sub,
         "dynadiff",
         help="DynaDiff: data protocols, generator training, adaptation to new environments",
         description=DESCRIPTION,
-        formatter_class=HelpFormatter,
     )
-    p.add_argument("action", choices=("data", "train", "adapt", "compare"))
-    p.add_argument("generator", nargs="?", default=None, help="adapt/compare: generator.pt")
-    p.add_argument("--system", default=None, help="data: the protocol's system")
-    p.add_argument("--quick", action="store_true", help="data: a small version")
-    p.add_argument("--zoo", default=None, help="train/compare: the zoo file")
-    p.add_argument("--data", default=None, help="train: zoo's file; compare: test file")
-    p.add_argument("--context", default=None, help="adapt: the new environment's file")
-    p.add_argument(
-        "--context-steps", type=int, default=None, help="train: frames (default: protocol's or 10)"
+    d = add_action(
+        actions,
+        "data",
+        help="write a multi-environment protocol (train, val, in_domain, out_of_domain)",
+        description=DATA_DESCRIPTION,
+        run=run_data,
     )
-    p.add_argument("--context-episodes", type=int, default=1, help="train: episodes per context")
-    p.add_argument("--autoencoder-steps", type=int, default=1500)
-    p.add_argument("--decoder-steps", type=int, default=None, help="default 2x autoencoder")
-    p.add_argument("--diffusion-steps", type=int, default=3000, help="train: diffusion steps")
-    p.add_argument("--candidates", type=int, default=None, help="adapt: samples scored")
-    p.add_argument("--refine-steps", type=int, default=None, help="adapt: latent refinement")
-    p.add_argument("--finetune-steps", type=int, default=100, help="compare: K")
-    p.add_argument("--coda", default=None, help="compare: a CoDA run dir or checkpoint")
-    p.add_argument("--out", default=None)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="auto")
-    p.set_defaults(run=run_dynadiff)
+    d.add_argument(
+        "--system",
+        required=True,
+        help="the protocol's system: lotka_volterra, glycolytic_oscillator, damped_pendulum, "
+        "gray_scott or navier_stokes_2d",
+    )
+    d.add_argument("--quick", action="store_true", help="a small version (seconds)")
+    add_seed(d)
+    add_device(d, help="where the systems are simulated")
+    add_out(d, "dir", help="the folder of the four files", required=True)
+    add_no_progress(d)
+
+    t = add_action(
+        actions,
+        "train",
+        help="train the generator on a zoo (autoencoder, decoder, diffusion)",
+        description=TRAIN_DESCRIPTION,
+        run=run_train,
+    )
+    t.add_argument("--zoo", required=True, help="the zoo file (simsci zoo build)")
+    t.add_argument(
+        "--data", required=True, help="the zoo's data: its file, or the folder of dynadiff data"
+    )
+    add_max_steps(t, default=None, help="the length of every stage (default: each its own)")
+    add_param(t, what="a stage length or a generator argument (see above)")
+    for old, name in _OLD_TRAIN_OPTIONS.items():
+        add_deprecated_param(t, old, name)
+    add_seed(t)
+    add_device(t)
+    add_out(t, "dir", help="the run folder (stages, generator.pt)", required=True)
+    add_no_progress(t)
+
+    a = add_action(
+        actions,
+        "adapt",
+        help="generate a predictor for a new environment from its context",
+        description=ADAPT_DESCRIPTION,
+        run=run_adapt,
+    )
+    a.add_argument("generator", metavar="GENERATOR", help=GENERATOR_HELP)
+    a.add_argument("--context", required=True, help="a trajectory file of the new environment")
+    a.add_argument(
+        "--candidates", type=int, default=None, help="samples scored (default: the generator's)"
+    )
+    a.add_argument(
+        "--refine-steps",
+        type=int,
+        default=None,
+        help="latent refinement steps on the context (default: the generator's)",
+    )
+    add_seed(a, help="the seed of the diffusion sampling")
+    add_device(a)
+    add_out(a, "file", help="the predictor checkpoint to write (.pt)", required=True)
+
+    c = add_action(
+        actions,
+        "compare",
+        help="DynaDiff vs the baselines on the environments of a file",
+        description=COMPARE_DESCRIPTION,
+        run=run_compare,
+    )
+    c.add_argument("generator", metavar="GENERATOR", help=GENERATOR_HELP)
+    c.add_argument("--zoo", required=True, help="the zoo file the generator was trained on")
+    c.add_argument("--data", required=True, help="the test environments (a protocol file)")
+    c.add_argument(
+        "--finetune-steps", type=int, default=100, help="steps of the fine-tuning baseline"
+    )
+    c.add_argument("--coda", default=None, help="a CoDA run folder or checkpoint to add")
+    add_seed(c, help="the seed of the diffusion sampling")
+    add_out(c, "file", help="the full results (JSON)")
 
 
-def _need(args, *names):
-    for n in names:
-        if getattr(args, n) is None:
-            raise ValueError(f"this action needs --{n.replace('_', '-')}")
+def _add_zoo(sub) -> None:
+    actions = add_group(
+        sub,
+        "zoo",
+        help="build a DynaDiff model zoo (one expert per environment)",
+        description=ZOO_DESCRIPTION,
+    )
+    b = add_action(
+        actions,
+        "build",
+        help="train the pooled model and one expert per environment",
+        description=BUILD_DESCRIPTION,
+        run=run_build,
+    )
+    b.add_argument(
+        "--data", required=True, help="a multi-environment file, or the folder of dynadiff data"
+    )
+    b.add_argument(
+        "--val-data",
+        default=None,
+        help="validation file with the same environments (default: DATA/val.h5, else the "
+        "file's val split)",
+    )
+    add_deprecated(b, "--val", "--val-data", dest="val_data", type=str)
+    add_out(b, "file", help="the zoo file to write (.pt)", required=True)
+    b.add_argument("--runs", default=None, help="the run folder (default: OUT.runs)")
+    add_max_steps(b, default=1500, help="training steps of each expert", deprecated=("--steps",))
+    b.add_argument(
+        "--pool-steps",
+        type=int,
+        default=None,
+        help="training steps of the pooled model (default: --max-steps)",
+    )
+    add_param(b, what="a field of the experts' architecture (hidden=64, depth=3, ...)")
+    add_deprecated_param(b, "--hidden", "hidden")
+    b.add_argument(
+        "--window",
+        type=int,
+        default=None,
+        help="frames per training rollout (default: 4 for states, 2 for fields)",
+    )
+    b.add_argument(
+        "--one-at-a-time", action="store_true", help="no vmap: one expert after the other"
+    )
+    add_seed(b)
+    add_device(b)
+    add_no_progress(b)
+
+    i = add_action(
+        actions, "info", help="summarise a zoo file (JSON)", description=INFO_DESCRIPTION,
+        run=run_info,
+    )  # fmt: skip
+    i.add_argument("zoo", metavar="ZOO", help="the zoo file")
 
 
-def run_zoo(args) -> int:
+def run_info(args) -> int:
     from simsci.models import dynadiff as dd
 
-    if args.action == "info":
-        if args.path is None:
-            raise ValueError("zoo info needs the zoo file: simsci zoo info ZOO.pt")
-        zoo = dd.load_zoo(args.path)
-        print(json.dumps(_zoo_summary(zoo), indent=2))
-        return 0
-    _need(args, "data", "out")
-    spec = None if args.hidden is None else {"hidden": args.hidden}
+    print(json.dumps(_zoo_summary(dd.load_zoo(args.zoo)), indent=2))
+    return 0
+
+
+def run_build(args) -> int:
+    from simsci.models import dynadiff as dd
+
+    spec = params(args) or None
+    pool_steps = args.max_steps if args.pool_steps is None else args.pool_steps
     path = dd.build_zoo(
-        args.data, args.out, val=args.val, spec=spec, steps=args.steps,
-        pool_steps=args.pool_steps, window=args.window, seed=args.seed, device=args.device,
-        vmapped=not args.one_at_a_time, run_dir=args.runs, progress=True,
+        args.data, args.out, val=args.val_data, spec=spec, steps=args.max_steps,
+        pool_steps=pool_steps, window=args.window, seed=args.seed, device=args.device,
+        vmapped=not args.one_at_a_time, run_dir=args.runs, progress=not args.no_progress,
     )  # fmt: skip
     zoo = dd.load_zoo(path)
     print(json.dumps(_zoo_summary(zoo), indent=2))
@@ -148,53 +304,54 @@ def _zoo_summary(zoo) -> dict:
     }
 
 
-def run_dynadiff(args) -> int:
+def run_data(args) -> int:
+    from simsci.models import dynadiff as dd
+
+    paths = dd.make_environments(
+        args.system, args.out, seed=args.seed, quick=args.quick, device=args.device,
+        progress=not args.no_progress,
+    )  # fmt: skip
+    print(json.dumps({k: str(v) for k, v in paths.items()}, indent=2))
+    return 0
+
+
+def run_train(args) -> int:
+    """The registry entry, as `simsci train dynadiff`."""
+    from simsci.models import entry
+
+    config = {"device": args.device, "seed": args.seed, "progress": not args.no_progress}
+    if args.max_steps is not None:
+        config["max_steps"] = args.max_steps
+    model_args = {"zoo": args.zoo, **params(args)}
+    entry("dynadiff").train(args.data, args.out, config, model_args=model_args)
+    print(f"generator: {Path(args.out) / 'generator.pt'}")
+    return 0
+
+
+def run_adapt(args) -> int:
+    from simsci._device import resolve_device
+    from simsci.models import dynadiff as dd
+    from simsci.models import entry
+
+    gen = entry("dynadiff").load(args.generator, map_location=resolve_device(args.device))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        path, info = dd.adapt(
+            gen, args.context, args.out, candidates=args.candidates, seed=args.seed,
+            refine_steps=args.refine_steps,
+        )  # fmt: skip
+    for w in caught:
+        print(f"simsci: warning: {w.message}")
+    print(json.dumps({"predictor": str(path), **info}, indent=2))
+    return 0
+
+
+def run_compare(args) -> int:
     from simsci.models import dynadiff as dd
     from simsci.models import entry
     from simsci.train import load_model
 
-    if args.action == "data":
-        _need(args, "system", "out")
-        paths = dd.make_environments(
-            args.system, args.out, seed=args.seed, quick=args.quick, progress=True
-        )
-        print(json.dumps({k: str(v) for k, v in paths.items()}, indent=2))
-        return 0
-    if args.action == "train":  # the registry entry, as `simsci train dynadiff`
-        _need(args, "zoo", "data", "out")
-        stages = {
-            "zoo": args.zoo,
-            "autoencoder_steps": args.autoencoder_steps,
-            "decoder_steps": args.decoder_steps,
-            "diffusion_train_steps": args.diffusion_steps,
-            "context_steps": args.context_steps,
-            "context_episodes": args.context_episodes,
-        }
-        config = {"device": args.device, "seed": args.seed, "progress": True}
-        entry("dynadiff").train(
-            args.data,
-            args.out,
-            config,
-            model_args={k: v for k, v in stages.items() if v is not None},
-        )
-        print(f"generator: {Path(args.out) / 'generator.pt'}")
-        return 0
-    if args.generator is None:
-        raise ValueError(f"dynadiff {args.action} needs the generator checkpoint (generator.pt)")
     gen = entry("dynadiff").load(args.generator)
-    if args.action == "adapt":
-        _need(args, "context", "out")
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            path, info = dd.adapt(
-                gen, args.context, args.out, candidates=args.candidates, seed=args.seed,
-                refine_steps=args.refine_steps,
-            )  # fmt: skip
-        for w in caught:
-            print(f"simsci: warning: {w.message}")
-        print(json.dumps({"predictor": str(path), **info}, indent=2))
-        return 0
-    _need(args, "zoo", "data")
     zoo = dd.load_zoo(args.zoo)
     gen.check_zoo(zoo)
     coda = None

@@ -1,30 +1,50 @@
-"""``simsci env``: list the environments and record rollouts into the trajectory format."""
+"""``simsci env list|rollout``: list the environments and record rollouts into the trajectory
+format; one sub-parser per action."""
 
 from __future__ import annotations
 
 import json
 
-from simsci.cli._common import HelpFormatter, parse_value
+from simsci.cli._common import (
+    add_action,
+    add_device,
+    add_episodes,
+    add_group,
+    add_out,
+    add_param,
+    add_seed,
+    allow_free_form,
+    legacy_params,
+    params,
+    parse_value,
+)
 
 DESCRIPTION = """\
 The gymnasium environments of simsci (import simsci.envs registers them):
 simsci/ODEControl-v0, simsci/PDEControl-v0, simsci/Surrogate-v0, simsci/Driving-v0
 (its Dict observations are not recorded here: see `simsci driving` for RL in it).
-
-  list      the environments and their tasks
-  rollout   run a policy (zero or uniformly random actions) in the batched vector
-            environment and record every finished episode as a rollout file
-            (kind "rollout": observations x, actions, rewards, flags, raw states),
-            the data a surrogate (simsci train controlled_ode) learns from
-
-Environment keywords are given as --KEY VALUE (dashes become underscores; values are
-read as JSON when they parse, e.g. --max-episode-steps 100 --target [0,0]).
+Run 'simsci env ACTION --help' for each action's options.
 
 examples:
   simsci env list
-  simsci env rollout ODEControl --task pendulum-swingup --episodes 64 --out data/pend.h5
-  simsci env rollout PDEControl --task heat-track --episodes 16 --num-envs 16 --out data/heat.h5
+  simsci env rollout ODEControl --param task=pendulum-swingup -n 64 --out data/pend.h5
+  simsci env rollout PDEControl --param task=heat-track -n 16 --num-envs 16 --out data/heat.h5
   simsci train controlled_ode --data data/pend.h5 --out runs/pend --max-steps 2000
+"""
+
+LIST_DESCRIPTION = "The environments and their tasks."
+
+ROLLOUT_DESCRIPTION = """\
+Run a policy (zero or uniformly random actions) in the batched vector environment and
+record every finished episode as a rollout file (kind "rollout": observations x,
+actions, rewards, flags, raw states), the data a surrogate (simsci train controlled_ode)
+learns from. --param sets a keyword of the environment (task=pendulum-swingup,
+max_episode_steps=100, target=[0,0], system=lorenz63, ...).
+
+examples:
+  simsci env rollout ODEControl --param task=pendulum-swingup -n 64 --out data/pend.h5
+  simsci env rollout PDEControl --param task=heat-track --param max_episode_steps=50 \\
+      -n 16 --num-envs 16 --out data/heat.h5
 """
 
 SHORT = {
@@ -36,24 +56,35 @@ SHORT = {
 
 
 def add_to(sub) -> None:
-    p = sub.add_parser(
-        "env",
-        help="environments: list, record rollouts",
-        description=DESCRIPTION,
-        formatter_class=HelpFormatter,
+    actions = add_group(
+        sub, "env", help="environments: list, record rollouts", description=DESCRIPTION
     )
-    p.add_argument("action", choices=["list", "rollout"])
+    add_action(
+        actions, "list", help="the environments and their tasks", description=LIST_DESCRIPTION,
+        run=run_list,
+    )  # fmt: skip
+    p = add_action(
+        actions,
+        "rollout",
+        help="record rollouts of a policy into a trajectory file",
+        description=ROLLOUT_DESCRIPTION,
+        run=run_rollout,
+        extra_options=True,  # the deprecated free-form --KEY VALUE keywords
+    )
     p.add_argument(
-        "env", nargs="?", default=None, help="ODEControl, PDEControl, Surrogate or an id"
+        "env", metavar="ENV", help="ODEControl, PDEControl, Surrogate or an id (simsci/...-v0)"
     )
-    p.add_argument("--episodes", type=int, default=32, help="episodes to record")
+    add_episodes(p, default=32, help="episodes to record")
     p.add_argument("--num-envs", type=int, default=16, help="sub-environments stepped together")
-    p.add_argument("--policy", choices=["random", "zero"], default="random")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
-    p.add_argument("--out", default=None, help="rollout file to write (.h5)")
-    p.add_argument("--compression", choices=["gzip", "lzf"], default=None)
-    p.set_defaults(run=run, extra_options=True)
+    p.add_argument(
+        "--policy", choices=["random", "zero"], default="random", help="the actions taken"
+    )
+    add_param(p, what="a keyword of the environment (task=heat-track, max_episode_steps=100)")
+    allow_free_form(p, "environment keywords")
+    add_seed(p, help="the seed of the resets and of the random policy")
+    add_device(p)
+    add_out(p, "file", help="the rollout file to write (.h5); required")
+    p.add_argument("--compression", choices=["gzip", "lzf"], default=None, help="HDF5 compression")
 
 
 def env_kwargs(extra: list[str]) -> dict:
@@ -88,10 +119,12 @@ def describe() -> str:
     return "\n".join(lines)
 
 
-def run(args) -> int:
-    if args.action == "list":
-        print(describe())
-        return 0
+def run_list(args) -> int:
+    print(describe())
+    return 0
+
+
+def run_rollout(args) -> int:
     import gymnasium
     import numpy as np
 
@@ -100,15 +133,19 @@ def run(args) -> int:
     from simsci.envs import RecordVectorEpisodes
     from simsci.errors import unknown_name
 
-    if not args.env or not args.out:
-        raise ValueError("env rollout needs an ENV and --out FILE")
+    if not args.out:  # checked here, not by argparse: one line and status 2, as before
+        raise ValueError("env rollout needs --out FILE (the rollout file to write)")
     env_id = SHORT.get(args.env, args.env)
     if env_id not in simsci.envs.ENV_IDS:
         raise unknown_name("environment", args.env, [*SHORT, *simsci.envs.ENV_IDS])
     for name in ("episodes", "num_envs"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
-    kwargs = {**env_kwargs(args.extra), "device": str(resolve_device(args.device))}
+    kwargs = {
+        **legacy_params(args.extra, env_kwargs, "simsci env rollout"),
+        **params(args),
+        "device": str(resolve_device(args.device)),
+    }
     venv = gymnasium.make_vec(
         env_id, num_envs=args.num_envs, vectorization_mode="vector_entry_point", **kwargs
     )

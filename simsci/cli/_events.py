@@ -1,62 +1,107 @@
 """``simsci events predict|generate``: next-event predictions and sampled sequences from a
-trained event model (cocld, rmtpp, nhp, thp, poisson_tpp)."""
+trained event model (cocld, rmtpp, nhp, thp, poisson_tpp); one sub-parser per action."""
 
 from __future__ import annotations
 
-from simsci.cli._common import HelpFormatter
+from simsci.cli._common import (
+    add_action,
+    add_device,
+    add_episodes,
+    add_group,
+    add_out,
+    add_seed,
+)
 
 DESCRIPTION = """\
 Use a trained event model (a checkpoint of `simsci train cocld|rmtpp|nhp|thp|poisson_tpp`).
-
-  predict   for every event after the first of each sequence in --data, the expected
-            time and the most likely type of the next event given the history before
-            it (from the model's intensity), written as JSON lines with the truth
-  generate  sample sequences by thinning: --continue DATA continues each sequence of a
-            file (its --prefix first events) up to its window's end (else its last
-            event time); otherwise
-            --n new sequences on [--t-start, --t-end] (CoCLD draws each individual's
-            start from its population latent law at --t-start). Writes a kind="events"
-            trajectory file.
+Run 'simsci events ACTION --help' for each action's options.
 
 examples:
   simsci train cocld --data data/population.h5 --out runs/cocld --epochs 10
   simsci events predict runs/cocld/checkpoints/best.pt --data data/population.h5 --out pred.jsonl
-  simsci events generate runs/cocld/checkpoints/best.pt --n 100 --t-start 0 --t-end 72 --out gen.h5
-  simsci events generate runs/cocld/checkpoints/best.pt --continue data/population.h5 \
+  simsci events generate runs/cocld/checkpoints/best.pt -n 100 --t-start 0 --t-end 72 --out gen.h5
+  simsci events generate runs/cocld/checkpoints/best.pt --continue data/population.h5 \\
       --prefix 5 --out cont.h5
 """
 
+PREDICT_DESCRIPTION = """\
+For every event after the first of each sequence in --data, the expected time and the
+most likely type of the next event given the history before it (from the model's
+intensity), written as JSON lines with the truth: episode, index, t_predicted,
+mark_predicted, t, mark. Deterministic: draws no random numbers.
+
+example:
+  simsci events predict runs/cocld/checkpoints/best.pt --data data/population.h5 --out pred.jsonl
+"""
+
+GENERATE_DESCRIPTION = """\
+Sample sequences by thinning and write them as a kind="events" trajectory file.
+--continue DATA continues each sequence of a file (its --prefix first events) up to its
+window's end (else its last event time); otherwise -n/--episodes new sequences on
+[--t-start, --t-end] (CoCLD draws each individual's start from its population latent law
+at --t-start; the other models only continue a history).
+
+examples:
+  simsci events generate runs/cocld/checkpoints/best.pt -n 100 --t-start 0 --t-end 72 --out gen.h5
+  simsci events generate runs/cocld/checkpoints/best.pt --continue data/population.h5 \\
+      --prefix 5 --out cont.h5
+"""
+
+CHECKPOINT_HELP = "a checkpoint of an event model (.pt)"
+SPLIT_HELP = "the episodes of the file to use: train, val, test or all"
+
 
 def add_to(sub) -> None:
-    p = sub.add_parser(
+    actions = add_group(
+        sub,
         "events",
         help="predict next events and sample sequences with a trained event model",
         description=DESCRIPTION,
-        formatter_class=HelpFormatter,
     )
-    p.add_argument("action", choices=("predict", "generate"))
-    p.add_argument("checkpoint", help="a checkpoint of an event model (.pt)")
-    p.add_argument("--data", default=None, help="predict: the event file")
-    p.add_argument("--split", default="test", help="train, val, test or all")
-    p.add_argument(
+    p = add_action(
+        actions,
+        "predict",
+        help="next-event predictions for every event of a file (JSON lines)",
+        description=PREDICT_DESCRIPTION,
+        run=run,
+    )
+    p.add_argument("checkpoint", metavar="CHECKPOINT", help=CHECKPOINT_HELP)
+    p.add_argument("--data", required=True, help="the event file (or EasyTPP data)")
+    p.add_argument("--split", default="test", help=SPLIT_HELP)
+    p.add_argument("--batch-size", type=int, default=64, help="sequences per forward pass")
+    add_device(p)
+    add_out(p, "file", help="the predictions to write (.jsonl)", required=True)
+
+    g = add_action(
+        actions,
+        "generate",
+        help="sample new sequences, or continue those of a file",
+        description=GENERATE_DESCRIPTION,
+        run=run,
+    )
+    g.add_argument("checkpoint", metavar="CHECKPOINT", help=CHECKPOINT_HELP)
+    g.add_argument(
         "--continue",
         dest="continue_from",
+        metavar="DATA",
         default=None,
-        help="generate: continue this file's sequences",
+        help="continue this file's sequences (or EasyTPP data's) instead of starting new ones",
     )
-    p.add_argument(
-        "--prefix", type=int, default=1, help="generate --continue: events kept as history"
+    g.add_argument("--prefix", type=int, default=1, help="with --continue: events kept as history")
+    g.add_argument("--split", default="test", help=f"with --continue: {SPLIT_HELP}")
+    add_episodes(
+        g, default=None, help="new sequences to generate (without --continue)", deprecated=("--n",)
     )
-    p.add_argument("--n", type=int, default=None, help="generate: new sequences")
-    p.add_argument("--t-start", type=float, default=0.0)
-    p.add_argument("--t-end", type=float, default=None)
-    p.add_argument("--group", type=int, default=0, help="generate: population id")
-    p.add_argument("--max-events", type=int, default=1000, help="cap per generated sequence")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--device", default="auto")
-    p.add_argument("--out", required=True, help="predict: .jsonl; generate: .h5")
-    p.set_defaults(run=run)
+    g.add_argument("--t-start", type=float, default=0.0, help="start of the new sequences")
+    g.add_argument(
+        "--t-end", type=float, default=None, help="end of the new sequences (needed with -n)"
+    )
+    g.add_argument("--group", type=int, default=0, help="population id of the new sequences")
+    g.add_argument("--max-events", type=int, default=1000, help="cap per generated sequence")
+    g.add_argument("--batch-size", type=int, default=64, help="sequences sampled together")
+    add_seed(g, help="the seed of the sampling")
+    add_device(g)
+    add_out(g, "file", help="the event file to write (.h5)", required=True)
 
 
 def run(args) -> int:
@@ -73,13 +118,11 @@ def run(args) -> int:
     from simsci.cli._train import event_data_path
 
     for key in ("data", "continue_from"):  # EasyTPP data is converted on the fly
-        if getattr(args, key) is not None:
+        if getattr(args, key, None) is not None:
             setattr(args, key, event_data_path(getattr(args, key)))
     device = resolve_device(args.device)
     model.to(device).eval()
-    if args.action == "predict":
-        if args.data is None:
-            raise ValueError("events predict needs --data FILE")
+    if args.events_action == "predict":
         return _predict(model, args, device)
     return _generate(model, args, device)
 
@@ -171,15 +214,17 @@ def _generate(model, args, device) -> int:
                 out["group"] = np.int64(np.asarray(it.get("group", 0)).reshape(-1)[0])
                 seqs.append(out)
     else:
-        if args.n is None or args.n < 1 or args.t_end is None:
-            raise ValueError("events generate needs --n N and --t-end (or --continue FILE)")
+        if args.episodes is None or args.episodes < 1 or args.t_end is None:
+            raise ValueError(
+                "events generate needs -n/--episodes N and --t-end (or --continue FILE)"
+            )
         if not hasattr(model, "generate"):
             raise ValueError(
                 f"{type(model).__name__} generates only continuations of a history: use "
                 "--continue FILE (CoCLD can start new sequences from its population law)"
             )
-        for a in range(0, args.n, args.batch_size):
-            n = min(args.batch_size, args.n - a)
+        for a in range(0, args.episodes, args.batch_size):
+            n = min(args.batch_size, args.episodes - a)
             new = model.generate(
                 torch.full((n,), args.t_start, dtype=torch.float64),
                 torch.full((n,), args.t_end, dtype=torch.float64),

@@ -3,9 +3,20 @@ a trajectory file."""
 
 from __future__ import annotations
 
-import torch
-
-from simsci.cli._common import HelpFormatter, key_values, parse_value
+from simsci.cli._common import (
+    add_action,
+    add_deprecated,
+    add_device,
+    add_episodes,
+    add_no_progress,
+    add_out,
+    add_param,
+    add_seed,
+    allow_free_form,
+    legacy_params,
+    params,
+    parse_value,
+)
 from simsci.errors import unknown_name
 
 DESCRIPTION = """\
@@ -15,53 +26,58 @@ irregular subset (--keep), independently per channel (--per-channel), and noised
 (--obs-noise). Under torchrun each rank writes one shard into OUT (a directory).
 A dataset name (pendulum_images, climate, hawkes, population_events, mobility...; see
 --list) builds that data set instead
-(simsci.datasets.make_dataset): it takes --n, --out, --seed, --split, --compression,
---keep and --t-end/--dt where the dataset has them, and its own options as --NAME VALUE.
+(simsci.datasets.make_dataset): it takes --episodes, --out, --seed, --split,
+--compression, --keep and --t-end/--dt where the dataset has them, and its own options
+as --param NAME=VALUE.
+
+--param NAME=VALUE sets a parameter of the system (rho=35, nu=0.001), an option of its
+constructor (dim=20 for lorenz96; resolution=1024 or resolution=[64,64] for a PDE
+system's grid) or an option of the dataset (size=32, noise_std=0.1). --params says how
+the parameters vary between episodes: the same for all (default), drawn uniformly over
+the system's ranges (sample), or a grid.
 
 examples:
   mkdir -p data
-  simsci generate lorenz63 --n 1000 --t-end 10 --dt 0.01 --out data/lorenz.h5
-  simsci generate lorenz63 --n 500 --keep 0.3 --per-channel --out data/irregular.h5
-  simsci generate van_der_pol --params "mu=0.5,1,2" --n 100 --out data/vdp.h5
-  simsci generate lorenz96 --option dim=20 --params sample --out data/l96.h5
-  simsci generate burgers --nu 0.001 --n 1000 --nx 1024 --t-end 1 --dt 0.01 --out data/b.h5
-  simsci generate pendulum_images --n 500 --out data/pend_img.h5
-  simsci generate climate --n 200 --keep 0.7 --missing 0.2 --out data/climate.h5
-  simsci generate hawkes --n 500 --marks 5 --out data/hawkes5.h5
-  simsci generate population_events --n 1000 --out data/population.h5
-
-Any other --NAME VALUE sets a parameter of the system (--rho 35, --nu 0.001) or an
-option of the dataset (--size 32, --noise-std 0.1); --nx and --ny set the grid
-resolution of a PDE system.
+  simsci generate lorenz63 -n 1000 --t-end 10 --dt 0.01 --out data/lorenz.h5
+  simsci generate lorenz63 -n 500 --keep 0.3 --per-channel --out data/irregular.h5
+  simsci generate van_der_pol --params "mu=0.5,1,2" -n 100 --out data/vdp.h5
+  simsci generate lorenz96 --param dim=20 --params sample --out data/l96.h5
+  simsci generate burgers --param nu=0.001 --param resolution=1024 -n 1000 --t-end 1 \\
+      --dt 0.01 --out data/b.h5
+  simsci generate pendulum_images -n 500 --out data/pend_img.h5
+  simsci generate climate -n 200 --keep 0.7 --param missing=0.2 --out data/climate.h5
+  simsci generate hawkes -n 500 --param marks=5 --out data/hawkes5.h5
+  simsci generate population_events -n 1000 --out data/population.h5
   simsci generate --list
   torchrun --nproc_per_node 4 -m simsci generate lorenz63 --episodes 100000 --out data/shards
 """
 
 
 def add_to(sub) -> None:
-    p = sub.add_parser(
+    p = add_action(
+        sub,
         "generate",
         help="simulate a system into a trajectory file",
         description=DESCRIPTION,
-        formatter_class=HelpFormatter,
+        run=run,
+        extra_options=True,  # the deprecated free-form --NAME VALUE parameters
     )
     p.add_argument(
         "system",
         nargs="?",
+        metavar="SYSTEM",
         help="registry name of a system (lorenz63) or a dataset (climate); see --list",
     )
     p.add_argument(
         "--list", action="store_true", help="list the registered systems and datasets and exit"
     )
-    p.add_argument("--out", help="output file (or directory of shards under torchrun)")
-    p.add_argument(
-        "--n",
-        "--episodes",
-        dest="n",
-        type=int,
+    add_out(p, "file", help="the trajectory file to write (under torchrun: a DIR of shards)")
+    add_episodes(
+        p,
         default=100,
-        help="number of trajectories (episodes); under torchrun write --episodes, since "
-        "torchrun reads --n as an abbreviation of its own options",
+        help="number of trajectories (episodes); -n and --episodes work under torchrun too "
+        "(the old --n does not: torchrun reads it as an abbreviation of its own options)",
+        deprecated=("--n",),
     )
     p.add_argument("--t-end", type=float, default=None, help="end time (default: the system's)")
     p.add_argument("--dt", type=float, default=None, help="time step of the stored grid")
@@ -70,7 +86,7 @@ def add_to(sub) -> None:
         type=float,
         default=None,
         help="fraction of time points kept per episode, in (0, 1]; < 1 makes irregular data "
-        "(None: 1 for a system, the dataset's own default for a dataset)",
+        "(default: 1 for a system, the dataset's own for a dataset)",
     )
     p.add_argument(
         "--per-channel",
@@ -83,17 +99,17 @@ def add_to(sub) -> None:
         default=0.0,
         help="Gaussian observation noise, as a fraction of each channel's std",
     )
+    add_param(
+        p, what="a parameter or constructor option of the system, or an option of the dataset"
+    )
+    add_deprecated(p, "--option", "--param", dest="param", append=True)
+    allow_free_form(p, "system parameters and dataset options")
     p.add_argument(
         "--params",
         default="default",
-        help="'default', 'sample' (uniform over the system's ranges) or a grid "
-        "'NAME=v1,v2;NAME2=w1,w2'",
-    )
-    p.add_argument(
-        "--option",
-        action="append",
-        metavar="KEY=VALUE",
-        help="system constructor option, e.g. dim=40 for lorenz96 (repeatable)",
+        metavar="SPEC",
+        help="how the parameters vary between episodes: 'default' (as set, for all), "
+        "'sample' (uniform over the system's ranges) or a grid 'NAME=v1,v2;NAME2=w1,w2'",
     )
     p.add_argument("--burn-in", type=float, default=0.0, help="time simulated and dropped first")
     p.add_argument(
@@ -101,10 +117,8 @@ def add_to(sub) -> None:
         default=None,
         help="train,val,test fractions (default: 0.8,0.1,0.1 for systems; a dataset's own)",
     )
-    p.add_argument(
-        "--seed", type=int, default=0, help="random seed (initial states, params, noise)"
-    )
-    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
+    add_seed(p, help="random seed (initial states, params, noise)")
+    add_device(p)
     p.add_argument("--method", default=None, help="solver method (default: the system's)")
     p.add_argument("--batch-size", type=int, default=None, help="trajectories per solve")
     p.add_argument(
@@ -121,12 +135,21 @@ def add_to(sub) -> None:
         type=int,
         nargs="+",
         default=None,
-        help="PDE systems: store on this coarser grid (solve on --nx, keep every k-th point)",
+        help="PDE systems: store on this coarser grid (solve on the resolution, keep every "
+        "k-th point)",
     )
-    p.add_argument("--dtype", choices=["float64", "float32"], default="float64")
-    p.add_argument("--compression", choices=["gzip", "lzf"], default=None)
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    p.set_defaults(run=run, extra_options=True)
+    p.add_argument(
+        "--dtype", choices=["float64", "float32"], default="float64", help="stored precision"
+    )
+    p.add_argument("--compression", choices=["gzip", "lzf"], default=None, help="HDF5 compression")
+    add_no_progress(p)
+
+
+def system_params(args) -> dict:
+    """Every parameter of the command line: the deprecated free-form --NAME VALUE ones,
+    then --param (the deprecated --option KEY=VALUE included)."""
+    free = legacy_params(args.extra, system_arguments, "simsci generate")
+    return {**free, **params(args)}
 
 
 def run(args) -> int:
@@ -144,11 +167,12 @@ def run(args) -> int:
     if args.system not in systems.SYSTEMS:
         valid = [*systems.SYSTEMS, *datasets.DATASETS]
         raise unknown_name("system or dataset", args.system, valid)
-    kwargs = {**key_values(args.option, "--option"), **system_arguments(args.extra)}
-    system = systems.get(args.system, **kwargs)
+    import torch
+
+    system = systems.get(args.system, **_tuples(system_params(args)))
     path = systems.generate(
         system,
-        args.n,
+        args.episodes,
         t_end=args.t_end,
         dt=args.dt,
         out=args.out,
@@ -183,7 +207,6 @@ _SHARED_OPTIONS = {
     "per_channel": False,
     "obs_noise": 0.0,
     "params": "default",
-    "option": None,
     "burn_in": 0.0,
     "method": None,
     "batch_size": None,
@@ -200,14 +223,14 @@ def run_dataset(args, split) -> int:
     from simsci import datasets
 
     given = {k: getattr(args, k) for k, d in _SHARED_OPTIONS.items() if getattr(args, k) != d}
-    options = {**given, **system_arguments(args.extra)}
+    options = {**given, **system_params(args)}
     if split is not None:  # else the dataset's own default split
         options["split"] = split
     if args.compression is not None:
         options["compression"] = args.compression
     path = datasets.make_dataset(
         args.system,
-        args.n,
+        args.episodes,
         out=args.out,
         seed=args.seed,
         progress=not args.no_progress,
@@ -246,6 +269,11 @@ def describe_systems() -> str:
     return "\n".join(lines)
 
 
+def _tuples(kwargs: dict) -> dict:
+    """JSON lists of --param (resolution=[64,32]) as the tuples the systems take."""
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in kwargs.items()}
+
+
 def _resolution(values):
     if values is None:
         return None
@@ -262,7 +290,7 @@ def system_arguments(extra: list[str]) -> dict:
     while items:
         item = items.pop(0)
         if not item.startswith("--") or len(item) < 3:
-            raise ValueError(f"unexpected argument {item!r}; system parameters go as --NAME VALUE")
+            raise ValueError(f"unexpected argument {item!r}; parameters go as --param NAME=VALUE")
         name, sep, value = item[2:].partition("=")
         if not sep:
             if not items or items[0].startswith("--"):

@@ -5,7 +5,7 @@ The sections live in :mod:`simsci.tour`, one module each; this is the command.
 
 from __future__ import annotations
 
-from simsci.cli._common import HelpFormatter
+from simsci.cli._common import LAZY_TEXT, add_action, add_device, add_out, add_seed
 
 _INTRO = """\
 Every capability on built-in defaults, section by section, in this order; plots and
@@ -15,26 +15,29 @@ whole tour must stay under 5 minutes on 2 CPU cores; --quick shrinks every secti
 seconds (the test suite runs it that way)."""
 
 
-def _description() -> str:
+def _sections() -> str:
+    """Each section's steps (imports the tour, so only when the help is shown)."""
     from simsci.tour import SECTIONS
 
-    parts = [_INTRO]
-    for s in SECTIONS.values():
-        parts.append(f'Section "{s.title}" (--section {s.name}):\n{s.steps}')
+    parts = [f'Section "{s.title}" (--section {s.name}):\n{s.steps}' for s in SECTIONS.values()]
     return "\n\n".join(parts)
 
 
+LAZY_TEXT["TOUR_SECTIONS"] = _sections
+
+
 def add_to(sub) -> None:
-    p = sub.add_parser(
+    p = add_action(
+        sub,
         "tour",
         help="run the guided tour on built-in defaults",
-        description=_description(),
-        formatter_class=HelpFormatter,
+        description=f"{_INTRO}\n\n@TOUR_SECTIONS@",
+        run=run,
     )
-    p.add_argument("--out", default="runs/tour", help="where data, runs and plots go")
+    add_out(p, "dir", default="runs/tour", help="where data, runs, plots and summary.json go")
     p.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run of seconds")
-    p.add_argument("--device", default="cpu", help="cpu, cuda or auto")
-    p.add_argument("--seed", type=int, default=0, help="every section's seeds derive from it")
+    add_device(p)
+    add_seed(p, help="every section's seeds derive from it")
     p.add_argument(
         "--section",
         action="append",
@@ -42,7 +45,6 @@ def add_to(sub) -> None:
         help="run only this section (repeatable, or NAME,NAME); default: all, in order",
     )
     p.add_argument("--list", action="store_true", help="list the sections and exit")
-    p.set_defaults(run=run)
 
 
 def run(args) -> int:

@@ -1,47 +1,158 @@
-"""``simsci rollout vectorworld``: VectorWorld from the CLI (``simsci train vectorworld``
-is its registry entry, simsci.models.entry("vectorworld"), through ``simsci train``)."""
+"""``simsci rollout WORLD``: closed-loop rollouts in a generated world, one sub-parser per
+world (``vectorworld``: :func:`simsci.envs.vectorworld_rollout`). ``simsci train
+vectorworld`` is VectorWorld's registry entry, simsci.models.entry("vectorworld"),
+through ``simsci train``."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 from pathlib import Path
 
-from simsci.cli._common import HelpFormatter
+from simsci.cli._common import (
+    DEPRECATED,
+    add_action,
+    add_device,
+    add_group,
+    add_out,
+    add_seed,
+    warn_deprecated,
+)
 
-ROLLOUT_DESCRIPTION = """\
+DESCRIPTION = """\
+Closed-loop rollouts in a world a trained model generates as the ego drives, one action
+per world. Run 'simsci rollout WORLD --help' for each world's options.
+
+example:
+  simsci rollout vectorworld --checkpoint runs/vw --km 1.5 --out runs/vw_rollout
+"""
+
+VECTORWORLD_DESCRIPTION = """\
 A closed-loop rollout in a world a trained VectorWorld generates as the ego drives
-(simsci.models.vectorworld): map tiles outpainted ahead in one step each, NPCs driven by
-ΔSim, the ego by --policy (lane-keeping, zero, or a PPO checkpoint .zip of `simsci driving
-ppo`). Writes OUT/rollout.h5 (the drive in the scene-tile format, readable by
-simsci.driving.read_scene and `simsci driving metrics`), OUT/route.png (top-down
-plot of the route; needs matplotlib) and OUT/stats.json (distance, real-time factor,
-tiles, spawns, collisions, NPC infeasibility, seam gaps). Without --checkpoint the small
-on-the-fly model is used (trained once and cached: for trying things, not for results).
+(simsci.envs.vectorworld_rollout, over simsci/VectorWorld-v0's world): map tiles
+outpainted ahead in one step each, NPCs driven by ΔSim, the ego by --policy
+(lane-keeping, zero, or a PPO checkpoint .zip of `simsci driving ppo`). Writes
+OUT/rollout.h5 (the drive in the scene-tile format, readable by
+simsci.driving.read_scene and `simsci driving metrics`), OUT/route.png (top-down plot of
+the route; needs matplotlib) and OUT/stats.json (distance, why the rollout ended,
+real-time factor, tiles, spawns, collisions, NPC infeasibility, seam gaps). Without
+--checkpoint the small on-the-fly model is used (trained once and cached: for trying
+things, not for results).
+
+Why it ended (stats.json "end_reason", also printed on stderr): distance (drove --km),
+time_limit (ran out of steps: 2 m/s on average), or, unless --keep-going, the failure
+that stopped it, as simsci/VectorWorld-v0's info["end_reason"]: collision, offroad (left
+a lane that goes on), left_generated_lanes (drove past the end of the generated lanes:
+the map ran out, not a steering error).
 
 examples:
   simsci train vectorworld --data data/scenes.h5 --out runs/vw
   simsci rollout vectorworld --checkpoint runs/vw --km 1.5 --out runs/vw_rollout
 """
 
+#: what each end reason means, for the line the command prints
+END_REASON_TEXT = {
+    "distance": "drove the requested distance",
+    "time_limit": "ran out of steps before the requested distance",
+    "collision": "the ego collided with another vehicle",
+    "offroad": "the ego left a lane that goes on, more than 0.5 m beyond its edge",
+    "left_generated_lanes": "the ego drove past the end of the generated lanes, where "
+    "the generated map ran out",
+}
+
+#: the options of ``simsci rollout vectorworld`` besides --seed, --device and --out:
+#: (flag, dest, argparse keywords); the same list makes their deprecated spellings
+#: before the world word (``simsci rollout --km 1 vectorworld``)
+_VECTORWORLD_OPTIONS = (
+    ("--checkpoint", "checkpoint", {"help": "VectorWorld directory (simsci train vectorworld)"}),
+    ("--km", "km", {"type": float, "default": 1.0, "help": "distance to drive [km]"}),
+    (
+        "--policy",
+        "policy",
+        {"default": "lane-keeping", "help": "lane-keeping, zero or a PPO checkpoint (.zip)"},
+    ),
+    (
+        "--tile-steps",
+        "tile_steps",
+        {"type": int, "default": 1, "help": "1 = one-step MeanFlow tiles"},
+    ),
+    ("--no-shaping", "no_shaping", {"action": "store_true", "help": "ΔSim without shaping"}),
+    (
+        "--keep-going",
+        "keep_going",
+        {"action": "store_true", "help": "do not stop at a collision or off-road"},
+    ),
+)
+_SHARED = (
+    ("--seed", "seed", {"type": int}),
+    ("--device", "device", {}),
+    ("--out", "out", {}),
+)
+_LEGACY = "legacy_"
+
+
+class _BeforeWorld(argparse.Action):
+    """An option given before the world word (the old grammar): warns and keeps the value
+    for the action (:func:`_apply_legacy`)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        shown = option_string if self.nargs == 0 else f"{option_string} {values}"
+        warn_deprecated(
+            f"'simsci rollout {shown} vectorworld' (an option before the world)",
+            f"'simsci rollout vectorworld {shown}'",
+        )
+        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
+
 
 def add_to(sub) -> None:
-    p = sub.add_parser(
+    worlds = add_group(
+        sub,
         "rollout",
         help="closed-loop rollout in a generated world (vectorworld)",
-        description=ROLLOUT_DESCRIPTION,
-        formatter_class=HelpFormatter,
+        description=DESCRIPTION,
     )
-    p.add_argument("world", choices=["vectorworld"], help="the world model")
-    p.add_argument("--checkpoint", default=None, help="VectorWorld directory (simsci train)")
-    p.add_argument("--km", type=float, default=1.0, help="distance to drive [km]")
-    p.add_argument("--policy", default="lane-keeping", help="lane-keeping, zero or a PPO .zip")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default=None)
-    p.add_argument("--tile-steps", type=int, default=1, help="1 = one-step MeanFlow tiles")
-    p.add_argument("--no-shaping", action="store_true", help="ΔSim without logit shaping")
-    p.add_argument("--keep-going", action="store_true", help="do not stop at a failure")
-    p.add_argument("--out", default="runs/vectorworld_rollout", help="output directory")
-    p.set_defaults(run=run_rollout)
+    group = sub.choices["rollout"]
+    for flag, dest, kw in _VECTORWORLD_OPTIONS + _SHARED:
+        flag_kw = {"nargs": 0, "const": True} if kw.get("action") == "store_true" else {}
+        group.add_argument(
+            flag,
+            dest=_LEGACY + dest,
+            action=_BeforeWorld,
+            type=kw.get("type"),
+            default=argparse.SUPPRESS,
+            help=argparse.SUPPRESS,
+            **flag_kw,
+        )
+    DEPRECATED[(group.prog, "OPTION ... vectorworld")] = "vectorworld OPTION ..."
+    p = add_action(
+        worlds,
+        "vectorworld",
+        help="drive a policy through a world VectorWorld generates",
+        description=VECTORWORLD_DESCRIPTION,
+        run=run_rollout,
+    )
+    for flag, dest, kw in _VECTORWORLD_OPTIONS:
+        p.add_argument(flag, dest=dest, **kw)
+    add_seed(p)
+    add_device(p, help="the world's")
+    add_out(
+        p,
+        "dir",
+        help="the rollout folder (rollout.h5, route.png, stats.json)",
+        default="runs/vectorworld_rollout",
+    )
+
+
+def _apply_legacy(args) -> None:
+    """Options given before the world word: they count unless given after it too."""
+    parser = args.cli_parser
+    for key in [k for k in vars(args) if k.startswith(_LEGACY)]:
+        dest = key[len(_LEGACY) :]
+        value = getattr(args, key)
+        delattr(args, key)
+        if getattr(args, dest) == parser.get_default(dest):
+            setattr(args, dest, value)
 
 
 def load_policy(target: str):
@@ -79,13 +190,26 @@ def load_policy(target: str):
     return policy
 
 
+def end_line(stats: dict) -> str:
+    """One line: how far the rollout drove and why it ended (early: what stopped it)."""
+    reason = stats["end_reason"]
+    goal = stats["km_requested"] * 1000.0
+    head = f"drove {stats['distance_m']:.0f} m of {goal:.0f} m in {stats['steps']} steps"
+    why = END_REASON_TEXT.get(reason, reason)
+    if reason == "distance":
+        return f"{head}: {why}"
+    return f"{head}; stopped early, {reason}: {why}"
+
+
 def run_rollout(args) -> int:
     from simsci._io import write_json
-    from simsci.models.vectorworld import plot_route, rollout, write_rollout
+    from simsci.envs import vectorworld_rollout
+    from simsci.models.vectorworld import plot_route, write_rollout
 
+    _apply_legacy(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    result = rollout(
+    result = vectorworld_rollout(
         args.checkpoint,
         km=args.km,
         policy=load_policy(args.policy),
@@ -101,4 +225,5 @@ def run_rollout(args) -> int:
         stats["plot"] = str(out / "route.png")
     write_json(out / "stats.json", stats)
     print(json.dumps(stats, indent=2))
+    print(f"simsci rollout vectorworld: {end_line(stats)}", file=sys.stderr)
     return 0

@@ -16,14 +16,14 @@ def run(capsys, *argv):
 
 
 def test_roads_generate_and_metrics(tmp_path, capsys):
-    code, out, err = run(capsys, "driving", "roads", "--count", 2, "--length", 2000)
+    code, out, err = run(capsys, "driving", "roads", "-n", 2, "--param", "length=2000")
     assert code == 0, err
     roads = json.loads(out)["roads"]
     assert len(roads) == 2 and all(r["route_m"] >= 2000 for r in roads)
     scenes = tmp_path / "scenes.h5"
-    code, out, err = run(capsys, "generate", "driving", "--n", 3, "--out", scenes,
-                         "--drive-length", 200, "--route-length", 1500,
-                         "--episodes-per-road", 3)  # fmt: skip
+    code, out, err = run(capsys, "generate", "driving", "-n", 3, "--out", scenes,
+                         "--param", "drive_length=200", "--param", "route_length=1500",
+                         "--param", "episodes_per_road=3")  # fmt: skip
     assert code == 0, err
     code, out, err = run(capsys, "driving", "metrics", scenes, "--out", tmp_path / "m.json")
     assert code == 0, err
@@ -35,13 +35,14 @@ def test_roads_generate_and_metrics(tmp_path, capsys):
 
 
 def test_eval_and_ppo(tmp_path, capsys):
-    env = ["--max-episode-steps", 30, "--length", 1500, "--num-envs", 4]
+    env = ["--param", "max_episode_steps=30", "--param", "route_length=1500", "--num-envs", 4,
+           "--device", "cpu"]  # fmt: skip
     code, out, err = run(capsys, "driving", "eval", "lane-keeping", "--episodes", 4, *env)
     assert code == 0, err
     res = json.loads(out)
     assert res["episodes"] == 4 and res["collision"] == 0.0 and res["mean_distance"] > 30
     pytest.importorskip("stable_baselines3")
-    code, out, err = run(capsys, "driving", "ppo", "--timesteps", 256, "--episodes", 4,
+    code, out, err = run(capsys, "driving", "ppo", "--max-steps", 256, "--episodes", 4,
                          "--out", tmp_path / "ppo", *env)  # fmt: skip
     assert code == 0, err
     res = json.loads(out)
@@ -52,17 +53,18 @@ def test_eval_and_ppo(tmp_path, capsys):
 
 
 def test_bad_input(tmp_path, capsys):
-    code, _, err = run(capsys, "driving", "metrics")
-    assert code == 2 and "needs a scene FILE" in err
+    with pytest.raises(SystemExit) as exc:
+        run(capsys, "driving", "metrics")
+    assert exc.value.code == 2 and "required: SCENES" in capsys.readouterr().err
     code, _, err = run(capsys, "driving", "eval", tmp_path / "nope.zip")
     assert code == 2 and "neither lane-keeping" in err
-    code, _, err = run(capsys, "generate", "driving", "--n", 2, "--out", tmp_path / "s.h5",
-                       "--drive-length", 3000, "--route-length", 1500)  # fmt: skip
+    code, _, err = run(capsys, "generate", "driving", "-n", 2, "--out", tmp_path / "s.h5",
+                       "--param", "drive_length=3000", "--param", "route_length=1500")  # fmt: skip
     assert code == 2 and "shorter than the requested drive" in err
     # a scene file whose lane graph has an edge to a missing node
     scenes = tmp_path / "scenes.h5"
-    assert run(capsys, "generate", "driving", "--n", 1, "--out", scenes, "--drive-length",
-               150, "--route-length", 1000)[0] == 0  # fmt: skip
+    assert run(capsys, "generate", "driving", "-n", 1, "--out", scenes, "--param",
+               "drive_length=150", "--param", "route_length=1000")[0] == 0  # fmt: skip
     with h5py.File(scenes, "r+") as f:
         f["graphs/lanes/edges/index"][0, 1] = 10_000
     code, _, err = run(capsys, "driving", "metrics", scenes)

@@ -5,6 +5,8 @@ a corrupt zoo refused with one clear line."""
 import json
 import math
 
+import pytest
+
 from simsci.cli import main
 
 
@@ -21,8 +23,9 @@ def test_dynadiff_cli_round_trip(tmp_path, capsys):
     assert code == 0, err
     assert set(json.loads(out)) == {"train", "val", "in_domain", "out_of_domain"}
     zoo = tmp_path / "zoo.pt"
-    code, out, err = run(capsys, "zoo", "build", "--data", data, "--out", zoo, "--steps", 20,
-                         "--pool-steps", 20, "--hidden", 8, "--device", "cpu")  # fmt: skip
+    code, out, err = run(capsys, "zoo", "build", "--data", data, "--out", zoo, "--max-steps",
+                         20, "--pool-steps", 20, "--param", "hidden=8",
+                         "--device", "cpu")  # fmt: skip
     assert code == 0, err
     code, out, err = run(capsys, "zoo", "info", zoo)
     info = json.loads(out)
@@ -30,8 +33,8 @@ def test_dynadiff_cli_round_trip(tmp_path, capsys):
     assert info["spec"]["hidden"] == 8
     gen = tmp_path / "gen"
     code, out, err = run(capsys, "dynadiff", "train", "--zoo", zoo, "--data", data, "--out",
-                         gen, "--autoencoder-steps", 5, "--diffusion-steps", 10,
-                         "--device", "cpu")  # fmt: skip
+                         gen, "--param", "autoencoder_steps=5", "--param",
+                         "diffusion_train_steps=10", "--device", "cpu")  # fmt: skip
     assert code == 0, err
     pred = tmp_path / "pred.pt"
     code, out, err = run(capsys, "dynadiff", "adapt", gen / "generator.pt", "--context",
@@ -62,7 +65,9 @@ def test_corrupt_zoo_and_missing_arguments_are_one_line_errors(tmp_path, capsys)
     bad.write_bytes(b"not a zoo at all")
     code, _, err = run(capsys, "zoo", "info", bad)
     assert code == 2 and "not a readable zoo file" in err and "Traceback" not in err
-    code, _, err = run(capsys, "zoo", "build", "--out", tmp_path / "z.pt")
-    assert code == 2 and "--data" in err
-    code, _, err = run(capsys, "dynadiff", "adapt", "--context", bad, "--out", tmp_path / "p.pt")
-    assert code == 2 and "generator checkpoint" in err
+    with pytest.raises(SystemExit) as exc:
+        run(capsys, "zoo", "build", "--out", tmp_path / "z.pt")
+    assert exc.value.code == 2 and "required: --data" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        run(capsys, "dynadiff", "adapt", "--context", bad, "--out", tmp_path / "p.pt")
+    assert exc.value.code == 2 and "required: GENERATOR" in capsys.readouterr().err

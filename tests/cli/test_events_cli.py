@@ -82,7 +82,7 @@ def test_events_predict(trained, capsys, tmp_path):
 def test_events_generate_new_sequences(trained, capsys, tmp_path):
     path, ckpt = trained
     out_path = tmp_path / "g.h5"
-    code, out, err = run(capsys, "events", "generate", ckpt, "--n", 3, "--t-start", 0,
+    code, out, err = run(capsys, "events", "generate", ckpt, "-n", 3, "--t-start", 0,
                          "--t-end", 24, "--group", 1, "--max-events", 40, "--device", "cpu",
                          "--out", out_path)  # fmt: skip
     assert code == 0, err
@@ -132,8 +132,9 @@ def _error(capsys, *argv):
 def test_event_command_errors(trained, capsys, tmp_path):
     path, ckpt = trained
     out = tmp_path / "x.h5"
-    line = _error(capsys, "events", "predict", ckpt, "--out", tmp_path / "p.jsonl")
-    assert "events predict needs --data FILE" in line
+    with pytest.raises(SystemExit) as exc:
+        run(capsys, "events", "predict", ckpt, "--out", tmp_path / "p.jsonl")
+    assert exc.value.code == 2 and "required: --data" in capsys.readouterr().err
 
     other = train.save_model(LatentODE(2, latent_dim=2, hidden_dim=4), tmp_path / "lode.pt")
     line = _error(capsys, "events", "predict", other, "--data", path, "--out", tmp_path / "p")
@@ -143,12 +144,12 @@ def test_event_command_errors(trained, capsys, tmp_path):
                   "--window", 4, "--max-steps", 1, "--no-progress")  # fmt: skip
     assert "event models read whole sequences: drop --window" in line
 
-    line = _error(capsys, "events", "generate", ckpt, "--n", 2, "--out", out)
-    assert "needs --n N and --t-end" in line
-    line = _error(capsys, "events", "generate", ckpt, "--n", 2, "--t-start", 5, "--t-end", 5,
+    line = _error(capsys, "events", "generate", ckpt, "-n", 2, "--out", out)
+    assert "needs -n/--episodes N and --t-end" in line
+    line = _error(capsys, "events", "generate", ckpt, "-n", 2, "--t-start", 5, "--t-end", 5,
                   "--out", out)  # fmt: skip
     assert "t_end > t_start" in line
-    line = _error(capsys, "events", "generate", ckpt, "--n", 2, "--t-end", 5, "--group", 7,
+    line = _error(capsys, "events", "generate", ckpt, "-n", 2, "--t-end", 5, "--group", 7,
                   "--out", out)  # fmt: skip
     assert "group must lie in 0..1" in line
     line = _error(capsys, "events", "generate", ckpt, "--continue", path, "--prefix", 0,
@@ -156,7 +157,7 @@ def test_event_command_errors(trained, capsys, tmp_path):
     assert "--prefix must be >= 1" in line
 
     poisson = train.save_model(PoissonTPP(3, num_groups=2), tmp_path / "pois.pt")
-    line = _error(capsys, "events", "generate", poisson, "--n", 2, "--t-end", 5, "--out", out)
+    line = _error(capsys, "events", "generate", poisson, "-n", 2, "--t-end", 5, "--out", out)
     assert "PoissonTPP generates only continuations" in line and "--continue" in line
     assert not out.exists()
 

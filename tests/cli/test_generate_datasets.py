@@ -24,7 +24,7 @@ def test_irregular_per_channel_data_from_the_cli(system, keep, t_end, length, tm
         capsys,
         "generate",
         system,
-        "--n",
+        "-n",
         6,
         "--t-end",
         t_end,
@@ -58,7 +58,7 @@ def test_generate_pendulum_images_and_climate(tmp_path, capsys):
         capsys,
         "generate",
         "pendulum_images",
-        "--n",
+        "-n",
         5,
         "--t-end",
         2,
@@ -66,10 +66,10 @@ def test_generate_pendulum_images_and_climate(tmp_path, capsys):
         0.4,
         "--seed",
         3,
-        "--noise-std",
-        0.1,
-        "--size",
-        16,
+        "--param",
+        "noise_std=0.1",
+        "--param",
+        "size=16",
         "--out",
         pend,
         "--no-progress",
@@ -84,12 +84,12 @@ def test_generate_pendulum_images_and_climate(tmp_path, capsys):
         capsys,
         "generate",
         "climate",
-        "--n",
+        "-n",
         4,
         "--keep",
         0.5,
-        "--missing",
-        0.2,
+        "--param",
+        "missing=0.2",
         "--split",
         "0.5,0.5,0",
         "--out",
@@ -112,11 +112,11 @@ def test_generate_dataset_errors_are_one_clear_line(tmp_path, capsys):
     assert code == 2 and "no option 'method' (CLI --method)" in err and "keep=0.7" in err
     code, _, err = run(capsys, "generate", "climate", "--per-channel", "--out", out)
     assert code == 2 and "no option 'per_channel'" in err
-    code, _, err = run(capsys, "generate", "climate", "--n", 0, "--out", out)
+    code, _, err = run(capsys, "generate", "climate", "-n", 0, "--out", out)
     assert code == 2 and "n must be a positive integer" in err
     code, _, err = run(capsys, "generate", "pendulum_images", "--keep", 1.5, "--out", out)
     assert code == 2 and "keep must lie in (0, 1]" in err
-    code, _, err = run(capsys, "generate", "climate", "--colour", "red", "--out", out)
+    code, _, err = run(capsys, "generate", "climate", "--param", "colour=red", "--out", out)
     assert code == 2 and "no option 'colour'" in err
     code, _, err = run(capsys, "generate", "climate", "--split", "a,b", "--out", out)
     assert code == 2 and "--split must be three comma-separated fractions" in err
@@ -127,8 +127,8 @@ def test_a_dataset_keeps_its_own_split_unless_split_is_given(tmp_path, capsys):
     # lifted_circle's own default is (0.6, 0.2, 0.2); systems default to 0.8,0.1,0.1
     for flag, counts in (((), [6, 2, 2]), (("--split", "0.8,0.1,0.1"), [8, 1, 1])):
         out = tmp_path / f"circle{len(flag)}.h5"
-        argv = ("generate", "lifted_circle", "--n", 10, "--out", out, "--no-progress", *flag)
-        code, _, err = run(capsys, *argv, "--dim", 4, "--steps", 4)
+        argv = ("generate", "lifted_circle", "-n", 10, "--out", out, "--no-progress", *flag)
+        code, _, err = run(capsys, *argv, "--param", "dim=4", "--param", "steps=4")
         assert code == 0, err
         split = simsci.data.open(out).column("split")
         assert np.bincount(split, minlength=3).tolist() == counts

@@ -43,8 +43,8 @@ def evaluate(capsys, tmp_path, checkpoint, data, task):
 def test_lifted_circle_forecast_and_detect(tmp_path, capsys):
     data = tmp_path / "circle.h5"
     code, _, err = run(
-        capsys, "generate", "lifted_circle", "--n", 6, "--dim", 8, "--steps", 10, "--t-end", 4,
-        "--split", "0.5,0.17,0.33", "--out", data, "--no-progress",
+        capsys, "generate", "lifted_circle", "-n", 6, "--param", "dim=8", "--param", "steps=10",
+        "--t-end", 4, "--split", "0.5,0.17,0.33", "--out", data, "--no-progress",
     )  # fmt: skip
     assert code == 0, err
     # rk4 on the output grid: the 10x-horizon forecast of a barely trained model with the
@@ -82,7 +82,7 @@ def test_lifted_circle_forecast_and_detect(tmp_path, capsys):
 
 def test_grn_toggle_motifs(tmp_path, capsys):
     data = tmp_path / "toggle.h5"
-    code, _, err = run(capsys, "generate", "grn_toggle", "--n", 60, "--out", data, "--no-progress")
+    code, _, err = run(capsys, "generate", "grn_toggle", "-n", 60, "--out", data, "--no-progress")
     assert code == 0, err
     checkpoint = train_gfg(capsys, tmp_path, data, "gfg_grn", 20)
     motifs = evaluate(capsys, tmp_path, checkpoint, data, "motifs")
