@@ -202,7 +202,7 @@ def _truth_density(data, episodes):
 
 
 def bench_rollout(model, data, episodes, quick):
-    from simsci.models.vectorworld import rollout
+    from simsci.envs import vectorworld_rollout as rollout
 
     km = 0.3 if quick else 1.0
     rows = []
@@ -213,7 +213,7 @@ def bench_rollout(model, data, episodes, quick):
         print(f"rollout seed {seed}: {s['distance_m']:.0f} m, {s['real_time_factor']:.1f}x real "
               f"time, {s['world_tiles']} tiles, density {s['generated_agents_per_lane_km']:.1f}"
               f"/lane-km, NPC infeasible {s['npc_infeasible_steps']}, seam gap median "
-              f"{s['seam_gap_median_m']}, ended {s['ended']}")  # fmt: skip
+              f"{s['seam_gap_median_m']}, ended {s['end_reason']}")  # fmt: skip
     truth = _truth_density(data, episodes)
     gen = [r["generated_agents_per_lane_km"] for r in rows]
     return {

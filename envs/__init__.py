@@ -12,7 +12,12 @@
   traffic (:class:`DrivingEnv`, Dict observations of padded lanes and agents);
 - ``simsci/VectorWorld-v0``: the same ego, spaces and reward in a world a trained
   VectorWorld generates as it drives (:class:`VectorWorldEnv`: streamed lane tiles,
-  ΔSim NPCs), so a driving policy can move between the two.
+  ΔSim NPCs), so a driving policy can move between the two;
+  :func:`vectorworld_rollout` drives a policy through that world for a distance and
+  records it (``simsci rollout vectorworld``).
+
+The two driving worlds say why an episode ended in ``info["end_reason"]`` (one of
+:data:`END_REASONS`: collision, offroad, left_generated_lanes, distance, time_limit).
 
 Each has a native batched vector environment (``gymnasium.make_vec(id, num_envs=N,
 vectorization_mode="vector_entry_point")``): all sub-environments advance as one tensor
@@ -31,7 +36,7 @@ from __future__ import annotations
 import gymnasium
 
 from simsci.envs._core import Dynamics, SimsciEnv, SimsciVectorEnv
-from simsci.envs._driving import DrivingEnv, DrivingVectorEnv, lane_keeping_policy
+from simsci.envs._driving import END_REASONS, DrivingEnv, DrivingVectorEnv, lane_keeping_policy
 from simsci.envs._driving_eval import evaluate as evaluate_driving
 from simsci.envs._minari import from_minari, to_minari
 from simsci.envs._ode import TASKS, ODEControlEnv, ODEControlVectorEnv, Task
@@ -40,6 +45,7 @@ from simsci.envs._record import RecordEpisodes, RecordVectorEpisodes
 from simsci.envs._sb3 import to_sb3
 from simsci.envs._surrogate import SurrogateEnv, SurrogateVectorEnv, load_surrogate
 from simsci.envs._vectorworld import VectorWorldEnv, VectorWorldVectorEnv
+from simsci.envs._vectorworld_rollout import vectorworld_rollout
 
 __all__ = [
     "TASKS",
@@ -58,10 +64,12 @@ __all__ = [
     "load_surrogate",
     "DrivingEnv",
     "DrivingVectorEnv",
+    "END_REASONS",
     "lane_keeping_policy",
     "evaluate_driving",
     "VectorWorldEnv",
     "VectorWorldVectorEnv",
+    "vectorworld_rollout",
     "to_sb3",
     "RecordEpisodes",
     "RecordVectorEpisodes",

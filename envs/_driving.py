@@ -38,9 +38,21 @@ Termination and truncation
     (the ego's centre more than 0.5 m beyond its lane's edge: oncoming lanes count as
     off the carriageway). Truncated after ``max_distance`` m along the route (default:
     the route length less 200 m) or ``max_episode_steps`` steps (default 1200, 120 s).
+    The step that ends an episode says why in ``info["end_reason"]`` (see Info).
+
+Info
+    ``route_s``, ``distance`` [m], ``speed`` [m/s], ``t`` [s]; after a step also
+    ``collision`` and ``offroad`` (bool), and, on the step that ends the episode,
+    ``end_reason``: "collision", "offroad" (terminated; a collision wins when both),
+    "distance" (truncated: drove ``max_distance``) or "time_limit" (truncated:
+    ``max_episode_steps``); :data:`END_REASONS` lists them. The vector environment
+    gives ``end_reason`` as a numpy array of str for either ``array_backend`` ("" for a
+    sub-environment still running) with the mask ``_end_reason`` (True where the episode
+    ended this step); the single environment has the key only on the step that ends it.
 
 Version history
-    v0: initial version.
+    v0: initial version. Later, without a change to dynamics or reward: ``info`` gains
+    ``end_reason``.
 """
 
 from __future__ import annotations
@@ -63,7 +75,7 @@ from simsci.envs._core import (
     own_spec,
 )
 
-__all__ = ["DrivingEnv", "DrivingVectorEnv", "ENV_ID", "lane_keeping_policy"]
+__all__ = ["DrivingEnv", "DrivingVectorEnv", "ENV_ID", "END_REASONS", "lane_keeping_policy"]
 
 ENV_ID = "simsci/Driving-v0"
 ACTION_LOW = np.array([-8.0, -0.5], dtype=np.float32)
@@ -84,6 +96,23 @@ JERK_PENALTY = 0.02
 FAILURE_REWARD = -20.0
 VIEW = 100.0  # m: agents farther than this are not observed
 LANE_REFRESH = 5  # steps between choices of the nearest lanes
+#: ``info["end_reason"]`` of both driving worlds: why an episode ended, indexed by the
+#: world's ``end_code`` (0: still running). Terminations first, then truncations.
+END_REASONS = ("", "collision", "offroad", "left_generated_lanes", "distance", "time_limit")
+
+
+def end_codes(collided, offroad, reached, timed_out, left_lanes=None) -> torch.Tensor:
+    """Why each episode ended, as an index into :data:`END_REASONS` (0: it did not): a
+    collision wins over an off-road, a termination over a truncation, the distance over
+    the time limit. ``left_lanes``: off-road because the ego left the generated lanes
+    (``simsci/VectorWorld-v0`` only)."""
+    code = torch.zeros_like(collided, dtype=torch.long)
+    code = torch.where(timed_out, END_REASONS.index("time_limit"), code)
+    code = torch.where(reached, END_REASONS.index("distance"), code)
+    code = torch.where(offroad, END_REASONS.index("offroad"), code)
+    if left_lanes is not None:
+        code = torch.where(offroad & left_lanes, END_REASONS.index("left_generated_lanes"), code)
+    return torch.where(collided, END_REASONS.index("collision"), code)
 
 
 @functools.lru_cache(maxsize=8)
@@ -234,6 +263,7 @@ class _World:
         self.last_s = torch.zeros(self.n, device=self.device)
         self.last_accel = torch.zeros(self.n, device=self.device)
         self.steer = torch.zeros(self.n, device=self.device)
+        self.end_code = torch.zeros(self.n, dtype=torch.long, device=self.device)
         self._lane_pts = self._lane_have = None
         self._lane_age = torch.full((self.n,), LANE_REFRESH, dtype=torch.long, device=self.device)
         self.config = {
@@ -278,6 +308,7 @@ class _World:
         self.last_s[idx] = self.traffic.ego_route_s[idx]
         self.last_accel[idx] = 0.0
         self.steer[idx] = 0.0
+        self.end_code[idx] = 0
         self._lane_age[idx] = LANE_REFRESH
 
     def step(self, action: torch.Tensor):
@@ -299,7 +330,9 @@ class _World:
         limit = torch.minimum(
             torch.full_like(driven, self.max_distance), tr.route_length - self.start_s - 100.0
         )
-        truncated = ((driven >= limit) | (self.steps >= self.max_steps)) & ~terminated
+        reached, timed_out = driven >= limit, self.steps >= self.max_steps
+        truncated = (reached | timed_out) & ~terminated
+        self.end_code = end_codes(collided, offroad, reached, timed_out)
         reward = PROGRESS_REWARD * progress - JERK_PENALTY * (jerk / 10.0).pow(2)
         reward = torch.where(terminated, torch.full_like(reward, FAILURE_REWARD), reward)
         return reward, terminated, truncated, collided, offroad
@@ -509,6 +542,10 @@ class DrivingVectorEnv(gymnasium.vector.VectorEnv):
         for k, v in info.items():
             out[k] = self._out(v)
             out["_" + k] = ones
+        if extra is not None:  # after a step: why the episodes that ended, ended
+            code = self.world.end_code.cpu().numpy()
+            out["end_reason"] = np.asarray(END_REASONS)[code]
+            out["_end_reason"] = code > 0
         return out
 
     def reset(self, *, seed=None, options=None):
@@ -580,7 +617,8 @@ class DrivingVectorEnv(gymnasium.vector.VectorEnv):
 
 class DrivingEnv(gymnasium.Env):
     """One ego in ``simsci/Driving-v0`` (numpy in/out): a vector environment of one, so
-    the two cannot disagree. ``info``: route_s, distance, speed, t, collision, offroad."""
+    the two cannot disagree. ``info``: route_s, distance, speed, t, collision, offroad,
+    and ``end_reason`` on the step that ends the episode (see the module docstring)."""
 
     metadata: dict[str, Any] = {"render_modes": ["rgb_array"], "render_fps": 10}
 
@@ -644,6 +682,9 @@ class DrivingEnv(gymnasium.Env):
         t, tr = bool(term[0]), bool(trunc[0])
         self._needs_reset = t or tr
         info = self._single_info(w.info(coll, off))
+        code = int(w.end_code[0])
+        if code:
+            info["end_reason"] = END_REASONS[code]
         return self._single(w.observe()), float(reward[0]), t, tr, info
 
     def render(self):

@@ -27,7 +27,9 @@ def evaluate(
     ``simsci/VectorWorld-v0``: the same spaces); returns the fraction that drove
     their full distance (``success``), collided, left the road, or ran out of time
     (``timeout``), the fraction without a collision or leaving the road (``safe``), and
-    the mean distance driven [m] and return."""
+    the mean distance driven [m] and return. In ``simsci/VectorWorld-v0`` also
+    ``left_generated_lanes``: the fraction that left the road by driving past the end of
+    the generated lanes (``info["end_reason"]``; counted in ``offroad`` too)."""
     if episodes < 1 or num_envs < 1:
         raise ValueError("episodes and num_envs must be >= 1")
     if env_id == DRIVING_ID:
@@ -42,6 +44,7 @@ def evaluate(
     obs, _ = env.reset(seed=seed)
     ret = np.zeros(env.num_envs)
     out = {"success": 0, "collision": 0, "offroad": 0, "timeout": 0, "distance": [], "return": []}
+    left = 0
     done_count = 0
     while done_count < episodes:
         obs, reward, term, trunc, infos = env.step(np.asarray(policy(obs), dtype=np.float32))
@@ -55,6 +58,7 @@ def evaluate(
                 out["collision"] += 1
             elif info["offroad"][i]:
                 out["offroad"] += 1
+                left += bool(info["end_reason"][i] == "left_generated_lanes")
             elif dist >= env.world.success_distance(i) - 1.0:
                 out["success"] += 1
             else:
@@ -64,10 +68,13 @@ def evaluate(
             ret[i] = 0.0
             done_count += 1
     n = float(done_count)
-    return {
+    result = {
         "episodes": done_count,
         **{k: out[k] / n for k in ("success", "collision", "offroad", "timeout")},
         "safe": 1.0 - (out["collision"] + out["offroad"]) / n,
         "mean_distance": float(np.mean(out["distance"])),
         "mean_return": float(np.mean(out["return"])),
     }
+    if env_id == VECTORWORLD_ID:
+        result["left_generated_lanes"] = left / n
+    return result

@@ -34,10 +34,29 @@ Reward
 Termination and truncation
     Terminated on a collision with an NPC or off-road (centre more than 0.5 m beyond the
     edge of every lane of its direction). Truncated after ``max_distance`` m (default
-    ``route_length - 200``) or ``max_episode_steps`` steps (default 1200, 120 s).
+    ``route_length - 200``) or ``max_episode_steps`` steps (default 1200, 120 s). The
+    step that ends an episode says why in ``info["end_reason"]``, and tells apart the
+    two ways of going off-road in a generated world (both terminate, with the same
+    reward): "offroad", the ego left a lane that goes on its way (beside the lane, or
+    off the outside of a bend it did not follow), and "left_generated_lanes", the ego
+    drove past the end of the generated lanes: past the last point of its lane's run in
+    its direction (the lane ends without a successor, or turns back) while within the
+    lane's half width + 0.5 m of its line, so it would be on the lane had the lane gone
+    on; before the start of a lane in the same way; or with no generated lane of its
+    direction at all (the generator made nothing to drive on there).
+
+Info
+    As ``simsci/Driving-v0``: ``route_s`` (= ``distance``), ``distance`` [m], ``speed``
+    [m/s], ``t`` [s]; after a step ``collision``, ``offroad``; on the step that ends the
+    episode ``end_reason``: "collision", "offroad", "left_generated_lanes", "distance"
+    (``max_distance``) or "time_limit" (``max_episode_steps``), from
+    :data:`simsci.envs.END_REASONS` (vector environment: an array of str, "" where still
+    running, with the mask ``_end_reason``).
 
 Version history
-    v0: initial version.
+    v0: initial version. Later, without a change to dynamics or reward: ``info`` gains
+    ``end_reason`` (an episode ended by leaving the generated lanes said only
+    ``offroad`` before).
 """
 
 from __future__ import annotations
@@ -48,6 +67,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from simsci._device import resolve_device
+from simsci.driving import OFFROAD_MARGIN
 from simsci.envs._core import _check_render_mode, check_vector_options
 from simsci.envs._driving import (
     FAILURE_REWARD,
@@ -56,6 +77,7 @@ from simsci.envs._driving import (
     DrivingEnv,
     DrivingVectorEnv,
     ego_collisions,
+    end_codes,
     observe_agents,
     observe_lanes,
 )
@@ -109,6 +131,8 @@ class _Stream:
             model = checkpoint  # a loaded VectorWorld (or an object with its three parts)
         else:
             model = VectorWorld.load(checkpoint)
+        if isinstance(device, str) and device == "auto":
+            device = resolve_device(device)
         self.sim = StreamingWorld(
             model,
             int(n),
@@ -130,6 +154,7 @@ class _Stream:
         self.steps = torch.zeros(self.n, dtype=torch.long, device=dev)
         self.last_accel = torch.zeros(self.n, device=dev)
         self.steer = torch.zeros(self.n, device=dev)
+        self.end_code = torch.zeros(self.n, dtype=torch.long, device=dev)
         self.config = {
             "checkpoint": str(checkpoint) if isinstance(checkpoint, (str, os.PathLike)) else None,
             "route_length": self.route_length,
@@ -153,6 +178,7 @@ class _Stream:
         self.steps[idx] = 0
         self.last_accel[idx] = 0.0
         self.steer[idx] = 0.0
+        self.end_code[idx] = 0
 
     def step(self, action: torch.Tensor):
         sim = self.sim
@@ -166,13 +192,26 @@ class _Stream:
         offroad = sim.ego_offroad()
         terminated = collided | offroad
         driven = sim.driven
-        truncated = ((driven >= self.max_distance) | (self.steps >= self.max_steps)) & ~terminated
+        reached, timed_out = driven >= self.max_distance, self.steps >= self.max_steps
+        truncated = (reached | timed_out) & ~terminated
+        self.end_code = end_codes(
+            collided, offroad, reached, timed_out, left_lanes=self.left_generated_lanes(offroad)
+        )
         reward = PROGRESS_REWARD * sim.progress.float() - JERK_PENALTY * (jerk / 10.0).pow(2)
         reward = torch.where(terminated, torch.full_like(reward, FAILURE_REWARD), reward)
         return reward, terminated, truncated, collided, offroad
 
     def collisions(self) -> torch.Tensor:
         return ego_collisions(*self.sim.agents())
+
+    def left_generated_lanes(self, offroad: torch.Tensor) -> torch.Tensor:
+        """``(n,)`` bool: of the off-road egos, those off because they drove past the end
+        of the generated lanes (see the module docstring), not beside a lane that goes
+        on. Evaluated only for the off-road worlds (rare: the step an episode ends)."""
+        out = torch.zeros_like(offroad)
+        for b in torch.nonzero(offroad).flatten().tolist():
+            out[b] = _past_the_lanes(self.sim, b)
+        return out
 
     def observe(self) -> dict[str, torch.Tensor]:
         sim = self.sim
@@ -238,6 +277,47 @@ class _Stream:
         return top_down(self.sim.road_view(i), agents[i].cpu().numpy(), valid[i].cpu().numpy())
 
 
+def _past_the_lanes(sim, b: int) -> bool:
+    """True when world ``b``'s ego is outside the generated lanes' extent: no lane of its
+    direction at all, or nearest to the end of its lane's run in its direction (the next
+    segment turns back, or there is none and no successor; the start of a run likewise)
+    and within the lane's half width + ``OFFROAD_MARGIN`` of its line, so it would be on
+    the lane had the lane gone on. The geometry is the world's own ego-lane association
+    (the nearest segment of a lane agreeing with the ego's heading), in float64."""
+    p = torch.stack([sim.x[b, 0], sim.y[b, 0]]).double()
+    th = float(sim.theta[b, 0])
+    pts = sim.lane_points[b].double()  # L, P, 2
+    a, d = pts[:, :-1], pts[:, 1:] - pts[:, :-1]
+    seg2 = (d * d).sum(-1)
+    tangent = d / seg2.clamp(min=1e-12).sqrt()[..., None]
+    agree = tangent[..., 0] * np.cos(th) + tangent[..., 1] * np.sin(th) > 0
+    usable = sim.lane_valid[b][:, None] & agree & (seg2 > 1e-6)
+    if not bool(usable.any()):
+        return True  # nothing generated to drive on in its direction
+    r = p - a
+    u = (r * d).sum(-1) / seg2.clamp(min=1e-12)
+    near = a + u.clamp(0, 1)[..., None] * d
+    dist = torch.where(usable, (p - near).norm(dim=-1), torch.full_like(u, float("inf")))
+    lane, seg = divmod(int(dist.flatten().argmin()), dist.shape[1])
+    t = tangent[lane, seg]
+    lateral = abs(float(t[0] * r[lane, seg, 1] - t[1] * r[lane, seg, 0]))
+    if lateral > 0.5 * float(sim.lane_width[b, lane]) + OFFROAD_MARGIN:
+        return False  # beside the lane (or off the outside of its bend)
+    valid, succ = sim.lane_valid[b], sim.lane_succ[b]  # succ: (L, 2), -1 for none
+    real = torch.nonzero(seg2[lane] > 1e-6).flatten().tolist()  # the lane's real segments
+    k = real.index(seg)
+    if float(u[lane, seg]) > 1.0:  # beyond the segment's end: does the lane go on its way?
+        if k + 1 < len(real):
+            return not bool(agree[lane, real[k + 1]])  # turns back: it ends for the ego
+        nxt = succ[lane][succ[lane] >= 0]
+        return not bool(valid[nxt].any())
+    if float(u[lane, seg]) < 0.0:  # before the segment's start: does the lane come its way?
+        if k > 0:
+            return not bool(agree[lane, real[k - 1]])
+        return not bool((succ[valid] == lane).any())
+    return False
+
+
 class VectorWorldVectorEnv(DrivingVectorEnv):
     """``num_envs`` egos in ``simsci/VectorWorld-v0``, stepped as one batch (see the module
     docstring): reset/step/render and autoreset are those of ``simsci/Driving-v0``'s
@@ -290,7 +370,8 @@ class VectorWorldVectorEnv(DrivingVectorEnv):
 
 class VectorWorldEnv(DrivingEnv):
     """One ego in ``simsci/VectorWorld-v0`` (numpy in/out): a vector environment of one.
-    ``info``: route_s (= distance), distance, speed, t, collision, offroad."""
+    ``info``: route_s (= distance), distance, speed, t, collision, offroad, and
+    ``end_reason`` on the step that ends the episode (see the module docstring)."""
 
     @staticmethod
     def _vector_class():

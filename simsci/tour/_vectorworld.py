@@ -2,10 +2,12 @@
 
 25. build (once, then cached) the small on-the-fly VectorWorld: a tile generator, a
     motion-aware gated VAE and ΔSim trained briefly on a few simulated drives;
-26. drive 1 km in closed loop with the lane-keeping policy while tiles are outpainted
-    ahead in one network call each and ΔSim drives the NPCs; report the real-time
-    factor, tiles, spawns, NPC infeasibility, seam gaps; write the drive in the scene
-    format (OUT/vectorworld_rollout.h5) and plot the route (OUT/vectorworld_route.png).
+26. drive 1 km in closed loop with the lane-keeping policy
+    (simsci.envs.vectorworld_rollout) while tiles are outpainted ahead in one
+    network call each and ΔSim drives the NPCs; report the real-time factor, tiles,
+    spawns, NPC infeasibility, off-road steps (and those past the end of the generated
+    lanes), seam gaps and why the drive ended; write the drive in the scene format
+    (OUT/vectorworld_rollout.h5) and plot the route (OUT/vectorworld_route.png).
 """
 
 from __future__ import annotations
@@ -15,13 +17,15 @@ import time
 from simsci.tour._common import Context, banner
 
 KEEP = (
-    "distance_m", "real_time_factor", "world_tiles", "world_resampled", "world_spawned",
-    "npc_infeasible_steps", "ego_offroad_steps", "ego_collision_steps", "seam_gap_median_m",
+    "distance_m", "end_reason", "real_time_factor", "world_tiles", "world_resampled",
+    "world_spawned", "npc_infeasible_steps", "ego_offroad_steps", "ego_left_lanes_steps",
+    "ego_collision_steps", "seam_gap_median_m",
 )  # fmt: skip
 
 
 def run(ctx: Context) -> dict:
-    from simsci.models.vectorworld import plot_route, rollout, small_default, write_rollout
+    from simsci.envs import vectorworld_rollout
+    from simsci.models.vectorworld import plot_route, small_default, write_rollout
 
     km = 0.2 if ctx.quick else 1.0
     banner("25. VectorWorld: the small on-the-fly model (tiles, VAE, ΔSim; cached)")
@@ -29,7 +33,7 @@ def run(ctx: Context) -> dict:
     model = small_default()
     print(f"ready in {time.perf_counter() - start:.0f} s ({model.tiles.layout})")
     banner(f"26. a {km:g} km closed-loop rollout: tiles outpainted in one step, ΔSim NPCs")
-    res = rollout(model, km=km, seed=ctx.seed, device=ctx.device, stop_on_failure=False)
+    res = vectorworld_rollout(model, km=km, seed=ctx.seed, device=ctx.device, stop_on_failure=False)
     s = res["stats"]
     write_rollout(res, ctx.out / "vectorworld_rollout.h5")
     plot = plot_route(res, ctx.out / "vectorworld_route.png")
@@ -37,8 +41,9 @@ def run(ctx: Context) -> dict:
         f"drove {s['distance_m']:.0f} m in {s['sim_time_s']:.0f} s ({s['real_time_factor']:.0f}x "
         f"real time): {s['world_tiles']} tiles ({s['world_resampled']} resampled, "
         f"{s['world_empty_tiles']} empty), {s['world_spawned']} NPCs spawned, NPC infeasible "
-        f"steps {s['npc_infeasible_steps']}, ego off-road steps {s['ego_offroad_steps']}, "
-        f"collision steps {s['ego_collision_steps']}"
+        f"steps {s['npc_infeasible_steps']}, ego off-road steps {s['ego_offroad_steps']} "
+        f"({s['ego_left_lanes_steps']} past the end of the generated lanes), collision steps "
+        f"{s['ego_collision_steps']}; ended: {s['end_reason']}"
     )
     print(
         "[the small model is for trying things; train the real one with `simsci train "

@@ -22,17 +22,22 @@ training data, its metrics the yardstick). Three trained parts and the world the
 - :class:`StreamingWorld` (:mod:`._world`): ``n`` closed-loop worlds that generate tiles
   ahead of the ego and drop those behind, spawn the generated agents and drive them with
   ΔSim; ``gymnasium.make("simsci/VectorWorld-v0")`` wraps it with the spaces of
-  ``simsci/Driving-v0``. :func:`rollout` / :func:`write_rollout` / :func:`plot_route`
-  (:mod:`._rollout`) drive a policy for a distance and write the drive in the scene
-  format.
+  ``simsci/Driving-v0``. The closed-loop rollout (a policy driving that world for a
+  distance) lives with the environments it drives, a layer above this package:
+  :func:`simsci.envs.vectorworld_rollout` (``simsci rollout vectorworld``; it was
+  ``simsci.models.vectorworld.rollout`` before). What it records and writes is here:
+  :class:`DriveRecorder`, :func:`write_rollout` (the scene format) and
+  :func:`plot_route` (:mod:`._rollout`).
 - :class:`VectorWorld` (:mod:`._bundle`): the three parts in one checkpoint directory;
   :func:`train_vectorworld` (``simsci train vectorworld --data scenes.h5``) trains them;
   :func:`small_default` is a small model trained on the fly (cached) for tests.
 
 >>> from simsci.models import vectorworld as vw
+>>> from simsci.envs import vectorworld_rollout
 >>> model = vw.small_default()                                  # doctest: +SKIP
->>> out = vw.rollout(model, km=1.0)                             # doctest: +SKIP
->>> out["stats"]["real_time_factor"]                            # doctest: +SKIP
+>>> out = vectorworld_rollout(model, km=1.0)                    # doctest: +SKIP
+>>> out["stats"]["real_time_factor"], out["stats"]["end_reason"]  # doctest: +SKIP
+>>> vw.write_rollout(out, "drive.h5")                           # doctest: +SKIP
 """
 
 from simsci.driving import MANOEUVRES, AgentState, LaneSet, lanes_from_road, step_agents
@@ -60,7 +65,7 @@ from simsci.models.vectorworld._outpaint import (
     tile_metrics,
     train_tile_generator,
 )
-from simsci.models.vectorworld._rollout import plot_route, rollout, write_rollout
+from simsci.models.vectorworld._rollout import DriveRecorder, plot_route, write_rollout
 from simsci.models.vectorworld._tokens import (
     GENERATOR_LAYOUT,
     RELATIONS,
@@ -82,7 +87,7 @@ __all__ = [
     "small_default",
     "StreamingWorld",
     "seam_gaps",
-    "rollout",
+    "DriveRecorder",
     "write_rollout",
     "plot_route",
     "TileGenerator",

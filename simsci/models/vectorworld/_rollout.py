@@ -1,156 +1,69 @@
-"""Closed-loop VectorWorld rollouts: drive a policy through a streamed world, record it.
+"""Recording a drive through a :class:`~simsci.models.vectorworld.StreamingWorld`, and
+writing and plotting it.
 
-:func:`rollout` runs one ego (``simsci/VectorWorld-v0``'s world, observation and reward)
-for ``km`` kilometres under a policy (the lane-keeping driver of ``simsci/Driving-v0``
-by default, or any ``policy(obs) -> action`` on batched observations), and returns the
-rollout's statistics (distance, steps, wall time and real-time factor, tiles generated
-and resampled, spawns, collisions, off-road, NPC kinematic infeasibility, agents per km,
-seam gaps) and, with ``record=True``, the episode in the scene-tile format
-(:func:`simsci.driving.write_scenes`), cut exactly as the ground-truth drives
-are: the visited cells' generated lanes become the lane graph, agents with a 1 s history
-in each tile's frame, so the driving world's readers, metrics and VectorWorld's own
-training read a generated drive like a simulated one. :func:`plot_route` draws the whole
-route top-down (matplotlib, optional).
+The closed-loop rollout itself (a policy driving ``simsci/VectorWorld-v0``'s world for
+``km`` kilometres) drives the environment's stream, observations and lane-keeping policy,
+so it lives a layer up, with the environments: :func:`simsci.envs.vectorworld_rollout`
+(``simsci rollout vectorworld``). What it records is this module's: a
+:class:`DriveRecorder` snapshots one world every step (agents, validity, vehicle ids,
+the tile of each cell the ego visits) and turns the drive into the rollout's NPC and seam
+statistics; :func:`write_rollout` writes the recorded episode in the scene-tile format
+(:func:`simsci.driving.write_scenes`), cut exactly as the ground-truth drives are (the
+visited cells' generated lanes become the lane graph, agents with a 1 s history in each
+tile's frame), so the driving world's readers, metrics and VectorWorld's own training
+read a generated drive like a simulated one. :func:`plot_route` draws the whole route
+top-down (matplotlib, optional).
 """
 
 from __future__ import annotations
 
-import math
-import time
 from types import SimpleNamespace
 
 import numpy as np
 import torch
 
-__all__ = ["rollout", "write_rollout", "plot_route"]
+from simsci.models.vectorworld._world import _cell
+
+__all__ = ["DriveRecorder", "write_rollout", "plot_route"]
+
+#: the ``generator`` a written rollout names in its metadata
+ROLLOUT_GENERATOR = "simsci.envs.vectorworld_rollout"
 
 
-def _policy_fn(policy):
-    from simsci.envs import lane_keeping_policy
+class DriveRecorder:
+    """Records world ``b`` of a :class:`StreamingWorld` one frame at a time: call
+    :meth:`snap` after the reset and after every step, then :meth:`finish`."""
 
-    if policy is None or policy == "lane_keeping":
-        return lane_keeping_policy
-    if policy == "zero":
-        return lambda obs: np.zeros((len(obs["ego"]), 2), np.float32)
-    if callable(policy):
-        return policy
-    raise ValueError(f"policy must be 'lane_keeping', 'zero' or a callable, got {policy!r}")
+    def __init__(self, world, b: int = 0):
+        self.world, self.b = world, int(b)
+        self._agents: list[np.ndarray] = []
+        self._valid: list[np.ndarray] = []
+        self._uid: list[np.ndarray] = []
+        self.tiles: dict = {}  # cell -> the tile the ego found there, in visiting order
 
-
-def rollout(
-    model=None,
-    *,
-    km: float = 1.0,
-    policy="lane_keeping",
-    seed: int = 0,
-    max_steps: int | None = None,
-    record: bool = True,
-    stop_on_failure: bool = True,
-    device=None,
-    **world_kwargs,
-) -> dict:
-    """Drive ``km`` kilometres in a streamed world of ``model`` (a :class:`VectorWorld`,
-    a checkpoint directory, or None for :func:`small_default`); see the module docstring.
-    ``max_steps``: a cap (default: 2 m/s on average, ``km * 1000 / 2`` s at 10 Hz);
-    ``world_kwargs``: max_agents, max_tiles, shaping, tile_steps (1: one-step MeanFlow;
-    more: that many flow-matching Euler steps, ``tile_mode="flow"``) of the world.
-    ``stop_on_failure``: end at the first collision or off-road (else keep driving and
-    count them). Returns a dict: ``stats`` and, with ``record``, ``trace``
-    (per-step agents ``(T, V, 7)``, ``valid``, ``uid``) and ``tiles`` (cell -> tile)."""
-    from simsci.envs._vectorworld import _Stream
-    from simsci.models.vectorworld._bundle import VectorWorld, small_default
-    from simsci.models.vectorworld._world import _cell
-
-    if not (isinstance(km, (int, float)) and math.isfinite(km) and km > 0):
-        raise ValueError(f"km must be a positive number of kilometres, got {km!r}")
-    if model is None:
-        model = small_default()
-    elif not all(hasattr(model, part) for part in ("tiles", "vae", "npc")):
-        model = VectorWorld.load(model)
-    fn = _policy_fn(policy)
-    goal = float(km) * 1000.0
-    limit = int(max_steps) if max_steps is not None else int(goal / 2.0 * 10)
-    stream = _Stream(
-        1,
-        checkpoint=model,
-        route_length=max(5000.0, goal + 200.0),
-        max_distance=goal,
-        max_episode_steps=limit,
-        num_agents=16,
-        num_lanes=8,
-        max_vehicles=world_kwargs.pop("max_agents", 32),
-        max_tiles=world_kwargs.pop("max_tiles", 6),
-        shaping=world_kwargs.pop("shaping", True),
-        tile_steps=world_kwargs.pop("tile_steps", 1),
-        tile_mode=world_kwargs.pop("tile_mode", "flow"),
-        device=device,
-    )
-    if world_kwargs:
-        raise TypeError(f"rollout got unknown world options {sorted(world_kwargs)}")
-    gen = torch.Generator().manual_seed(int(seed))
-    t0 = time.perf_counter()
-    stream.reset(gen)
-    sim = stream.sim
-    trace_a, trace_v, trace_u = [], [], []
-    visits: dict = {}
-
-    def snap():
-        a, v = sim.agents()
-        trace_a.append(a[0].double().cpu().numpy())
-        trace_v.append(v[0].cpu().numpy())
-        trace_u.append(sim.uid[0].cpu().numpy().copy())
-        cell = _cell(float(sim.x[0, 0]), float(sim.y[0, 0]))
-        if cell not in visits:
-            slot = sim._slot_of(0, cell)
+    def snap(self) -> None:
+        """Record the current frame (and the tile of the ego's cell on a first visit)."""
+        w, b = self.world, self.b
+        a, v = w.agents()
+        self._agents.append(a[b].double().cpu().numpy())
+        self._valid.append(v[b].cpu().numpy())
+        self._uid.append(w.uid[b].cpu().numpy().copy())
+        cell = _cell(float(w.x[b, 0]), float(w.y[b, 0]))
+        if cell not in self.tiles:
+            slot = w._slot_of(b, cell)
             if slot is not None:
-                visits[cell] = sim.tiles[0][slot]["tile"]
+                self.tiles[cell] = w.tiles[b][slot]["tile"]
 
-    snap()
-    collisions = offroad = 0
-    steps = 0
-    ended = "distance"
-    obs = stream.observe()
-    while float(sim.driven[0]) < goal:
-        if steps >= limit:
-            ended = "steps"
-            break
-        action = np.asarray(fn({k: v.cpu().numpy() for k, v in obs.items()}), np.float32)
-        action = torch.as_tensor(action.reshape(1, 2)).clamp(
-            torch.tensor([-8.0, -0.5]), torch.tensor([4.0, 0.5])
-        )
-        _, term, _, coll, off = stream.step(action.to(stream.device))
-        steps += 1
-        collisions += int(coll[0])
-        offroad += int(off[0])
-        if record:
-            snap()
-        obs = stream.observe()
-        if bool(term[0]) and stop_on_failure:
-            ended = "collision" if bool(coll[0]) else "offroad"
-            break
-    wall = time.perf_counter() - t0
-    distance = float(sim.driven[0])
-    stats = {
-        "km_requested": float(km),
-        "distance_m": distance,
-        "steps": steps,
-        "sim_time_s": steps * 0.1,
-        "wall_s": wall,
-        "real_time_factor": steps * 0.1 / max(wall, 1e-9),
-        "ended": ended,
-        "ego_collision_steps": collisions,
-        "ego_offroad_steps": offroad,
-        **{f"world_{k}": int(v) for k, v in sim.stats.items()},
-    }
-    out = {"stats": stats}
-    if record:
-        out.update(_recorded(stats, trace_a, trace_v, trace_u, visits))
-    return out
+    def finish(self, stats: dict) -> dict:
+        """The recorded drive: ``trace`` (``agents`` ``(T, V, 7)``, ``valid``, ``uid``),
+        ``tiles`` (cell -> tile) and ``seam_gaps``; adds the NPC statistics (collision and
+        infeasibility rates, agents per lane km) and the seam gaps to ``stats``."""
+        return _recorded(stats, self._agents, self._valid, self._uid, self.tiles)
 
 
 def _recorded(stats: dict, trace_a, trace_v, trace_u, visits: dict) -> dict:
-    """The recorded drive (``trace``, ``tiles``, ``seam_gaps``) of :func:`rollout`; adds
-    the NPC and seam statistics to ``stats``."""
+    """The recorded drive (``trace``, ``tiles``, ``seam_gaps``) of :class:`DriveRecorder`;
+    adds the NPC and seam statistics to ``stats``."""
     out = {}
     agents = np.stack(trace_a)
     valid = np.stack(trace_v)
@@ -251,11 +164,12 @@ def _pseudo_road(tiles) -> SimpleNamespace:
 
 
 def write_rollout(result: dict, path, *, meta: dict | None = None):
-    """Write :func:`rollout`'s recorded episode to ``path`` in the scene-tile format."""
+    """Write a recorded rollout (:func:`simsci.envs.vectorworld_rollout` with
+    ``record=True``) to ``path`` in the scene-tile format."""
     from simsci.driving import scene_episode, write_scenes
 
     if "trace" not in result:
-        raise ValueError("the rollout was not recorded: run rollout(..., record=True)")
+        raise ValueError("the rollout was not recorded: run vectorworld_rollout(..., record=True)")
     tr = result["trace"]
     T = len(tr["agents"])
     if T < 2:
@@ -275,7 +189,7 @@ def write_rollout(result: dict, path, *, meta: dict | None = None):
             break
     times = np.arange(end) * 0.1
     ep = scene_episode(road, times, tr["agents"][:end], tr["valid"][:end], origin_pose=origin)
-    info = {"generator": "simsci.models.vectorworld.rollout", **(meta or {})}
+    info = {"generator": ROLLOUT_GENERATOR, **(meta or {})}
     info["written_steps"] = int(end)
     info.update({k: v for k, v in result["stats"].items() if isinstance(v, (int, float, str))})
     return write_scenes(path, [ep], meta=info, overwrite=True)
@@ -307,7 +221,7 @@ def plot_route(result: dict, path) -> bool:
     s = result["stats"]
     ax.set_title(
         f"VectorWorld rollout: {s['distance_m'] / 1000:.2f} km, {s.get('tiles_visited', 0)} "
-        f"tiles, {s['world_spawned']} spawns, ended: {s['ended']}"
+        f"tiles, {s['world_spawned']} spawns, ended: {s['end_reason']}"
     )
     ax.set_aspect("equal")
     ax.legend(loc="best")

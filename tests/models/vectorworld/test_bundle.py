@@ -86,12 +86,13 @@ def test_cli_errors_are_one_clear_line(tmp_path, capsys):
 def test_small_default_drives_and_cli_rollout(tmp_path, monkeypatch):
     """The on-the-fly model end to end: built, cached, driven, written, from the CLI."""
     from simsci.driving import read_scene
-    from simsci.models.vectorworld import rollout, small_default
+    from simsci.envs import vectorworld_rollout
+    from simsci.models.vectorworld import small_default
 
     monkeypatch.setenv("SIMSCI_CACHE", str(tmp_path / "cache"))
     model = small_default()
     assert len(list((tmp_path / "cache").iterdir())) == 1
-    res = rollout(model, km=0.1, seed=0, stop_on_failure=False)
+    res = vectorworld_rollout(model, km=0.1, seed=0, stop_on_failure=False)
     assert res["stats"]["distance_m"] >= 100.0 and res["stats"]["npc_infeasible_steps"] == 0
     r = _cli("rollout", "vectorworld", "--km", "0.1", "--keep-going", "--out", "out", cwd=tmp_path)
     assert r.returncode == 0, r.stderr

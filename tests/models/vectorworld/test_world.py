@@ -17,8 +17,14 @@ import torch
 from gymnasium.utils.env_checker import check_env
 
 from simsci.driving import metrics, read_scene
-from simsci.models.vectorworld import DeltaSim, StreamingWorld, TokenLayout, seam_gaps
-from simsci.models.vectorworld._rollout import rollout, write_rollout
+from simsci.envs import vectorworld_rollout
+from simsci.models.vectorworld import (
+    DeltaSim,
+    StreamingWorld,
+    TokenLayout,
+    seam_gaps,
+    write_rollout,
+)
 
 Y_LANES = (-1.75, 1.75)  # two lanes along +x, both driving east
 
@@ -37,13 +43,15 @@ def _straight_tile(agents: bool = True) -> dict:
 
 
 class StraightTiles(torch.nn.Module):
-    """A 'generator' of the same straight road tile for every cell (row j = 0)."""
+    """A 'generator' of the same straight road tile for every cell (row j = 0);
+    ``empty``: lane-less tiles only; ``ending``: the straight tile on a reset (the first
+    call), lane-less tiles after it, so the road ends 32 m east of the origin."""
 
-    def __init__(self, empty: bool = False):
+    def __init__(self, empty: bool = False, ending: bool = False):
         super().__init__()
         self.layout = TokenLayout(max_lanes=8, max_agents=4)
         self.dummy = torch.nn.Parameter(torch.zeros(1))
-        self.empty = empty
+        self.empty, self.ending = empty, ending
         self.calls = []
 
     def generate(
@@ -51,7 +59,7 @@ class StraightTiles(torch.nn.Module):
     ):
         self.calls.append(list(directions))
         n = len(contexts)
-        if self.empty:
+        if self.empty or (self.ending and len(self.calls) > 1):
             tile = {k: v[:0] for k, v in _straight_tile().items()}
             return [dict(tile) for _ in range(n)], {"tiles": n, "resampled": 2 * n, "empty": n}
         return [_straight_tile() for _ in range(n)], {"tiles": n, "resampled": 0, "empty": 0}
@@ -71,8 +79,8 @@ class OnLaneVAE(torch.nn.Module):
 
 
 class FakeWorldModel:
-    def __init__(self, empty: bool = False, device="cpu"):
-        self.tiles, self.vae = StraightTiles(empty), OnLaneVAE()
+    def __init__(self, empty: bool = False, device="cpu", ending: bool = False):
+        self.tiles, self.vae = StraightTiles(empty, ending), OnLaneVAE()
         self.npc = DeltaSim(hidden=16, depth=1).eval()
         self.device = torch.device(device)
         self.to(self.device)
@@ -190,7 +198,8 @@ def test_bad_actions_and_options_rejected():
 def _env(**kw):
     from simsci.envs import VectorWorldEnv
 
-    return VectorWorldEnv(checkpoint=FakeWorldModel(), **kw)
+    kw.setdefault("checkpoint", FakeWorldModel())
+    return VectorWorldEnv(**kw)
 
 
 def test_env_passes_check_env_with_driving_spaces():
@@ -233,6 +242,9 @@ def test_vector_env_autoresets_and_evaluates():
     for _ in range(5):
         obs, r, term, trunc, info = env.step(np.zeros((3, 2), np.float32))
     assert trunc.all() and not term.any()
+    assert list(info["end_reason"]) == ["time_limit"] * 3 and info["_end_reason"].all()
+    obs, r, term, trunc, info = env.step(np.zeros((3, 2), np.float32))  # the autoreset
+    assert list(info["end_reason"]) == [""] * 3 and not info["_end_reason"].any()
     res = evaluate_driving(
         lane_keeping_policy,
         episodes=2,
@@ -241,7 +253,15 @@ def test_vector_env_autoresets_and_evaluates():
         checkpoint=FakeWorldModel(),
         max_episode_steps=30,
     )
-    assert res["episodes"] == 2 and res["safe"] == 1.0
+    assert res["episodes"] == 2 and res["safe"] == 1.0 and res["left_generated_lanes"] == 0.0
+    ended = evaluate_driving(
+        lane_keeping_policy,
+        episodes=2,
+        num_envs=2,
+        env_id="simsci/VectorWorld-v0",
+        checkpoint=FakeWorldModel(ending=True),
+    )
+    assert ended["offroad"] == 1.0 and ended["left_generated_lanes"] == 1.0
     with pytest.raises(ValueError, match="env_id"):
         evaluate_driving(lane_keeping_policy, episodes=1, env_id="simsci/Nope-v0")
 
@@ -253,16 +273,128 @@ def test_registered_with_gymnasium():
 
 
 def test_rollout_writes_the_scene_format(tmp_path):
-    res = rollout(FakeWorldModel(), km=0.2, seed=0)
+    res = vectorworld_rollout(FakeWorldModel(), km=0.2, seed=0)
     s = res["stats"]
-    assert s["distance_m"] >= 200.0 and s["ended"] == "distance"
+    assert s["distance_m"] >= 200.0 and s["end_reason"] == "distance"
     assert s["npc_infeasible_steps"] == 0 and s["seam_gap_median_m"] == 0.0
     path = write_rollout(res, tmp_path / "roll.h5")
     ep = read_scene(path, 0)
     assert len(ep["lanes"]) >= 4 and ep["agents"].shape[2:] == (11, 7)
     np.testing.assert_allclose(ep["lanes"][0]["points"][0, [0, -1], 1], -1.75, atol=1e-5)
     with pytest.raises(ValueError, match="km"):
-        rollout(FakeWorldModel(), km=-1)
+        vectorworld_rollout(FakeWorldModel(), km=-1)
+
+
+def test_an_episode_ended_by_leaving_the_generated_lanes_says_so():
+    """The road ends 32 m east of the origin (no tile beyond): the ego drives off its end.
+    Terminated and rewarded as any off-road (dynamics and reward unchanged), but
+    ``info["end_reason"]`` tells it apart from leaving a lane that goes on."""
+    env = _env(checkpoint=FakeWorldModel(ending=True))
+    obs, info = env.reset(seed=0)
+    assert "end_reason" not in info
+    x0 = float(env._vec.world.sim.x[0, 0])
+    for _ in range(60):
+        obs, r, term, trunc, info = env.step(np.zeros(2, np.float32))
+        if term or trunc:
+            break
+        assert "end_reason" not in info
+    assert term and not trunc and info["offroad"] and not info["collision"] and r == -20.0
+    assert info["end_reason"] == "left_generated_lanes"
+    # off 0.5 * 3.5 + 0.5 m beyond the lane's end at x = 32
+    assert 32.0 + 2.25 <= x0 + info["distance"] <= 32.0 + 2.25 + 1.7
+
+
+def test_leaving_a_lane_that_goes_on_is_offroad():
+    env = _env()
+    env.reset(seed=0)
+    for _ in range(100):
+        obs, r, term, trunc, info = env.step(np.array([0.0, 0.1], np.float32))  # veer left
+        if term or trunc:
+            break
+    assert term and info["offroad"] and r == -20.0
+    assert info["end_reason"] == "offroad"
+
+
+def test_the_end_reasons_of_the_vector_env_and_the_same_step_final_info():
+    from simsci.envs import VectorWorldVectorEnv
+
+    env = VectorWorldVectorEnv(
+        2, checkpoint=FakeWorldModel(), max_distance=20.0, autoreset_mode="SameStep"
+    )
+    env.reset(seed=0)
+    for _ in range(30):
+        obs, r, term, trunc, info = env.step(np.zeros((2, 2), np.float32))
+        if trunc.any():
+            break
+    assert trunc.all() and list(info["final_info"]["end_reason"]) == ["distance"] * 2
+    assert info["final_info"]["_end_reason"].all() and not info["_end_reason"].any()
+
+
+def test_a_rollout_that_stops_early_says_why():
+    res = vectorworld_rollout(FakeWorldModel(ending=True), km=0.2, seed=0)
+    s = res["stats"]
+    assert s["end_reason"] == "left_generated_lanes" and s["distance_m"] < 40.0
+    assert s["ego_offroad_steps"] == s["ego_left_lanes_steps"] == 1
+    go_on = vectorworld_rollout(FakeWorldModel(ending=True), km=0.1, stop_on_failure=False)
+    g = go_on["stats"]
+    assert g["end_reason"] == "distance" and g["distance_m"] >= 100.0
+    assert g["ego_left_lanes_steps"] == g["ego_offroad_steps"] > 30
+    capped = vectorworld_rollout(FakeWorldModel(), km=0.2, max_steps=5, record=False)
+    assert capped["stats"]["end_reason"] == "time_limit" and capped["stats"]["steps"] == 5
+    with pytest.raises(TypeError, match="unknown world options"):
+        vectorworld_rollout(FakeWorldModel(), km=0.1, max_tile=3)
+
+
+def _fake_cli_rollout(monkeypatch):
+    """``simsci rollout vectorworld`` over the road that ends (the CLI's model swapped)."""
+    import simsci.envs
+
+    real = simsci.envs.vectorworld_rollout
+    monkeypatch.setattr(
+        simsci.envs,
+        "vectorworld_rollout",
+        lambda checkpoint, **kw: real(FakeWorldModel(ending=True), **kw),
+    )
+
+
+def test_cli_rollout_prints_and_records_why_it_stopped(tmp_path, capsys, monkeypatch):
+    import json
+
+    from simsci.cli import main
+
+    _fake_cli_rollout(monkeypatch)
+    code = main(["rollout", "vectorworld", "--km", "0.2", "--out", str(tmp_path / "o")])
+    out, err = capsys.readouterr()
+    assert code == 0 and "DeprecationWarning" not in err
+    assert "stopped early, left_generated_lanes: the ego drove past the end" in err
+    stats = json.loads((tmp_path / "o" / "stats.json").read_text())
+    assert stats["end_reason"] == json.loads(out)["end_reason"] == "left_generated_lanes"
+    assert read_scene(tmp_path / "o" / "rollout.h5", 0)["agents"].shape[2:] == (11, 7)
+
+
+def test_cli_rollout_has_its_own_parser_and_the_old_order_still_works(
+    tmp_path, capsys, monkeypatch
+):
+    import json
+
+    from simsci.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["rollout", "vectorworld", "--help"])
+    text = capsys.readouterr().out
+    assert exit_.value.code == 0 and "--keep-going" in text and "end_reason" in text
+    assert "(default: auto)" in text
+    _fake_cli_rollout(monkeypatch)
+    old = ["rollout", "--km", "0.1", "--keep-going", "vectorworld", "--out", str(tmp_path / "a")]
+    assert main(old) == 0
+    err = capsys.readouterr().err
+    assert "DeprecationWarning: 'simsci rollout --km 0.1 vectorworld'" in err
+    assert "use 'simsci rollout vectorworld --km 0.1'" in err and "--keep-going" in err
+    stats = json.loads((tmp_path / "a" / "stats.json").read_text())
+    assert stats["km_requested"] == 0.1 and stats["end_reason"] == "distance"
+    both = ["rollout", "--km", "0.1", "vectorworld", "--km", "0.02", "--out", str(tmp_path / "b")]
+    assert main(both) == 0  # the new spelling wins
+    assert json.loads((tmp_path / "b" / "stats.json").read_text())["km_requested"] == 0.02
 
 
 def test_world_and_env_follow_the_device(device):
@@ -278,5 +410,6 @@ def test_world_and_env_follow_the_device(device):
         2, checkpoint=FakeWorldModel(device=device), device=device, array_backend="torch"
     )
     obs, _ = env.reset(seed=0)
-    obs, r, term, trunc, _ = env.step(torch.zeros(2, 2, device=device))
+    obs, r, term, trunc, info = env.step(torch.zeros(2, 2, device=device))
     assert obs["ego"].device.type == device.type and r.shape == (2,) and not bool(term.any())
+    assert isinstance(info["end_reason"], np.ndarray)  # str: numpy on either backend
