@@ -451,7 +451,7 @@ def test_models_are_checked_against_the_protocol(tmp_path):
 # ------------------------------------------------------------------------ CLI
 def test_cli_bench_pde_end_to_end(tmp_path, capsys):
     out = tmp_path / "tmp"
-    code = main(["bench", "pde", "--quick", "--problem", "heat", "--no-pypde", "--out", str(out)])
+    code = main(["bench", "pde", "--quick", "--system", "heat", "--device", "cpu", "--out", str(out)])
     captured = capsys.readouterr()
     assert code == 0
     assert "speed-up at matched accuracy" in captured.out and "simsci:imex" in captured.out
