@@ -3,6 +3,10 @@
 ``device`` is CPU by default; ``SIMSCI_TEST_DEVICE=cuda`` (set by ``make gpu-check``) runs
 every test that takes it on that device instead. Tests that take ``device`` are marked
 ``device`` automatically so gpu-check can select them.
+
+The suite runs in parallel (``make test``: pytest-xdist, ``-n 2``). The controller
+process imports this file first and sets the environment below; the worker processes
+(and the subprocesses tests start) inherit it, so they share one scratch cache.
 """
 
 import os
@@ -13,15 +17,83 @@ import os
 # before torch is imported so torch reads it. Benchmarks choose their own threads.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 # Models built on the fly and cached (VectorWorld's small default) go to one scratch
-# cache per run, shared with the subprocesses the tests start: built once, never in the
-# user's ~/.cache.
+# cache per run, shared with the xdist workers and the subprocesses the tests start:
+# built once, never in the user's ~/.cache. Made here, at import, in the first process
+# (pytest alone, or xdist's controller, which starts its workers later with this
+# environment); removed by that process at the end of the run.
+_OWN_CACHE = None
 if "SIMSCI_CACHE" not in os.environ:
     import tempfile
 
-    os.environ["SIMSCI_CACHE"] = tempfile.mkdtemp(prefix="simsci-test-cache-")
+    _OWN_CACHE = tempfile.mkdtemp(prefix="simsci-test-cache-")
+    os.environ["SIMSCI_CACHE"] = _OWN_CACHE
+
+import functools  # noqa: E402
+import importlib.abc  # noqa: E402
+import importlib.util  # noqa: E402
+import shutil  # noqa: E402
+import sys  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+
+# ------------------------------------------------------------------ one build per run
+# small_default() trains its model into the cache directory in place (its training runs
+# live there until the final save), so two xdist workers building it at once would
+# overwrite each other. Every call in the test processes takes one file lock in the
+# run's cache: the first builds, the others wait and then load. The wrapper goes on
+# when simsci.models.vectorworld is first imported (a hook, so that tests which never
+# touch VectorWorld do not pay for importing it).
+_VW = "simsci.models.vectorworld"
+_LOCK = os.path.join(os.environ["SIMSCI_CACHE"], ".small_default.lock")
+
+
+def _lock_small_default(package) -> None:
+    orig = getattr(package, "small_default", None)
+    if orig is None or getattr(orig, "_test_locked", False):
+        return
+    from filelock import FileLock
+
+    @functools.wraps(orig)
+    def small_default(*args, **kwargs):
+        with FileLock(_LOCK):
+            return orig(*args, **kwargs)
+
+    small_default._test_locked = True
+    package.small_default = small_default
+    home = sys.modules.get(getattr(orig, "__module__", ""))
+    if home is not None and getattr(home, "small_default", None) is orig:
+        home.small_default = small_default  # e.g. _bundle, which _rollout imports from
+
+
+class _WrapOnImport(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path, target=None):
+        if fullname != _VW:
+            return None
+        sys.meta_path.remove(self)  # once: the real spec, then this finder is done
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            _lock_small_default(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+if _VW in sys.modules:
+    _lock_small_default(sys.modules[_VW])
+else:
+    sys.meta_path.insert(0, _WrapOnImport())
+
+
+def pytest_unconfigure(config):
+    # the process that made the cache (never an xdist worker) removes it
+    if _OWN_CACHE is not None and not os.environ.get("PYTEST_XDIST_WORKER"):
+        shutil.rmtree(_OWN_CACHE, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -37,6 +109,15 @@ def device() -> torch.device:
     if dev.type == "cuda" and not torch.cuda.is_available():
         pytest.skip("SIMSCI_TEST_DEVICE=cuda but torch sees no CUDA device")
     return dev
+
+
+@pytest.fixture(scope="session")
+def vectorworld_small():
+    """VectorWorld's small default model, built (once per run, under the lock) into the
+    run's cache before a test that needs it starts a subprocess which would load it."""
+    from simsci.models.vectorworld import small_default
+
+    return small_default()
 
 
 @pytest.fixture(autouse=True)

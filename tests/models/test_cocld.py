@@ -414,10 +414,10 @@ def _fit(model, items, steps, *, batch_size=16, lr=1e-2, seed=0):
 def test_learns_a_daily_cycle_better_than_poisson_and_the_ablation(daily_file):
     """The population latent reads the time of day: after 60 steps CoCLD beats the
     Poisson floor and its use_population=False ablation on held-out ll_per_event."""
-    from simsci.models._events import _items
+    from simsci.models import event_items
 
     traj = data.open(daily_file)
-    train_items = _items(traj, "train")
+    train_items = event_items(traj, "train")
     baseline = evaluate_events(PoissonTPP.from_data(traj), traj, split="test", generate=False)
     small = dict(day_length=24.0, latent_dim=8, pop_dim=4, hidden=16, substeps=1,
                  diffusion_steps=10, quadrature=8, predict_nodes=16)  # fmt: skip

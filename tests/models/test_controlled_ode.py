@@ -303,6 +303,11 @@ def test_learns_controlled_pendulum_and_checkpoint_round_trip(rollout_file, tmp_
         assert torch.equal(loaded.advance(x, u, DT), model.advance(x, u, DT))
 
 
+# the default run: tests/envs/test_env_cli.py::test_env_rollout_train_then_surrogate
+# (simsci train controlled_ode, its checkpoint loaded), the metrics in
+# test_learns_controlled_pendulum_and_checkpoint_round_trip, simsci evaluate in
+# tests/cli/test_cli.py
+@pytest.mark.slow
 def test_cli_train_and_evaluate(rollout_file, tmp_path, capsys):
     out = tmp_path / "run"
     argv = ["train", "controlled_ode", "--data", rollout_file, "--out", out, "--max-steps", 50]

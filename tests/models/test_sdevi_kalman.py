@@ -78,6 +78,9 @@ def test_bad_input_is_refused():
         kalman_log_likelihood(y, mask, t.sort().values, A, b, L, m0, P0, H, -R)
 
 
+# the default run: test_sdevi_linear_sde.py::test_elbo_reaches_the_exact_evidence_of_a_
+# generated_linear_sde_file (the same bound and gap on a generated file, by L-BFGS)
+@pytest.mark.slow
 def test_elbo_is_a_lower_bound_that_becomes_tight_at_the_optimum():
     """Free per-interval posterior parameters, fitted by Adam: the ELBO never exceeds the
     Kalman log evidence and closes the gap (the exact smoother is a Gauss-Markov chain)."""

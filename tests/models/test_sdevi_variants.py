@@ -120,6 +120,10 @@ def _labelled(tmp_path, pendulum):
     return data.open(out)
 
 
+# the default run: the per-episode head is SeriesModel's, learnt in
+# test_series_baselines.py::test_learns_to_classify_pendulum_lengths[gru_dt]; SDEVI's
+# features reach it in test_regression_head_and_mlp_decoder_shapes_and_gradients
+@pytest.mark.slow
 def test_classification_head_tells_damping_regimes_apart(tmp_path, pendulum):
     traj = _labelled(tmp_path, pendulum)
     torch.manual_seed(4)

@@ -298,7 +298,14 @@ def interpolation_scores(pendulum, name, steps):
     return model.validation_step(model.collate(held))
 
 
-@pytest.mark.parametrize("name", SPECS)
+# The ODE-RNN encoder's and the latent models' classification runs are slow: the default
+# run learns with the same latent ODE (GRU encoder) and the same head (gru_dt's
+# classification); test_gradients_reach_every_parameter covers their wiring.
+def _default_or_slow(names, slow):
+    return [pytest.param(n, marks=[pytest.mark.slow] if n in slow else []) for n in names]
+
+
+@pytest.mark.parametrize("name", _default_or_slow(SPECS, {"latent_ode_odernn"}))
 def test_learns_interpolation_better_than_last_value(pendulum, name):
     scores = interpolation_scores(pendulum, name, INTERP_STEPS[name])
     assert scores["interp_mse"] < 0.85 * scores["locf_mse"], scores
@@ -321,7 +328,7 @@ def classification_scores(labelled, name, steps, lr):
     return model.validation_step(model.collate(held))
 
 
-@pytest.mark.parametrize("name", CLASSIFY)
+@pytest.mark.parametrize("name", _default_or_slow(CLASSIFY, {"latent_ode", "latent_sde"}))
 def test_learns_to_classify_pendulum_lengths(labelled, name):
     scores = classification_scores(labelled, name, *CLASSIFY[name])
     assert scores["accuracy"] >= 0.75, scores  # 16 held-out episodes; chance 0.5

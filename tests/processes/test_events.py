@@ -10,6 +10,7 @@ from scipy import integrate, stats
 
 import simsci.data
 import simsci.datasets as datasets
+from simsci.datasets import default_hawkes_params, default_self_correcting_params
 from simsci.processes import (
     PROCESSES,
     HawkesProcess,
@@ -18,7 +19,6 @@ from simsci.processes import (
     get_process,
     process_from_config,
 )
-from simsci.datasets import default_hawkes_params, default_self_correcting_params
 
 HAWKES2 = {"mu": [0.4, 0.3], "alpha": [[0.3, 0.2], [0.4, 0.1]], "beta": [[1.0, 2.0], [3.0, 1.5]]}
 
