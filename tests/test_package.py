@@ -1,6 +1,7 @@
 """The package installs as the architecture says: simsci, simsci.envs, simsci.operators
 import from an editable install and from a built wheel; the public surface is there."""
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -30,6 +31,15 @@ def test_editable_install_maps_envs_and_operators():
 
 
 def test_built_wheel_imports_envs_and_operators(tmp_path):
+    # built from a copy of the sources: a stale build/ in the checkout (or another run
+    # building there at the same time) cannot leak files into the wheel or hide a package
+    # that pyproject.toml forgets to list
+    src = tmp_path / "src"
+    junk = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build", "dist")
+    for name in ("simsci", "envs", "operators"):
+        shutil.copytree(ROOT / name, src / name, ignore=junk)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, src / name)
     dist = tmp_path / "dist"
     subprocess.run(
         [
@@ -42,7 +52,7 @@ def test_built_wheel_imports_envs_and_operators(tmp_path):
             "-q",
             "-w",
             str(dist),
-            str(ROOT),
+            str(src),
         ],
         check=True,
         capture_output=True,

@@ -330,7 +330,12 @@ def test_darcy_is_benchmarked_over_resolutions_only():
         pde_benchmark("darcy", resolutions=[9], dts=[0.1], pypde=False)
 
 
-@pytest.mark.parametrize("problem", PDES)
+# gray_scott is the costliest quick run (~8 s); the other PDEs and
+# tests/systems/test_pde2d_gray_scott.py guard it in the default run
+@pytest.mark.parametrize(
+    "problem",
+    [pytest.param(p, marks=pytest.mark.slow) if p == "gray_scott" else p for p in PDES],
+)
 def test_every_registered_pde_runs_quick(problem):
     result = pde_benchmark(problem, quick=True, n=2, repeat=1, pypde=False)
     assert result["runs"] and any(r["status"] == "ok" for r in result["runs"])
@@ -451,7 +456,9 @@ def test_models_are_checked_against_the_protocol(tmp_path):
 # ------------------------------------------------------------------------ CLI
 def test_cli_bench_pde_end_to_end(tmp_path, capsys):
     out = tmp_path / "tmp"
-    code = main(["bench", "pde", "--quick", "--system", "heat", "--device", "cpu", "--out", str(out)])
+    code = main(
+        ["bench", "pde", "--quick", "--system", "heat", "--device", "cpu", "--out", str(out)]
+    )
     captured = capsys.readouterr()
     assert code == 0
     assert "speed-up at matched accuracy" in captured.out and "simsci:imex" in captured.out

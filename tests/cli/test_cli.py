@@ -181,6 +181,8 @@ def test_train_resume_evaluate(tmp_path, capsys):
     assert metrics["interp_mse"] > 0 and metrics["locf_mse"] > 0
 
 
+# the whole quick tour (~60 s of CPU) stays in the default run: `make tour` is one of the
+# README's two commands, and CI runs only `make test`
 def test_tour_quick(tmp_path, capsys):
     code, stdout, _ = run(capsys, "tour", "--quick", "--out", tmp_path / "tour")
     assert code == 0
@@ -206,6 +208,9 @@ def test_bench_lists_scripts(capsys):
     assert code == 0 and "odeint_grid" in stdout and "data_read" in stdout
 
 
+# torchrun start-up (~9 s); tests/systems/test_generate.py::test_distributed_ranks_write_shards
+# and tests/train/test_train_ddp.py guard the sharded writing and DDP in the default run
+@pytest.mark.slow
 def test_generate_under_torchrun_writes_one_shard_per_rank(tmp_path):
     import socket
 
