@@ -15,13 +15,18 @@ Train a registered model (simsci.models.REGISTRY, listed below): every model goe
 through its registry entry, simsci.models.entry(MODEL).train, one code path.
 
 Models of one trajectory file train with the one training loop of simsci.train:
-checkpoints in OUT/checkpoints (last.pt, best.pt), metrics in OUT/metrics.csv and
-OUT/metrics.jsonl. Validation uses --val-data, else the file's validation split
-(split == 1). A killed run continues where it stopped with --resume. A model may bring
-its own TrainConfig defaults (gfg: 2000 steps of batches of 256 episodes, lr 3e-3,
-cosine schedule, evaluation and checkpoint every 200 steps, since its files are often a
-few short trajectories); --config and the flags override them. Under torchrun the run
-is data-parallel (DDP); --batch-size is per process.
+checkpoints in OUT/checkpoints (last.pt, best.pt: the best validation, or the final state
+when no evaluation ran), metrics in OUT/metrics.csv and OUT/metrics.jsonl. Validation
+uses --val-data, else the file's validation split (split == 1). A file of a kind the
+model does not read, or with inf (or NaN where observed) in the fields it reads, is
+refused before the model is built. --seed seeds the whole run once, first (same seed,
+data, device and thread count: bit-identical results); --max-steps is a budget that
+--epochs caps only when given. A killed run continues where it stopped with --resume.
+A model may bring its own TrainConfig defaults (gfg: 2000 steps of batches of 256
+episodes, lr 3e-3, cosine schedule, evaluation and checkpoint every 200 steps -- or at
+the end of a shorter --max-steps --, since its files are often a few short
+trajectories); --config and the flags override them. Under torchrun the run is
+data-parallel (DDP); --batch-size is per process.
 
 dynadiff trains its generator on a model zoo (--model-arg zoo=ZOO.pt, from `simsci zoo
 build`) and the zoo's data (--data: the file, or the folder of `simsci dynadiff data`)
@@ -109,12 +114,27 @@ def add_to(sub) -> None:
         "--stride", type=int, default=None, help="step between windows (default: window)"
     )
     p.add_argument("--config", default=None, help="JSON file of TrainConfig fields")
-    p.add_argument("--epochs", type=int, default=None)
-    p.add_argument("--max-steps", type=int, default=None)
+    p.add_argument(
+        "--epochs",
+        type=int,
+        default=None,
+        help="passes over the training data (default: 10, or unbounded when --max-steps "
+        "is given; with both the run stops at the first reached, and says so at the start "
+        "when --epochs stops it early)",
+    )
+    p.add_argument(
+        "--max-steps", type=int, default=None, help="optimisation steps (a budget honoured)"
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="seeds the whole run (data drawn, the model's weights, training; default 0): "
+        "same seed, data, device and thread count give bit-identical results",
+    )
     p.add_argument("--batch-size", type=int, default=None, help="per process")
     p.add_argument("--lr", type=float, default=None)
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto")
-    p.add_argument("--seed", type=int, default=None)
     p.add_argument("--num-workers", type=int, default=None, help="DataLoader workers")
     p.add_argument(
         "--model-arg", action="append", metavar="KEY=VALUE", help="model constructor argument"
@@ -242,17 +262,37 @@ def train_request(args) -> dict:
     }
 
 
+def check_evaluation_data(model, source) -> None:
+    """Refuse a file the model cannot read before any work, with the message ``simsci
+    train`` gives for it (``ModelEntry.check_data``: the kinds and fields the model needs,
+    what the file has); a model outside the registry is not checked here."""
+    from simsci import data
+    from simsci.models import ModelEntry
+
+    model_entry = ModelEntry.of(model)
+    if model_entry is None:
+        return
+    traj = data.open(source)
+    try:
+        model_entry.check_data(traj)
+    finally:
+        traj.close()
+
+
 def run_evaluate(args) -> int:
     from simsci import train
     from simsci._device import resolve_device
-    from simsci._io import write_json
+    from simsci._io import check_parent_dir, write_json
 
+    if args.out:  # a report that cannot be written is refused before the work
+        check_parent_dir(args.out)
     model = train.load_model(args.checkpoint)
     window = args.window
     if window is None:  # the training window, recorded by `simsci train`
         window = model.checkpoint_extra.get("window")
     split = None if args.split == "all" else args.split
     args.data = event_data_path(args.data)
+    check_evaluation_data(model, args.data)
     if hasattr(model, "evaluate_file"):  # field and event models score whole files
         if args.window is not None or args.stride is not None:
             raise ValueError(

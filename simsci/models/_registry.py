@@ -90,6 +90,70 @@ class ModelEntry:
             if not callable(getattr(self, key)):
                 raise TypeError(f"ModelEntry({self.name!r}).{key} must be callable")
 
+    @classmethod
+    def of(cls, model) -> ModelEntry | None:
+        """The entry of ``simsci.models.REGISTRY`` whose class is ``model``'s (a model or
+        a class), None for a class the registry does not hold; classes registered by
+        import path are matched by that path, without importing their package."""
+        from simsci.models import REGISTRY
+
+        klass = model if isinstance(model, type) else type(model)
+        path = f"{klass.__module__}:{klass.__qualname__}"
+        for e in REGISTRY.values():
+            if e.model is klass or e.model == path:
+                return e
+        return None
+
+    def check_data(self, traj) -> None:
+        """Refuse data this model cannot read, before any work: a file whose kind is not
+        in ``reads``, or one with none of the fields the model reads (besides ``t``). The
+        ValueError names the kinds and fields the model needs, the file's kind and
+        fields, and the registered models that read the file's kind. ``simsci train``
+        and ``simsci evaluate`` both call it; ``traj`` is an opened ``Trajectories``."""
+        fields = tuple(getattr(self.cls, "data_fields", ()) or ()) if self._imported else ()
+        has = [*traj.step_fields, *traj.episode_fields]
+        wrong_kind = traj.kind not in self.reads
+        none_read = bool(fields) and not any(f in has for f in fields if f not in ("t",))
+        if not (wrong_kind or none_read):
+            return
+        kinds = " or ".join(f"kind={k!r}" for k in self.reads)
+        reads = f" (the fields it reads: {', '.join(fields)})" if fields else ""
+        step = ", ".join(traj.step_fields) or "none"
+        episode = ", ".join(traj.episode_fields) or "none"
+        why = (
+            f"this file is kind={traj.kind!r}"
+            if wrong_kind
+            else f"this kind={traj.kind!r} file has none of those fields besides t"
+        )
+        from simsci.models import REGISTRY
+
+        others = [e.name for e in REGISTRY.values() if traj.kind in e.reads]
+        hint = (
+            f"models that read kind={traj.kind!r} files: {', '.join(others)}"
+            if others
+            else f"no registered model reads kind={traj.kind!r} files"
+        )
+        raise ValueError(
+            f"{traj.path}: {self.name} ({self.model_name}) reads {kinds} files{reads}; {why} "
+            f"(step fields: {step}; episode fields: {episode}). Give it a {kinds} file, "
+            f"or use another model: {hint}"
+        )
+
+    @property
+    def model_name(self) -> str:
+        """The class name, without importing a class registered by import path."""
+        if isinstance(self.model, type):
+            return self.model.__name__
+        return self.model.rpartition(":")[2].rpartition(".")[2]
+
+    @property
+    def _imported(self) -> bool:
+        """Whether the class is at hand without importing a package (registered as a
+        class, or its module already imported)."""
+        import sys
+
+        return isinstance(self.model, type) or self.model.partition(":")[0] in sys.modules
+
     @property
     def cls(self) -> type:
         """The model's class (imported on first use when registered by import path)."""
@@ -149,7 +213,8 @@ def trajectory_entry(name: str, cls: type, summary: str, reads) -> ModelEntry:
     :func:`_TrajectoryModel.train`). ``load``: :func:`simsci.train.load_model`.
     """
     model = _TrajectoryModel(name, cls)
-    return ModelEntry(name, summary, reads, cls, model.build, model.train, _load_checkpoint)
+    model.entry = ModelEntry(name, summary, reads, cls, model.build, model.train, _load_checkpoint)
+    return model.entry
 
 
 def _load_checkpoint(path, **kwargs):
@@ -163,6 +228,7 @@ class _TrajectoryModel:
 
     def __init__(self, name: str, cls: type):
         self.name, self.cls = name, cls
+        self.entry: ModelEntry | None = None  # set by trajectory_entry
 
     def build(self, data=None, **kwargs):
         if data is None:
@@ -180,13 +246,15 @@ class _TrajectoryModel:
         train split (validation: ``val_data``, else its split 1); ``--resume`` continues
         ``out/checkpoints/last.pt``. Returns the Trainer's summary."""
         from simsci import data as sdata
-        from simsci.train import TrainConfig, Trainer
+        from simsci.train import TrainConfig, Trainer, seed_everything
 
         self._check_task(task)
-        settings = {**getattr(self.cls, "train_defaults", {}), **dict(config or {})}
-        train_config = TrainConfig.from_dict(settings)
+        train_config = TrainConfig.from_dict(self._settings(config))
+        # the one seeding point of the run: before data, the model's weights, the Trainer
+        seed_everything(train_config.seed)
         out = Path(out)
         traj = sdata.open(data)
+        self._check_data(traj, val_data)
         train_set, val_set = self._datasets(traj, val_data, window, stride)
         model = self._model(traj, out, window, task, model_args, resume)
         trainer = Trainer(
@@ -200,6 +268,45 @@ class _TrajectoryModel:
             extra={"window": window, "data": str(data)},
         )
         return trainer.fit()
+
+    def _settings(self, config) -> dict:
+        """The model's ``train_defaults``, then ``config``. A default evaluation or
+        checkpoint interval (``val_every``, ``checkpoint_every``) longer than a
+        ``max_steps`` that ``config`` sets is cut to it, so a short run still evaluates
+        (and writes best.pt) once, at its end; intervals ``config`` sets are kept."""
+        defaults = dict(getattr(self.cls, "train_defaults", {}))
+        config = dict(config or {})
+        steps = config.get("max_steps")
+        if isinstance(steps, int) and not isinstance(steps, bool) and steps >= 1:
+            for key in ("val_every", "checkpoint_every"):
+                default = defaults.get(key)
+                if key not in config and isinstance(default, int) and default > steps:
+                    defaults[key] = steps
+        return {**defaults, **config}
+
+    def _check_data(self, traj, val_data) -> None:
+        """Before the model is built: a file of a kind the model reads
+        (:meth:`ModelEntry.check_data`), whose fields the model reads hold no inf and no
+        NaN where observed (``simsci.data.check_finite``); the validation file too."""
+        from simsci import data as sdata
+
+        self._check_file(traj)
+        if val_data is not None:
+            val = sdata.open(val_data)
+            try:
+                self._check_file(val)
+            finally:
+                val.close()
+
+    def _check_file(self, traj) -> None:
+        from simsci import data as sdata
+
+        if self.entry is not None:
+            self.entry.check_data(traj)
+        fields = getattr(self.cls, "data_fields", ())
+        present = [f for f in fields if f in traj.step_fields or f in traj.episode_fields]
+        if present:
+            sdata.check_finite(traj, fields=present)
 
     def _check_task(self, task) -> None:
         from simsci.models._series import SeriesModel
@@ -297,10 +404,14 @@ def _train_dynadiff(
     model_args=None, resume=False,
 ) -> dict:  # fmt: skip
     """``simsci train dynadiff`` / ``simsci dynadiff train``: the generator's three stages
-    (each resumes an interrupted run under ``out/<stage>``, with or without ``resume``)."""
+    (each resumes an interrupted run under ``out/<stage>``, with or without ``resume``),
+    seeded first with ``seed`` (default 0)."""
     from simsci.models.dynadiff import train_generator
+    from simsci.train import seed_everything
 
     kwargs = _dynadiff_spec(data, config, val_data, window, stride, task, model_args)
+    # the one seeding point of the run: the generator's weights are drawn when it is built
+    seed_everything(kwargs["seed"])
     train_generator(out_dir=out, **kwargs)
     return {"checkpoint": str(Path(out) / "generator.pt")}
 
@@ -412,10 +523,11 @@ def _train_vectorworld(
     model_args=None, resume=False,
 ) -> dict:  # fmt: skip
     """``simsci train vectorworld``: model args ``tile_steps``, ``vae_steps``,
-    ``npc_steps``, ``npc_roads``; ``max_steps`` sets all three step counts, ``seed``
-    (default 0) and ``progress`` apply. VectorWorld's parts choose their own batches,
-    learning rates and device, and read no validation file, window or task: the other
-    settings are accepted and left unused, as ``simsci train vectorworld`` always did."""
+    ``npc_steps``, ``npc_roads``; ``max_steps`` sets all three step counts (ΔSim's
+    behaviour-cloning collection follows it), ``seed`` (default 0, seeding the whole run)
+    and ``progress`` apply. VectorWorld's parts choose their own batches, learning rates
+    and device, and read no validation file, window or task: the other settings are
+    accepted and left unused, as ``simsci train vectorworld`` always did."""
     from simsci.models.vectorworld import train_vectorworld
 
     extra = dict(model_args or {})

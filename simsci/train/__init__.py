@@ -36,12 +36,26 @@ DistributedDataParallel: ``batch_size`` is PER PROCESS, each step's global batch
 equals a single-process run with the larger batch), validation is sharded and reduced,
 and only rank 0 writes files.
 
+Seeding and the training length
+-------------------------------
+Same seed, same data, same device and thread count: bit-identical results. Every
+training entry calls ``seed_everything(seed)`` once, at its start, before it loads data
+that draws, builds the model and starts the Trainer (a model built before the seed is
+set starts from other weights on every run); ``fit`` seeds again (or restores a resumed
+run's RNG states). ``TrainConfig.max_steps`` is a budget that is honoured: with
+``max_steps`` given and ``epochs`` left at None the epochs are unbounded; without
+``max_steps``, ``epochs`` defaults to 10; with both, the run stops at the first reached,
+and the Trainer warns at the start when ``epochs`` stops the run before ``max_steps``.
+
 Files under ``out_dir``: ``checkpoints/last.pt``, ``checkpoints/best.pt`` (at each new
-best of ``config.monitor``), ``metrics.jsonl``, ``metrics.csv``, ``summary.json``, and
-``tensorboard/`` when asked for. Checkpoints are written atomically and load with
-``torch.load(weights_only=True)``; they hold ``format_version``, the model's import path
-and ``init_args``, model/optimizer/scheduler state, step, epoch, position inside the
-epoch, early-stopping state, the config, every rank's RNG states and the versions.
+best of ``config.monitor``; a run that ends without one -- no validation data, no
+evaluation within its steps, or only non-finite values -- writes its final state there,
+so best.pt exists whenever a run has ended), ``metrics.jsonl``, ``metrics.csv``,
+``summary.json``, and ``tensorboard/`` when asked for. Checkpoints are written atomically
+and load with ``torch.load(weights_only=True)``; they hold ``format_version``, the
+model's import path and ``init_args``, model/optimizer/scheduler state, step, epoch,
+position inside the epoch, early-stopping state, the config, every rank's RNG states and
+the versions.
 ``import_model_class("module:qualname")`` returns the class such an import path names
 (what ``load_model`` rebuilds; wrappers that store their inner module's path use it too);
 ``save_checkpoint(path, payload)`` writes any checkpoint dict atomically.
@@ -59,6 +73,7 @@ from simsci.train._checkpoint import (
 )
 from simsci.train._config import TrainConfig
 from simsci.train._sampler import EpochBatchSampler
+from simsci.train._seed import seed_everything
 from simsci.train._trainer import Trainer, evaluate
 
 __all__ = [
@@ -71,6 +86,7 @@ __all__ = [
     "save_checkpoint",
     "import_model_class",
     "EpochBatchSampler",
+    "seed_everything",
     "CheckpointError",
     "TrainingError",
     "FORMAT_VERSION",

@@ -24,6 +24,8 @@ from simsci.errors import UnknownNameError, unknown_name
 OPTIMIZERS = ("adam", "adamw", "sgd")
 SCHEDULES = ("constant", "cosine", "step", "warmup_cosine")
 MODES = ("min", "max")
+#: the number of epochs of a run given neither ``epochs`` nor ``max_steps``
+DEFAULT_EPOCHS = 10
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,8 +35,15 @@ class TrainConfig:
     Steps count optimisation steps (one per batch). Under DDP, ``batch_size`` is per
     process: one step consumes ``batch_size * world_size`` samples.
 
+    The training length: ``max_steps`` is a step budget that is honoured. ``epochs=None``
+    (the default) means unbounded epochs when ``max_steps`` is given, and 10 epochs when
+    it is not (``TrainConfig().epochs == 10``). With both given the run stops at the
+    first reached, and the Trainer warns at the start when ``epochs`` stops it before
+    ``max_steps``.
+
     The learning rate at step s (0-based) of a run of T planned steps
-    (``min(epochs * steps_per_epoch, max_steps)``) is ``lr * f(s)`` with
+    (``min(epochs * steps_per_epoch, max_steps)``, ``max_steps`` when epochs is None) is
+    ``lr * f(s)`` with
 
     - constant: f = 1
     - cosine: f = (1 + cos(pi * s / T)) / 2
@@ -43,7 +52,7 @@ class TrainConfig:
       (1 + cos(pi * (s - W) / (T - W))) / 2
     """
 
-    epochs: int = 10
+    epochs: int | None = None
     max_steps: int | None = None
     batch_size: int = 32
     lr: float = 1e-3
@@ -71,8 +80,10 @@ class TrainConfig:
     find_unused_parameters: bool = False
 
     def __post_init__(self):
-        _int(self, "epochs", minimum=1)
+        _int(self, "epochs", minimum=1, optional=True)
         _int(self, "max_steps", minimum=1, optional=True)
+        if self.epochs is None and self.max_steps is None:
+            _set(self, "epochs", DEFAULT_EPOCHS)  # no step budget: 10 epochs
         _int(self, "batch_size", minimum=1)
         _float(self, "lr", positive=True)
         _float(self, "weight_decay")

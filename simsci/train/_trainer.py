@@ -3,7 +3,8 @@
 Order of work after optimisation step k (k counts steps done, from 1):
 log row (every ``log_every``) -> epoch roll-over -> evaluation (every ``val_every``, or at
 the end of each epoch) with best.pt on a new best -> last.pt (every ``checkpoint_every``,
-or at each evaluation and epoch end, and always at the end of the run). A checkpoint
+or at each evaluation and epoch end, and always at the end of the run) -> at the end of
+the run, best.pt from the final state when no evaluation named a best. A checkpoint
 therefore holds everything up to and including step k, and a resumed run continues at
 step k + 1 exactly as an uninterrupted run would.
 
@@ -413,8 +414,7 @@ class Trainer:
                 generator=self._val_gen,
                 **workers,
             )
-        total = c.epochs * self.steps_per_epoch
-        self.total_steps = total if c.max_steps is None else min(total, c.max_steps)
+        self.total_steps = self._planned_steps()
         groups = parameter_groups(self.model)
         self._params = [p for g in groups for p in g["params"]]
         self.optimizer = build_optimizer(c, groups)
@@ -427,10 +427,15 @@ class Trainer:
                 else self.total_steps // self.steps_per_epoch
             )
             if evals == 0:
+                every = (
+                    f"val_every={c.val_every}"
+                    if c.val_every is not None
+                    else f"at each epoch end, {self.steps_per_epoch} steps"
+                )
                 warnings.warn(
-                    f"val_data is given but this run of {self.total_steps} steps never "
-                    f"evaluates (val_every={c.val_every}, {self.steps_per_epoch} steps per "
-                    "epoch); set val_every to a smaller number of steps",
+                    f"this run of {self.total_steps} steps never evaluates on its validation "
+                    f"data ({every}): set val_every to at most {self.total_steps} steps; "
+                    "without an evaluation best.pt holds the run's final state",
                     stacklevel=3,
                 )
 
@@ -444,6 +449,26 @@ class Trainer:
         self.last_val: dict | None = None
         self.resumed_from: str | None = None
         self._rng_state = None
+
+    def _planned_steps(self) -> int:
+        """The run's length in steps: ``min(epochs * steps_per_epoch, max_steps)``, or
+        ``max_steps`` when epochs is None (unbounded); warns when ``epochs`` ends the run
+        before the ``max_steps`` budget."""
+        c, spe = self.config, self.steps_per_epoch
+        if c.epochs is None:
+            return c.max_steps
+        by_epochs = c.epochs * spe
+        if c.max_steps is None:
+            return by_epochs
+        if by_epochs < c.max_steps and self.dist.is_main:
+            warnings.warn(
+                f"epochs={c.epochs} ({spe} steps each) stops this run at step {by_epochs}, "
+                f"before max_steps={c.max_steps}; to train {c.max_steps} steps drop epochs "
+                f"(with max_steps given, epochs are unbounded by default) or set epochs >= "
+                f"{math.ceil(c.max_steps / spe)}",
+                stacklevel=4,
+            )
+        return min(by_epochs, c.max_steps)
 
     def _load(self, path: Path) -> None:
         c, d = self.config, self.dist
@@ -612,7 +637,7 @@ class Trainer:
         c = self.config
         return (
             bool(self.es["stopped"])
-            or self.epoch >= c.epochs
+            or (c.epochs is not None and self.epoch >= c.epochs)
             or (c.max_steps is not None and self.step >= c.max_steps)
         )
 
@@ -715,6 +740,11 @@ class Trainer:
         )
         if due or done:
             self._save(self.last_path)
+        if done and self.es["best"] is None:
+            # no validation named a best (none given, none within the run's steps, or
+            # only non-finite values): best.pt holds the final state, so it exists
+            # whenever a run has ended; a later evaluation with a best replaces it
+            self._save(self.best_path)
         return done
 
     def _write(self, row: dict) -> None:
@@ -804,6 +834,8 @@ class Trainer:
             "monitor": c.monitor,
             "best_metric": self.es["best"],
             "best_step": self.es["best_step"],
+            # best.pt: the best evaluation, or the final state when none named a best
+            "best_from": "validation" if self.es["best"] is not None else "final_state",
             "stopped_early": bool(self.es["stopped"]),
             "last_train": self.last_train,
             "last_val": self.last_val,
@@ -814,7 +846,7 @@ class Trainer:
             "paths": {
                 "out_dir": str(self.out_dir),
                 "last_checkpoint": str(self.last_path),
-                "best_checkpoint": str(self.best_path) if self.es["best"] is not None else None,
+                "best_checkpoint": str(self.best_path),
                 "metrics_csv": str(self.out_dir / "metrics.csv"),
                 "metrics_jsonl": str(self.out_dir / "metrics.jsonl"),
                 "tensorboard": str(self.out_dir / "tensorboard") if c.tensorboard else None,

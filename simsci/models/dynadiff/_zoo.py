@@ -422,7 +422,13 @@ def build_zoo(
     ``vmapped=False`` trains the experts one at a time (same losses, same result up to
     floating point; for the throughput benchmark). ``run_dir`` holds the training runs
     (checkpoints, metrics; default ``<out>.runs``): an interrupted build resumes there.
+
+    Seeded once, first (``simsci.train.seed_everything(seed)``): the same seed and data
+    give the same zoo, bit for bit (same device and thread count).
     """
+    from simsci.train import seed_everything
+
+    seed = seed_everything(seed)
     env, train, val_episodes = _zoo_environments(data, val)
     spec, window, batch_size = _zoo_spec(env, train, spec, window, batch_size)
     C = train.state_shape[-1]

@@ -27,6 +27,7 @@ differentiable-simulation fine-tuning is done here.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -434,21 +435,49 @@ def bc_report(model: DeltaSim, dataset: BCDataset, batch_size: int = 4096) -> di
     }
 
 
+#: behaviour-cloning collection of :func:`train_delta_sim` without a step budget:
+#: collection steps (train, validation) and scenes
+BC_COLLECTION = (3000, 600, 16)
+#: the least collection of a budgeted run (train steps, validation steps, scenes): past
+#: the warm-up of 20 steps, enough samples for a few batches
+BC_MIN_COLLECTION = (40, 30, 4)
+
+
+def collection_budget(max_steps, steps=None, val_steps=None, n_scenes=None):
+    """The behaviour-cloning collection ``(steps, val_steps, n_scenes)`` of
+    :func:`train_delta_sim`; the arguments given are kept. Without ``max_steps``:
+    ``BC_COLLECTION``. With it, the collection follows the training budget: two
+    collection steps per optimisation step (the default run's 3000 per 1500), a fifth of
+    that for validation, ``max_steps // 10`` scenes, each between ``BC_MIN_COLLECTION``
+    and ``BC_COLLECTION`` -- a run of a few steps collects seconds of traffic."""
+    full_train, full_val, full_scenes = BC_COLLECTION
+    low_train, low_val, low_scenes = BC_MIN_COLLECTION
+    if max_steps is None:
+        auto = BC_COLLECTION
+    else:
+        train = min(full_train, max(low_train, 2 * int(max_steps)))
+        val = min(full_val, max(low_val, train // 5))
+        scenes = min(full_scenes, max(low_scenes, int(max_steps) // 10))
+        auto = (train, val, scenes)
+    given = (steps, val_steps, n_scenes)
+    return tuple(a if g is None else int(g) for a, g in zip(auto, given))
+
+
 def train_delta_sim(
     out_dir,
     *,
     road_seeds: Sequence[int] = (0, 1, 2, 3, 4, 5),
     val_road_seeds: Sequence[int] = (1000, 1001),
     road_length=(2000.0, 5000.0),
-    n_scenes: int = 16,
-    steps: int = 3000,
-    val_steps: int = 600,
+    n_scenes: int | None = None,
+    steps: int | None = None,
+    val_steps: int | None = None,
     every: int = 2,
     seed: int = 0,
     hidden: int = 256,
     depth: int = 3,
     beta: float = 20.0,
-    epochs: int = 8,
+    epochs: int | None = None,
     batch_size: int = 512,
     lr: float = 2e-3,
     max_steps: int | None = None,
@@ -461,9 +490,21 @@ def train_delta_sim(
     reuse ``out_dir/data/*.pt`` -- and train a :class:`DeltaSim` with
     :class:`simsci.train.Trainer` (cosine lr, gradient clipping 1, checkpoints under
     ``out_dir/checkpoints``, resumable). Returns the trainer summary, the paths and the
-    :func:`bc_report` of the best checkpoint on the validation data."""
+    :func:`bc_report` of the best checkpoint on the validation data.
+
+    The budgets: ``steps`` / ``val_steps`` are the collection steps of the training /
+    validation traffic and ``n_scenes`` its scenes (:func:`collect_bc`), ``max_steps``
+    the optimisation steps. Unless given, the collection follows the training budget
+    (:func:`collection_budget`): 3000 / 600 steps of 16 scenes without ``max_steps``,
+    a few dozen steps of 4 scenes for a run of a few steps (seconds, not minutes).
+    ``epochs`` (default None): 8 without ``max_steps``, unbounded with it (the step
+    budget is honoured); a run shorter than an epoch evaluates once, at its end. The
+    Trainer writes best.pt however short the run."""
     from simsci.train import TrainConfig, Trainer, load_model
 
+    steps, val_steps, n_scenes = collection_budget(max_steps, steps, val_steps, n_scenes)
+    if epochs is None and max_steps is None:
+        epochs = 8
     out = Path(out_dir)
     (out / "data").mkdir(parents=True, exist_ok=True)
     sets = {}
@@ -483,10 +524,13 @@ def train_delta_sim(
         sets[split] = ds
     model = DeltaSim(hidden=hidden, depth=depth, shaping=True, beta=beta)
     model.set_normalisation(sets["train"].data["x"])
+    per_epoch = math.ceil(len(sets["train"]) / batch_size)
+    short = max_steps is not None and max_steps < per_epoch  # ends before an epoch does
     cfg = TrainConfig(
         epochs=epochs, max_steps=max_steps, batch_size=batch_size, lr=lr, schedule="cosine",
-        grad_clip=1.0, device="cpu", progress=progress, log_every=log_every, seed=seed,
-        monitor="val_loss",
+        grad_clip=1.0, device="cpu", progress=progress, seed=seed, monitor="val_loss",
+        log_every=min(log_every, max_steps or log_every),
+        val_every=max_steps if short else None,
     )  # fmt: skip
     extra = {"train_data": sets["train"].info, "val_data": sets["val"].info}
     trainer = Trainer(

@@ -164,6 +164,18 @@ def _best(run_dir: Path) -> Path:
     raise FileNotFoundError(f"no checkpoint under {ckpt}")
 
 
+def _short_run(train, steps, kwargs) -> dict:
+    """``kwargs`` of a part's ``train`` with its default ``val_every`` cut to ``steps``
+    when longer (a run shorter than one interval evaluates once, at its end)."""
+    import inspect
+
+    kwargs = dict(kwargs or {})
+    default = inspect.signature(train).parameters["val_every"].default
+    if "val_every" not in kwargs and isinstance(default, int) and default > int(steps):
+        kwargs["val_every"] = max(1, int(steps))
+    return kwargs
+
+
 def train_vectorworld(
     data,
     out,
@@ -180,14 +192,24 @@ def train_vectorworld(
     progress: bool = False,
 ) -> Path:
     """Train the three parts on the scene file ``data``; writes the VectorWorld directory
-    ``out`` (parts' training runs under ``out/runs/{tiles,vae,npc}``) and returns it."""
+    ``out`` (parts' training runs under ``out/runs/{tiles,vae,npc}``) and returns it.
+
+    Seeded once, first (``simsci.train.seed_everything(seed)``): the same seed and file
+    give the same world. The step counts are budgets every part keeps: an evaluation
+    interval longer than a part's steps is cut to them (the part evaluates once, at its
+    end), ΔSim's behaviour-cloning collection follows ``npc_steps``
+    (:func:`._bc.collection_budget`), and every part ends with a best.pt, so a run of a
+    few steps finishes in seconds with a loadable world."""
     from simsci import data as sdata
     from simsci.models.vectorworld._bc import train_delta_sim
     from simsci.models.vectorworld._outpaint import train_tile_generator
     from simsci.models.vectorworld._tokens import check_scene_layout
     from simsci.models.vectorworld._vae import train_vae
-    from simsci.train import load_model
+    from simsci.train import load_model, seed_everything
 
+    seed = seed_everything(seed)
+    tiles_kwargs = _short_run(train_tile_generator, tile_steps, tiles_kwargs)
+    vae_kwargs = _short_run(train_vae, vae_steps, vae_kwargs)
     out = Path(out)
     runs = out / "runs"
     ds = sdata.open(data)
