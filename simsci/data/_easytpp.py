@@ -553,62 +553,87 @@ class _Counts:
 
 def _sequence(part: _Part, i: int, raw, opts, counts: _Counts):
     """Checked (t, mark) of sequence ``i`` of ``part``; None when it is skipped."""
-    path, split, K = part.path, part.split, part.K
+    path, split = part.path, part.split
     times, gaps, types = raw
     if len(times) == 0:
-        if opts["skip_empty"]:
-            counts.empty_skipped += 1
-            return None
-        raise _error(
-            path,
-            "import-empty",
-            "holds no events; an empty sequence carries nothing for a point-process model "
-            "and usually means a broken export -- pass skip_empty=True to leave such "
-            "sequences out",
-            seq=i,
-            split=split,
-        )
+        return _empty_sequence(part, i, opts, counts)
     t = _numbers(path, times, integer=False, key=_T, seq=i, split=split)
     m = _numbers(path, types, integer=True, key=_TYPE, seq=i, split=split)
+    _check_marks(part, i, m)
+    d = _check_times(part, i, t)
+    _check_gaps(part, i, gaps, t, d, opts, counts)
+    t, m = _resolve_ties(part, i, t, m, d, opts, counts)
+    return _cap_length(part, i, t, m, opts, counts)
+
+
+def _empty_sequence(part: _Part, i: int, opts, counts: _Counts) -> None:
+    """An empty sequence: counted and skipped with skip_empty, else an error."""
+    if opts["skip_empty"]:
+        counts.empty_skipped += 1
+        return None
+    raise _error(
+        part.path,
+        "import-empty",
+        "holds no events; an empty sequence carries nothing for a point-process model "
+        "and usually means a broken export -- pass skip_empty=True to leave such "
+        "sequences out",
+        seq=i,
+        split=part.split,
+    )
+
+
+def _check_marks(part: _Part, i: int, m: np.ndarray) -> None:
+    """Every event type lies in 0..K-1."""
+    K = part.K
     bad = (m < 0) | (m >= K)
     if bad.any():
         j = int(np.argmax(bad))
         raise _error(
-            path,
+            part.path,
             "import-mark",
             f"type_event = {int(m[j])} lies outside 0..{K - 1} (dim_process = {K}); fix "
             "dim_process or the event types (EasyTPP numbers types from 0)",
             seq=i,
             event=j,
-            split=split,
+            split=part.split,
             field=_TYPE,
         )
+
+
+def _check_times(part: _Part, i: int, t: np.ndarray) -> np.ndarray:
+    """Finite, non-decreasing times; returns their differences."""
     finite = np.isfinite(t)
     if not finite.all():
         j = int(np.argmax(~finite))
         raise _error(
-            path,
+            part.path,
             "import-time",
             f"time_since_start = {t[j]} is not finite; event times must be finite",
             seq=i,
             event=j,
-            split=split,
+            split=part.split,
             field=_T,
         )
     d = np.diff(t)
     if (d < 0).any():
         j = int(np.argmax(d < 0)) + 1
         raise _error(
-            path,
+            part.path,
             "import-time",
             f"time_since_start = {float(t[j])!r} is before the previous event's "
             f"{float(t[j - 1])!r}; event times must increase (sort the events, or fix the "
             "export)",
             seq=i,
             event=j,
-            split=split,
+            split=part.split,
             field=_T,
         )
+    return d
+
+
+def _check_gaps(part: _Part, i: int, gaps, t: np.ndarray, d: np.ndarray, opts, counts):
+    """time_since_last_event vs. the differences ``d``: an error (check_gaps) or counted."""
+    path, split = part.path, part.split
     g = None
     if gaps is not None and len(t) > 1:
         try:
@@ -639,61 +664,74 @@ def _sequence(part: _Part, i: int, raw, opts, counts: _Counts):
                 )
             counts.gap_sequences += 1
             counts.gap_events += int(off.sum())
+
+
+def _resolve_ties(part: _Part, i: int, t, m, d, opts, counts: _Counts):
+    """Equal consecutive times by the ``ties`` policy: an error, dropped or jittered."""
     tie = d == 0
-    if tie.any():
-        ties = opts["ties"]
-        if ties == "error":
-            j = int(np.argmax(tie)) + 1
-            raise _error(
-                path,
-                "import-time",
-                f"time_since_start = {float(t[j])!r} equals the previous event's; the format needs "
-                f"strictly increasing times ({int(tie.sum())} tie(s) in this sequence). "
-                "Pass ties='drop' to keep the first of equal times or ties='jitter' to "
-                "separate them by a tiny step",
-                seq=i,
-                event=j,
-                split=split,
-                field=_T,
-            )
-        counts.tie_sequences += 1
-        counts.tied_events += int(tie.sum())
-        start = np.concatenate([[True], ~tie])
-        if ties == "drop":
-            t, m = t[start], m[start]
-        else:
-            first = np.flatnonzero(start)
-            rank = np.arange(len(t)) - first[np.cumsum(start) - 1]
-            eps = max(
-                JITTER_RELATIVE * float(t[-1] - t[0]),
-                JITTER_ABSOLUTE,
-                4.0 * float(np.spacing(np.abs(t).max())),
-            )
-            moved = t + rank * eps
-            if not (np.diff(moved) > 0).all():
-                j = int(np.argmax(np.diff(moved) <= 0)) + 1
-                raise _error(
-                    path,
-                    "import-time",
-                    f"ties='jitter' cannot separate the equal times before t = {float(t[j])!r} "
-                    f"with a step of {eps:.3g} without reaching the next event; use "
-                    "ties='drop'",
-                    seq=i,
-                    event=j,
-                    split=split,
-                    field=_T,
-                )
-            t = moved
+    if not tie.any():
+        return t, m
+    ties = opts["ties"]
+    if ties == "error":
+        j = int(np.argmax(tie)) + 1
+        raise _error(
+            part.path,
+            "import-time",
+            f"time_since_start = {float(t[j])!r} equals the previous event's; the format needs "
+            f"strictly increasing times ({int(tie.sum())} tie(s) in this sequence). "
+            "Pass ties='drop' to keep the first of equal times or ties='jitter' to "
+            "separate them by a tiny step",
+            seq=i,
+            event=j,
+            split=part.split,
+            field=_T,
+        )
+    counts.tie_sequences += 1
+    counts.tied_events += int(tie.sum())
+    start = np.concatenate([[True], ~tie])
+    if ties == "drop":
+        return t[start], m[start]
+    return _jitter(part, i, t, start), m
+
+
+def _jitter(part: _Part, i: int, t: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """ties="jitter": the k-th repeat of a time moved by k * eps (not past the next)."""
+    first = np.flatnonzero(start)
+    rank = np.arange(len(t)) - first[np.cumsum(start) - 1]
+    eps = max(
+        JITTER_RELATIVE * float(t[-1] - t[0]),
+        JITTER_ABSOLUTE,
+        4.0 * float(np.spacing(np.abs(t).max())),
+    )
+    moved = t + rank * eps
+    if not (np.diff(moved) > 0).all():
+        j = int(np.argmax(np.diff(moved) <= 0)) + 1
+        raise _error(
+            part.path,
+            "import-time",
+            f"ties='jitter' cannot separate the equal times before t = {float(t[j])!r} "
+            f"with a step of {eps:.3g} without reaching the next event; use "
+            "ties='drop'",
+            seq=i,
+            event=j,
+            split=part.split,
+            field=_T,
+        )
+    return moved
+
+
+def _cap_length(part: _Part, i: int, t, m, opts, counts: _Counts):
+    """The ``max_events`` cap: an error, or the first events kept with truncate."""
     cap = opts["max_events"]
     if cap is not None and len(t) > cap:
         if not opts["truncate"]:
             raise _error(
-                path,
+                part.path,
                 "import-length",
                 f"has {len(t)} events, more than max_events = {cap}; pass truncate=True to "
                 f"keep the first {cap} events, or raise max_events",
                 seq=i,
-                split=split,
+                split=part.split,
             )
         counts.truncated_sequences += 1
         counts.truncated_events += len(t) - cap
@@ -747,17 +785,51 @@ def import_easytpp(
     src = Path(src)
     dst = check_parent_dir(dst)
     files = _find_files(src)
+    _check_not_dst(files, dst)
+    parts = _read_parts(files, check_gaps)
+    K = _common_dim(parts, src)
+    opts = {
+        "ties": ties,
+        "skip_empty": bool(skip_empty),
+        "max_events": max_events,
+        "truncate": bool(truncate),
+        "check_gaps": bool(check_gaps),
+    }
+    counts = _Counts()
+    episodes, files_meta = _convert(parts, opts, counts)
+    if not episodes:
+        raise _error(
+            src,
+            "import-empty",
+            f"holds no non-empty sequence to import ({counts.empty_skipped} empty skipped)",
+        )
+    with_split = all(p.split is not None for p in parts)
+    meta = _import_meta(src, parts, files_meta, episodes, K, opts, counts, with_split)
+    return _write_events(src, dst, meta, K, episodes, with_split, compression)
+
+
+def _check_not_dst(files, dst: Path) -> None:
+    """No source file is ``dst`` itself."""
     for path, _ in files:
         if dst.exists() and path.resolve() == dst.resolve():
             raise ValueError(
                 f"src and dst are the same file {str(dst)!r}; write the import to another path"
             )
+
+
+def _read_parts(files, check_gaps: bool) -> list[_Part]:
+    """Every split of every source file, read and checked, in file order."""
     parts: list[_Part] = []
     for path, layout in files:
         if layout == "pickle":
             parts.extend(_read_pickle(path, check_gaps))
         else:
             parts.extend(_read_json(path, layout, check_gaps))
+    return parts
+
+
+def _common_dim(parts: list[_Part], src: Path) -> int:
+    """The one dim_process K of all parts (set on each); parts sorted train, dev, test."""
     K = None
     for part in parts:
         if not part.sequences and part.K == 0:  # an empty JSON list: no dim_process
@@ -776,15 +848,11 @@ def import_easytpp(
     for part in parts:
         part.K = K
     parts.sort(key=lambda p: SPLIT_IDS.get(p.split, 3))
+    return K
 
-    opts = {
-        "ties": ties,
-        "skip_empty": bool(skip_empty),
-        "max_events": max_events,
-        "truncate": bool(truncate),
-        "check_gaps": bool(check_gaps),
-    }
-    counts = _Counts()
+
+def _convert(parts: list[_Part], opts, counts: _Counts):
+    """Every kept sequence as (split, source_index, t, mark), and each part's file meta."""
     episodes = []  # (split, source_index, t, mark)
     files_meta = []
     for part in parts:
@@ -805,21 +873,17 @@ def import_easytpp(
                 "episodes_written": kept,
             }
         )
-    if not episodes:
-        raise _error(
-            src,
-            "import-empty",
-            f"holds no non-empty sequence to import ({counts.empty_skipped} empty skipped)",
-        )
+    return episodes, files_meta
 
+
+def _import_meta(src: Path, parts, files_meta, episodes, K: int, opts, counts, with_split):
+    """The output file's meta: the source, the import policies and their counts."""
     layouts = sorted({p.layout for p in parts})
-    name = src.resolve().name if src.is_dir() else (src.resolve().parent.name or src.stem)
-    with_split = all(p.split is not None for p in parts)
     split_counts = {"train": 0, "val": 0, "test": 0}
     for split, *_ in episodes:
         if split is not None:
             split_counts[{"train": "train", "dev": "val", "test": "test"}[split]] += 1
-    meta = {
+    return {
         "generator": "simsci.data.import_easytpp",
         "simsci_version": __version__,
         "source": {
@@ -832,35 +896,45 @@ def import_easytpp(
             "sequences": sum(f["sequences"] for f in files_meta),
             "events": sum(f["events"] for f in files_meta),
         },
-        "import": {
-            "ties": {
-                "policy": ties,
-                "sequences": counts.tie_sequences,
-                "events": counts.tied_events,
-                **(
-                    {"jitter_relative": JITTER_RELATIVE, "jitter_absolute": JITTER_ABSOLUTE}
-                    if ties == "jitter"
-                    else {}
-                ),
-            },
-            "gaps": {
-                "checked": bool(check_gaps),
-                "rtol": GAP_RTOL,
-                "disagreeing_sequences": counts.gap_sequences,
-                "disagreeing_events": counts.gap_events,
-                "sequences_without_gaps": counts.gaps_missing,
-            },
-            "skip_empty": bool(skip_empty),
-            "empty_skipped": counts.empty_skipped,
-            "max_events": max_events,
-            "truncate": bool(truncate),
-            "truncated_sequences": counts.truncated_sequences,
-            "truncated_events": counts.truncated_events,
-        },
+        "import": _policy_meta(opts, counts),
         "episodes": len(episodes),
         "events": int(sum(len(e[2]) for e in episodes)),
         "split": split_counts if with_split else None,
     }
+
+
+def _policy_meta(opts, counts: _Counts) -> dict:
+    """meta["import"]: each policy (ties, gaps, empty, length) and what it did."""
+    return {
+        "ties": {
+            "policy": opts["ties"],
+            "sequences": counts.tie_sequences,
+            "events": counts.tied_events,
+            **(
+                {"jitter_relative": JITTER_RELATIVE, "jitter_absolute": JITTER_ABSOLUTE}
+                if opts["ties"] == "jitter"
+                else {}
+            ),
+        },
+        "gaps": {
+            "checked": opts["check_gaps"],
+            "rtol": GAP_RTOL,
+            "disagreeing_sequences": counts.gap_sequences,
+            "disagreeing_events": counts.gap_events,
+            "sequences_without_gaps": counts.gaps_missing,
+        },
+        "skip_empty": opts["skip_empty"],
+        "empty_skipped": counts.empty_skipped,
+        "max_events": opts["max_events"],
+        "truncate": opts["truncate"],
+        "truncated_sequences": counts.truncated_sequences,
+        "truncated_events": counts.truncated_events,
+    }
+
+
+def _write_events(src: Path, dst: Path, meta, K: int, episodes, with_split, compression):
+    """Write the episodes to ``dst`` (kind="events", system "easytpp:<source name>")."""
+    name = src.resolve().name if src.is_dir() else (src.resolve().parent.name or src.stem)
     with TrajectoryWriter(
         dst,
         kind="events",

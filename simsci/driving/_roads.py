@@ -252,6 +252,11 @@ def _config(length, config, options) -> RoadConfig:
 # ----------------------------------------------------------------------------- network
 
 
+def _invalid(msg: str):
+    """Raise the ValueError of a broken RoadNetwork rule."""
+    raise ValueError(f"RoadNetwork.validate: {msg}")
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class RoadNetwork:
     """One road network of ``L`` lane segments (numpy arrays; see the module docstring).
@@ -372,20 +377,31 @@ class RoadNetwork:
         to the polylines' arc length, spacing <= 1.0 m, successors starting where their
         predecessor ends, conflicts on their lanes, and the route being a successor chain.
         """
+        self._check_dtypes()
+        self._check_shapes()
+        self._check_values()
+        self._check_ids()
+        self._check_links()
+        self._check_geometry()
+        self._check_conflicts()
+        self._check_route()
+        return self
 
-        def fail(msg):
-            raise ValueError(f"RoadNetwork.validate: {msg}")
-
+    def _check_dtypes(self) -> None:
+        """Every array field is a numpy array of its contract dtype."""
         for name, dt in _ARRAY_FIELDS.items():
             a = getattr(self, name)
             if not isinstance(a, np.ndarray) or a.dtype != dt:
-                fail(
+                _invalid(
                     f"{name} must be a numpy {np.dtype(dt).name} array, got {type(a).__name__}"
                     f"{'' if not isinstance(a, np.ndarray) else ' of ' + str(a.dtype)}"
                 )
+
+    def _check_shapes(self) -> None:
+        """Shapes agree with (L, P) and K; a non-empty route; num_points in [2, P]."""
         n_l = self.points.shape[0]
         if self.points.ndim != 3 or self.points.shape[2] != 2 or n_l < 1:
-            fail(f"points must have shape (L >= 1, P, 2), got {self.points.shape}")
+            _invalid(f"points must have shape (L >= 1, P, 2), got {self.points.shape}")
         n_p = self.points.shape[1]
         for name in (
             "num_points",
@@ -399,43 +415,50 @@ class RoadNetwork:
             "priority",
         ):
             if getattr(self, name).shape != (n_l,):
-                fail(f"{name} must have shape ({n_l},), got {getattr(self, name).shape}")
+                _invalid(f"{name} must have shape ({n_l},), got {getattr(self, name).shape}")
         for name in ("pred", "succ"):
             a = getattr(self, name)
             if a.ndim != 2 or a.shape[0] != n_l:
-                fail(f"{name} must have shape ({n_l}, 4), got {a.shape}")
+                _invalid(f"{name} must have shape ({n_l}, 4), got {a.shape}")
         k = self.conflict_lanes.shape[0]
         for name in ("conflict_lanes", "conflict_s", "conflict_xy"):
             if getattr(self, name).shape != (k, 2):
-                fail(f"{name} must have shape ({k}, 2), got {getattr(self, name).shape}")
+                _invalid(f"{name} must have shape ({k}, 2), got {getattr(self, name).shape}")
         if self.route.ndim != 1 or len(self.route) < 1:
-            fail(f"route must be a non-empty 1-D array, got shape {self.route.shape}")
+            _invalid(f"route must be a non-empty 1-D array, got shape {self.route.shape}")
         npt = self.num_points
         if np.any(npt < 2) or np.any(npt > n_p):
             bad = int(np.flatnonzero((npt < 2) | (npt > n_p))[0])
-            fail(f"num_points[{bad}] = {npt[bad]} must be in [2, {n_p}]")
+            _invalid(f"num_points[{bad}] = {npt[bad]} must be in [2, {n_p}]")
+
+    def _check_values(self) -> None:
+        """Finite coordinates, positive widths and speed limits, valid kinds and ends."""
         for name in ("points", "length", "width", "speed_limit", "conflict_s", "conflict_xy"):
             a = getattr(self, name)
             if not np.all(np.isfinite(a)):
                 idx = np.argwhere(~np.isfinite(a))[0]
-                fail(
+                _invalid(
                     f"{name} has a non-finite value at index {tuple(int(i) for i in idx)}; "
                     f"every coordinate must be finite"
                 )
         for name in ("width", "speed_limit"):
             if np.any(getattr(self, name) <= 0):
-                fail(f"{name} must be > 0, lane {int(np.argmin(getattr(self, name)))} is not")
+                _invalid(f"{name} must be > 0, lane {int(np.argmin(getattr(self, name)))} is not")
         for name, names in (("kind", LANE_KINDS), ("end", LANE_ENDS)):
             a = getattr(self, name)
             if np.any((a < 0) | (a >= len(names))):
                 bad = int(np.flatnonzero((a < 0) | (a >= len(names)))[0])
-                fail(f"{name}[{bad}] = {a[bad]} is not an index into {names}")
+                _invalid(f"{name}[{bad}] = {a[bad]} is not an index into {names}")
+
+    def _check_ids(self) -> None:
+        """Lane ids in range; pred/succ ids packed first and not repeated."""
+        n_l = self.points.shape[0]
         for name in ("pred", "succ", "left", "right", "conflict_lanes", "route"):
             a = getattr(self, name)
             lo = 0 if name in ("conflict_lanes", "route") else -1
             if np.any((a < lo) | (a >= n_l)):
                 idx = np.argwhere((a < lo) | (a >= n_l))[0]
-                fail(
+                _invalid(
                     f"{name}{list(int(i) for i in idx)} = {a[tuple(idx)]} is a dangling lane "
                     f"id; ids must be in [{lo}, {n_l})"
                 )
@@ -444,12 +467,14 @@ class RoadNetwork:
             valid = a >= 0
             if np.any(valid[:, 1:] & ~valid[:, :-1]):
                 bad = int(np.flatnonzero(np.any(valid[:, 1:] & ~valid[:, :-1], axis=1))[0])
-                fail(f"{name}[{bad}] = {a[bad].tolist()}: ids must come first, then -1 padding")
+                _invalid(f"{name}[{bad}] = {a[bad].tolist()}: ids must come first, then -1 padding")
             srt = np.sort(np.where(valid, a, -1 - np.arange(a.shape[1])), axis=1)
             if np.any(srt[:, 1:] == srt[:, :-1]):
                 bad = int(np.flatnonzero(np.any(srt[:, 1:] == srt[:, :-1], axis=1))[0])
-                fail(f"{name}[{bad}] = {a[bad].tolist()} repeats a lane id")
-        # pred / succ symmetry
+                _invalid(f"{name}[{bad}] = {a[bad].tolist()} repeats a lane id")
+
+    def _check_links(self) -> None:
+        """pred/succ and left/right symmetric; ``end`` is 'continues' iff successors."""
         ls, cs = np.nonzero(self.succ >= 0)
         fwd = set(zip(ls.tolist(), self.succ[ls, cs].tolist()))
         lp, cp = np.nonzero(self.pred >= 0)
@@ -457,11 +482,11 @@ class RoadNetwork:
         if fwd != bwd:
             a, b = min(fwd - bwd) if fwd - bwd else min(bwd - fwd)
             if (a, b) in fwd:
-                fail(
+                _invalid(
                     f"lane {a} lists successor {b} but lane {b} does not list {a} as a "
                     f"predecessor; pred and succ must be symmetric"
                 )
-            fail(
+            _invalid(
                 f"lane {b} lists predecessor {a} but lane {a} does not list {b} as a "
                 f"successor; pred and succ must be symmetric"
             )
@@ -471,7 +496,7 @@ class RoadNetwork:
             bad = idx[(o[a[idx]] != idx) | (a[idx] == idx)]
             if len(bad):
                 i = int(bad[0])
-                fail(
+                _invalid(
                     f"{name}[{i}] = {a[i]} but {other}[{a[i]}] = {o[a[i]]}; neighbours must be "
                     f"symmetric (and not the lane itself)"
                 )
@@ -479,55 +504,65 @@ class RoadNetwork:
         bad = np.flatnonzero(has_succ != (self.end == _CONTINUES))
         if len(bad):
             i = int(bad[0])
-            fail(
+            _invalid(
                 f"lane {i} has end={LANE_ENDS[self.end[i]]!r} but "
                 f"{'has' if has_succ[i] else 'no'} successors; 'continues' iff successors"
             )
-        # geometry
+
+    def _check_geometry(self) -> None:
+        """Point spacing, lengths equal to the polylines', successors start where lanes end."""
+        n_l, n_p = self.points.shape[:2]
+        npt = self.num_points
         idx = np.arange(n_p)
         mask = idx[None, :] < npt[:, None] - 1
         d = np.diff(self.points, axis=1)
         chord = np.hypot(d[..., 0], d[..., 1]) * mask[:, : n_p - 1]
         if np.any(chord > MAX_SPACING + 1e-9):
             i = int(np.argmax(chord.max(axis=1)))
-            fail(
+            _invalid(
                 f"lane {i} has a point spacing of {chord[i].max():.6g} m; at most "
                 f"{MAX_SPACING} m is allowed"
             )
         arc = chord.sum(axis=1)
         if not np.allclose(arc, self.length, rtol=1e-6, atol=1e-6):
             i = int(np.argmax(np.abs(arc - self.length)))
-            fail(f"length[{i}] = {self.length[i]:.6g} but its polyline is {arc[i]:.6g} m long")
+            _invalid(f"length[{i}] = {self.length[i]:.6g} but its polyline is {arc[i]:.6g} m long")
         first = self.points[:, 0]
         last = self.points[np.arange(n_l), npt - 1]
+        ls, cs = np.nonzero(self.succ >= 0)
         if ls.size:
             b = self.succ[ls, cs]
             gap = np.hypot(*(first[b] - last[ls]).T)
             if np.any(gap > 1e-6):
                 j = int(np.argmax(gap))
-                fail(
+                _invalid(
                     f"lane {ls[j]} ends {gap[j]:.3g} m away from the start of its successor "
                     f"{b[j]}; a successor must start where its predecessor ends"
                 )
-        for j in range(k):
+
+    def _check_conflicts(self) -> None:
+        """Each conflict's arc lengths lie on its lanes, at its point."""
+        for j in range(self.conflict_lanes.shape[0]):
             for c in range(2):
                 lane, s = int(self.conflict_lanes[j, c]), float(self.conflict_s[j, c])
                 if not -1e-6 <= s <= self.length[lane] + 1e-6:
-                    fail(
+                    _invalid(
                         f"conflict {j}: s = {s:.6g} outside lane {lane} (length "
                         f"{self.length[lane]:.6g})"
                     )
                 p = geo.point_at(self.lane_polyline(lane), s)
                 if np.hypot(*(p - self.conflict_xy[j])) > 0.05:
-                    fail(
+                    _invalid(
                         f"conflict {j}: the point at s = {s:.6g} on lane {lane} is "
                         f"{np.hypot(*(p - self.conflict_xy[j])):.3g} m from conflict_xy"
                     )
+
+    def _check_route(self) -> None:
+        """The route is a chain of successors."""
         r = self.route
         for a, b in zip(r[:-1].tolist(), r[1:].tolist()):
             if b not in self.succ[a]:
-                fail(f"route goes from lane {a} to {b}, which is not one of its successors")
-        return self
+                _invalid(f"route goes from lane {a} to {b}, which is not one of its successors")
 
 
 # ----------------------------------------------------------------------------- building
@@ -1060,8 +1095,29 @@ class _Generator(_Builder):
 
     def roundabout(self, st):
         """A single-lane counter-clockwise ring with 3-4 arms; needs 1 lane per direction."""
+        ring = self.ring_layout(st)
+        if ring is None:
+            return None
+        inc, out, stub_out, stub_in = self.ring_arms(st, ring)
+        marks = _ring_marks(ring, inc, out)
+        starting, ending, arcs = self.ring_arcs(ring, marks)
+        entry_of, exit_of, conns = self.ring_connectors(ring, marks, inc, out, starting, ending)
+        self.add_crossings(conns)
+        self.ring_route(ring, marks, arcs, entry_of, exit_of, stub_out)
+        u = np.array([math.cos(ring.phis[ring.x_arm]), math.sin(ring.phis[ring.x_arm])])
+        end = ring.centre + (ring.t_arm + ring.ls) * u
+        self.module_id += 1
+        return _State(
+            float(end[0]),
+            float(end[1]),
+            float(ring.phis[ring.x_arm]),
+            [stub_out],
+            [stub_in] if len(st.onc) else [],
+        )
+
+    def ring_layout(self, st):
+        """Draw radii, arm angles (12 tries) and the exit arm: a _Ring, or None if none fits."""
         rng, w, cfg = self.rng, self.w, self.cfg
-        no = len(st.onc)
         a = w / 2
         phi0 = st.theta + math.pi
         for _ in range(12):
@@ -1085,48 +1141,48 @@ class _Generator(_Builder):
             return None
         x_arm = int(rng.choice(exits))
         t_arm = tc + 4.0
-        ls, la = 15.0, cfg.side_arm_length
         centre = np.array([st.x, st.y]) + t_arm * np.array([math.cos(st.theta), math.sin(st.theta)])
+        return _Ring(
+            centre, phi0, phis, rr, rc, tc, delta, a, x_arm, t_arm, 15.0, cfg.side_arm_length
+        )
+
+    def ring_arms(self, st, ring):
+        """The arms' lanes (stub on ``x_arm``, side roads): (inc, out, stub_out, stub_in)."""
+        no = len(st.onc)
+        a, t_arm, ls, la, phis = ring.a, ring.t_arm, ring.ls, ring.la, ring.phis
         vu = self.v_urban
-
-        def radial(phi, r0, r1, lat):
-            u = np.array([math.cos(phi), math.sin(phi)])
-            v = np.array([-u[1], u[0]])
-            n = math.ceil(abs(r1 - r0) / MAX_SPACING) + 1
-            return centre + np.linspace(r0, r1, n)[:, None] * u + lat * v
-
         inc, out = {0: st.fwd[0]}, {}
         if no:
             out[0] = st.onc[0]
         stub_out = stub_in = -1
-        for k in range(1, n_arms):
-            if k == x_arm:
+        for k in range(1, len(phis)):
+            if k == ring.x_arm:
                 stub_out = self.add_lane(
-                    radial(phis[k], t_arm, t_arm + ls, -a), vu, _ROAD, 2, kappa=0.0
+                    _radial(ring.centre, phis[k], t_arm, t_arm + ls, -a), vu, _ROAD, 2, kappa=0.0
                 )
                 out[k] = stub_out
                 if no:
                     stub_in = self.add_lane(
-                        radial(phis[k], t_arm + ls, t_arm, a), vu, _ROAD, 2, kappa=0.0
+                        _radial(ring.centre, phis[k], t_arm + ls, t_arm, a),
+                        vu,
+                        _ROAD,
+                        2,
+                        kappa=0.0,
                     )
                     inc[k] = stub_in
             else:
                 inc[k] = self.add_lane(
-                    radial(phis[k], t_arm + la, t_arm, a), vu, _ROAD, 1, kappa=0.0
+                    _radial(ring.centre, phis[k], t_arm + la, t_arm, a), vu, _ROAD, 1, kappa=0.0
                 )
                 out[k] = self.add_lane(
-                    radial(phis[k], t_arm, t_arm + la, -a), vu, _ROAD, 1, kappa=0.0
+                    _radial(ring.centre, phis[k], t_arm, t_arm + la, -a), vu, _ROAD, 1, kappa=0.0
                 )
-        # ring points, counter-clockwise from arm 0
-        marks = []  # (angle from phi0, kind, arm)
-        for k in range(n_arms):
-            base = phis[k] - phi0
-            if k in inc:
-                marks.append((base + delta, "entry", k))
-            if k in out:
-                marks.append(((base - delta) % _TWO_PI, "exit", k))
-        marks.sort()
-        v_ring = min(vu, math.sqrt(_A_CONNECTOR * rr))
+        return inc, out, stub_out, stub_in
+
+    def ring_arcs(self, ring, marks):
+        """The ring's arcs between marks, linked round: (starting, ending, arcs) per mark."""
+        rr, centre, phi0 = ring.rr, ring.centre, ring.phi0
+        v_ring = min(self.v_urban, math.sqrt(_A_CONNECTOR * rr))
         starting, ending = {}, {}
         arcs = []
         for m, (ang, _, _) in enumerate(marks):
@@ -1148,18 +1204,23 @@ class _Generator(_Builder):
             nxt = starting[(m + 1) % len(marks)]
             self.pts[nxt][0] = self.pts[arcs[m][-1]][-1]
             self.link(arcs[m][-1], nxt)
-        v_conn = min(vu, math.sqrt(_A_CONNECTOR * rc))
-        turn = math.pi / 2 - delta
+        return starting, ending, arcs
+
+    def ring_connectors(self, ring, marks, inc, out, starting, ending):
+        """Entry and exit connectors (radius ``rc``): (entry_of, exit_of, conns) by arm."""
+        rc, tc, t_arm, a, centre = ring.rc, ring.tc, ring.t_arm, ring.a, ring.centre
+        v_conn = min(self.v_urban, math.sqrt(_A_CONNECTOR * rc))
+        turn = math.pi / 2 - ring.delta
         entry_of, exit_of, conns = {}, {}, []
         for m, (_, kind, k) in enumerate(marks):
-            u = np.array([math.cos(phis[k]), math.sin(phis[k])])
+            u = np.array([math.cos(ring.phis[k]), math.sin(ring.phis[k])])
             v = np.array([-u[1], u[0]])
             if kind == "entry":
                 q0 = centre + t_arm * u + a * v
                 pts = geo.path_sample(
                     q0[0],
                     q0[1],
-                    phis[k] + math.pi,
+                    ring.phis[k] + math.pi,
                     [t_arm - tc, rc * turn],
                     [0.0, -1.0 / rc],
                     MAX_SPACING,
@@ -1175,7 +1236,7 @@ class _Generator(_Builder):
                 pts = geo.path_sample(
                     ring_pt[0],
                     ring_pt[1],
-                    phi0 + marks[m][0] + math.pi / 2,
+                    ring.phi0 + marks[m][0] + math.pi / 2,
                     [rc * turn, t_arm - tc],
                     [-1.0 / rc, 0.0],
                     MAX_SPACING,
@@ -1186,23 +1247,19 @@ class _Generator(_Builder):
                 self.link(lid, out[k])
                 exit_of[k] = (lid, m)
                 conns.append((lid, ending[m], out[k]))
-        self.add_crossings(conns)
-        # route: entry of arm 0, ring arcs up to the exit arm, its exit, the stub
+        return entry_of, exit_of, conns
+
+    def ring_route(self, ring, marks, arcs, entry_of, exit_of, stub_out):
+        """The route: entry of arm 0, ring arcs up to the exit arm, its exit, the stub."""
         lid, m = entry_of[0]
         self.on_route(lid)
-        m_exit = exit_of[x_arm][1]
+        m_exit = exit_of[ring.x_arm][1]
         while m != m_exit:
             for sub in arcs[m]:
                 self.on_route(sub)
             m = (m + 1) % len(marks)
-        self.on_route(exit_of[x_arm][0])
+        self.on_route(exit_of[ring.x_arm][0])
         self.on_route(stub_out)
-        u = np.array([math.cos(phis[x_arm]), math.sin(phis[x_arm])])
-        end = centre + (t_arm + ls) * u
-        self.module_id += 1
-        return _State(
-            float(end[0]), float(end[1]), float(phis[x_arm]), [stub_out], [stub_in] if no else []
-        )
 
     def m_junction(self, st, kind):
         """Reduce lanes, the junction, a short urban piece, restore the lane counts; each
@@ -1295,6 +1352,48 @@ class _Generator(_Builder):
         if new is None or not self.clear(start):
             return None
         return new
+
+
+@dataclasses.dataclass
+class _Ring:
+    """A roundabout's geometry: centre, ring radius ``rr``, connector radius ``rc`` and
+    tangent distance ``tc``, arm angles ``phis`` (arm 0 the road arrived on, ``phi0``),
+    the connectors' angular offset ``delta``, half lane width ``a``, the exit arm, the
+    arms' start ``t_arm`` from the centre and the stub / side-arm lengths."""
+
+    centre: np.ndarray
+    phi0: float
+    phis: list
+    rr: float
+    rc: float
+    tc: float
+    delta: float
+    a: float
+    x_arm: int
+    t_arm: float
+    ls: float
+    la: float
+
+
+def _radial(centre, phi, r0, r1, lat):
+    """A straight arm lane along direction ``phi`` from radius r0 to r1, ``lat`` to its left."""
+    u = np.array([math.cos(phi), math.sin(phi)])
+    v = np.array([-u[1], u[0]])
+    n = math.ceil(abs(r1 - r0) / MAX_SPACING) + 1
+    return centre + np.linspace(r0, r1, n)[:, None] * u + lat * v
+
+
+def _ring_marks(ring, inc, out):
+    """(angle from phi0, "entry"/"exit", arm) where connectors meet the ring, sorted."""
+    marks = []
+    for k in range(len(ring.phis)):
+        base = ring.phis[k] - ring.phi0
+        if k in inc:
+            marks.append((base + ring.delta, "entry", k))
+        if k in out:
+            marks.append(((base - ring.delta) % _TWO_PI, "exit", k))
+    marks.sort()
+    return marks
 
 
 def _turn_path(p0, p1):

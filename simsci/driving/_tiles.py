@@ -638,6 +638,31 @@ def scene_episode(
     (T, A, H), ``graphs`` {"lanes": lane_graph(...)} and ``params`` when given.
     """
     where = "scene_episode"
+    times = _episode_times(times, where)
+    ag, ok, ego_index = _episode_agents(agents, valid, len(times), ego_index, where)
+    origin, theta0 = _episode_origin(ag, ego_index, origin_pose, where)
+    cells, first, poses, pieces = _episode_tiles(
+        _LaneIndex(road), ag[:, ego_index, :2], times, origin, theta0
+    )
+    t_tile = _tile_times(times, first)
+    graph = lane_graph(pieces, road)
+    out_a, sel_ok, out_h = _tile_agents(ag, ok, first, poses, theta0, ego_index)
+    episode = {
+        "t": t_tile,
+        "tile_pose": poses,
+        "tile_cell": cells,
+        "agents": out_a,
+        "agents_valid": sel_ok,
+        "agents_history_valid": out_h,
+        "graphs": {"lanes": graph},
+    }
+    if params is not None:
+        episode["params"] = _episode_params(params, where)
+    return episode
+
+
+def _episode_times(times, where: str) -> np.ndarray:
+    """``times`` checked (non-empty, 1-D, real, finite, strictly increasing) as float64."""
     t_in = to_numpy(times, where=f"{where}: times")
     if t_in.ndim != 1 or t_in.dtype.kind not in "iuf" or len(t_in) == 0:
         raise ValueError(f"{where}: times must be a non-empty 1-D real array, got {t_in.shape}")
@@ -651,7 +676,11 @@ def scene_episode(
             f"{where}: times must be strictly increasing; times[{j - 1}] = {times[j - 1]} is "
             f"followed by times[{j}] = {times[j]}"
         )
-    n_t = len(times)
+    return times
+
+
+def _episode_agents(agents, valid, n_t: int, ego_index, where: str):
+    """``agents``, ``valid`` and ``ego_index`` checked: (agents float64, valid, ego index)."""
     ag = to_numpy(agents, where=f"{where}: agents")
     if ag.ndim != 3 or ag.shape[0] != n_t or ag.shape[2] != _F or ag.dtype.kind not in "iuf":
         raise ValueError(
@@ -683,6 +712,11 @@ def scene_episode(
             f"{where}: agents hold NaN/inf where valid is True (first at sample {j}, slot "
             f"{v}: {ag[j, v].tolist()}); set valid False there or fix the simulation"
         )
+    return ag, ok, ego_index
+
+
+def _episode_origin(ag: np.ndarray, ego_index: int, origin_pose, where: str):
+    """(origin xy, theta0) of tile (0, 0): ``origin_pose`` checked, or the ego at times[0]."""
     if origin_pose is None:
         origin = ag[0, ego_index, :2].copy()
         theta0 = math.atan2(ag[0, ego_index, 4], ag[0, ego_index, 3])
@@ -691,15 +725,21 @@ def scene_episode(
         if not np.isfinite(op).all():
             raise ValueError(f"{where}: origin_pose must be finite, got {op.tolist()}")
         origin, theta0 = op[:2].copy(), float(op[2])
-    cells, first, poses, pieces = _episode_tiles(
-        _LaneIndex(road), ag[:, ego_index, :2], times, origin, theta0
-    )
+    return origin, theta0
+
+
+def _tile_times(times: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """Each tile's time (from times[0]) at its fractional sample index ``first``."""
+    n_t = len(times)
     lo = np.floor(first).astype(np.int64)
     w = first - lo
     hi = np.minimum(lo + 1, n_t - 1)
-    t_tile = times[lo] + w * (times[hi] - times[lo]) - times[0]
-    graph = lane_graph(pieces, road)
+    return times[lo] + w * (times[hi] - times[lo]) - times[0]
 
+
+def _tile_agents(ag, ok, first, poses, theta0, ego_index: int):
+    """Each tile's agents in its frame, ego first: (agents, agents_valid, history_valid)."""
+    n_t, n_v = ag.shape[:2]
     # history frames (T, H): fractional sample indices ending at first_index
     frames = first[:, None] - np.arange(HISTORY - 1, -1, -1)[None, :]
     exists = frames > -1e-9
@@ -731,21 +771,15 @@ def scene_episode(
     out_h = np.take_along_axis(hv, sel[:, None, :], axis=2).transpose(0, 2, 1)
     out_h &= sel_ok[..., None]
     out_a = np.where(out_h[..., None], out_a, np.nan).astype(np.float32)
-    episode = {
-        "t": t_tile,
-        "tile_pose": poses,
-        "tile_cell": cells,
-        "agents": out_a,
-        "agents_valid": sel_ok,
-        "agents_history_valid": out_h,
-        "graphs": {"lanes": graph},
-    }
-    if params is not None:
-        pa = to_numpy(params, where=f"{where}: params")
-        if pa.ndim != 1 or pa.dtype.kind not in "iuf":
-            raise ValueError(f"{where}: params must be a real vector (P,), got {pa.shape}")
-        episode["params"] = pa.astype(np.float64)
-    return episode
+    return out_a, sel_ok, out_h
+
+
+def _episode_params(params, where: str) -> np.ndarray:
+    """``params`` checked as a real vector (P,), float64."""
+    pa = to_numpy(params, where=f"{where}: params")
+    if pa.ndim != 1 or pa.dtype.kind not in "iuf":
+        raise ValueError(f"{where}: params must be a real vector (P,), got {pa.shape}")
+    return pa.astype(np.float64)
 
 
 # ---------------------------------------------------------------------- checking

@@ -191,120 +191,47 @@ class RoadPool:
         self.roads = list(roads)
         self.device = torch.device(device) if device is not None else torch.device("cpu")
         self.dtype = dtype
-        N = len(roads)
-        L = max(len(r.length) for r in roads)
-        P = max(r.points.shape[1] for r in roads)
-        K = max(1, max(len(r.conflict_lanes) for r in roads))
-        M = max(len(r.route_s()) for r in roads)
-        R = max(len(r.route) for r in roads)
-        pts = np.zeros((N, L, P, 2))
-        npts = np.full((N, L), 2, dtype=np.int64)
-        f = {k: np.zeros((N, L)) for k in ("length", "width", "speed_limit")}
-        f["length"][:] = 1.0
-        f["width"][:] = 3.5
-        f["speed_limit"][:] = 10.0
-        ints = {k: np.full((N, L), -1, dtype=np.int64) for k in ("left", "right")}
-        kind = np.zeros((N, L), dtype=np.int64)
-        end = np.full((N, L), END_EXIT, dtype=np.int64)
-        prio = np.zeros((N, L), dtype=np.int64)
-        succ = np.full((N, L, 4), -1, dtype=np.int64)
-        pred = np.full((N, L, 4), -1, dtype=np.int64)
-        route_next = np.full((N, L), -1, dtype=np.int64)
-        on_route = np.zeros((N, L), dtype=bool)
-        cl = np.full((N, K, 2), -1, dtype=np.int64)
-        cs = np.zeros((N, K, 2))
-        cxy = np.full((N, K, 2), INF)
-        zin = np.zeros((N, K, 2))
-        zout = np.zeros((N, K, 2))
-        shadow = np.full((N, L, 3), -1, dtype=np.int64)
-        shadow_len = np.zeros((N, L, 3))
-        rpts = np.zeros((N, M, 2))
-        rs = np.zeros((N, M))
-        rlen = np.zeros(N)
-        rlanes = np.full((N, R), -1, dtype=np.int64)
-        route_cum = np.zeros((N, R + 1))
-        key_lo = np.full((N, L), INF)
-        key_hi = np.full((N, L), -INF)
-        spawn_lane, spawn_s, spawn_key, spawn_ds, spawn_net = [], [], [], [], []
-        from scipy.spatial import cKDTree
+        tab = _pool_tables(roads)
+        self._set_lanes(tab)
+        self._set_lane_conflicts(roads, tab["L"])
+        self._set_route(tab)
+        self._set_spawn_points(tab)
 
-        for n, r in enumerate(roads):
-            nl, p = r.points.shape[:2]
-            pts[n, :nl, :p] = r.points
-            pts[n, :nl, p:] = r.points[:, -1:]
-            npts[n, :nl] = r.num_points
-            for k in f:
-                f[k][n, :nl] = getattr(r, k)
-            for k in ints:
-                ints[k][n, :nl] = getattr(r, k)
-            kind[n, :nl], end[n, :nl], prio[n, :nl] = r.kind, r.end, r.priority
-            succ[n, :nl, : r.succ.shape[1]] = r.succ
-            pred[n, :nl, : r.pred.shape[1]] = r.pred
-            route = np.asarray(r.route)
-            route_next[n, route[:-1]] = route[1:]
-            on_route[n, route] = True
-            rlanes[n, : len(route)] = route
-            k = len(r.conflict_lanes)
-            cl[n, :k], cs[n, :k], cxy[n, :k] = r.conflict_lanes, r.conflict_s, r.conflict_xy
-            zin[n, :k], zout[n, :k] = _conflict_zones(r)
-            shadow[n, :nl], shadow_len[n, :nl] = _shadows(r)
-            poly, s_route = r.route_polyline(), r.route_s()
-            rpts[n, : len(s_route)] = poly
-            rpts[n, len(s_route) :] = poly[-1]
-            rs[n, : len(s_route)] = s_route
-            rs[n, len(s_route) :] = s_route[-1] + 1e-3 * np.arange(1, M - len(s_route) + 1)
-            rlen[n] = s_route[-1]
-            # every lane point's route position: the nearest route point's arc length
-            tree = cKDTree(poly)
-            valid_pt = np.arange(r.points.shape[1])[None, :] < r.num_points[:, None]
-            _, near = tree.query(r.points[valid_pt])
-            keys = np.full(valid_pt.shape, np.nan)
-            keys[valid_pt] = s_route[near]
-            key_lo[n, :nl] = np.nanmin(keys, axis=1)
-            key_hi[n, :nl] = np.nanmax(keys, axis=1)
-            ds = r.length / (r.num_points - 1)
-            s_pt = np.arange(r.points.shape[1])[None, :] * ds[:, None]
-            spawnable = np.isin(r.kind, (KIND_ROAD, KIND_RAMP))[:, None]
-            # not at the very ends (spawned vehicles need room to see ahead)
-            keep = valid_pt & spawnable & (s_pt > 2.0) & (s_pt < r.length[:, None] - 15.0)
-            # nor where a car could touch one on a sibling lane or in a conflict zone
-            # (followers on those lanes would not see it yet)
-            keep &= s_pt > shadow_len[n, :nl].max(1, keepdims=True) + 5.0
-            for (la, lb), z0, z1 in zip(r.conflict_lanes, zin[n, :k], zout[n, :k]):
-                for lane, a0, a1 in ((la, z0[0], z1[0]), (lb, z0[1], z1[1])):
-                    keep[lane] &= ~((s_pt[lane] > a0 - 15.0) & (s_pt[lane] < a1 + 5.0))
-            lane_id = np.broadcast_to(np.arange(nl)[:, None], keep.shape)
-            spawn_lane.append(lane_id[keep])
-            spawn_s.append(s_pt[keep])
-            spawn_key.append(keys[keep])
-            spawn_ds.append(np.broadcast_to(ds[:, None], keep.shape)[keep])
-            spawn_net.append(np.full(int(keep.sum()), n))
-            route_cum[n, : len(route) + 1] = np.concatenate([[0.0], np.cumsum(r.length[route])])
-            route_cum[n, len(route) + 1 :] = route_cum[n, len(route)]
-        t = lambda a, dt=None: torch.as_tensor(a, dtype=dt or dtype, device=self.device)  # noqa: E731
-        i64 = torch.int64
-        self.N, self.L, self.P, self.K = N, L, P, K
-        self.points = t(pts)
+    def _tensor(self, a, dt=None) -> torch.Tensor:
+        """``a`` as a tensor on the pool's device (default dtype: the pool's)."""
+        return torch.as_tensor(a, dtype=dt or self.dtype, device=self.device)
+
+    def _set_lanes(self, tab: dict) -> None:
+        """The lane tables as tensors: geometry, links, kinds, route lanes, conflicts."""
+        t, i64, dtype = self._tensor, torch.int64, self.dtype
+        self.N, self.L, self.P, self.K = tab["N"], tab["L"], tab["P"], tab["K"]
+        self.points = t(tab["pts"])
         self.points_flat = self.points.reshape(-1, 2)
-        self.num_points = t(npts, i64)
+        self.num_points = t(tab["npts"], i64)
+        f = tab["f"]
         self.length, self.width = t(f["length"]), t(f["width"])
         self.speed_limit = t(f["speed_limit"])
         self.ds = self.length / (self.num_points - 1).to(dtype)
         # the length of one polyline segment (uniform spacing per lane)
         first = self.points[:, :, 1] - self.points[:, :, 0]
         self.ds_seg = first.norm(dim=-1).clamp(min=1e-6)
-        self.left, self.right = t(ints["left"], i64), t(ints["right"], i64)
-        self.kind, self.end, self.priority = t(kind, i64), t(end, i64), t(prio, i64)
-        self.succ, self.pred = t(succ, i64), t(pred, i64)
+        self.left, self.right = t(tab["ints"]["left"], i64), t(tab["ints"]["right"], i64)
+        self.kind, self.end = t(tab["kind"], i64), t(tab["end"], i64)
+        self.priority = t(tab["prio"], i64)
+        self.succ, self.pred = t(tab["succ"], i64), t(tab["pred"], i64)
         self.num_succ = (self.succ >= 0).sum(-1)
-        self.route_next, self.on_route = t(route_next, i64), t(on_route, torch.bool)
-        self.route_lanes = t(rlanes, i64)
-        self.route_cum = t(route_cum)  # (N, R+1) arc length at the start of each route lane
-        self.route_count = t([len(r.route) for r in roads], i64)
-        self.conflict_lanes, self.conflict_s = t(cl, i64), t(cs)
-        self.conflict_xy = t(cxy)
-        self.zone_in, self.zone_out = t(zin), t(zout)
-        # every lane's conflicts and which side of each it is on (C per lane at most)
+        self.route_next = t(tab["route_next"], i64)
+        self.on_route = t(tab["on_route"], torch.bool)
+        self.route_lanes = t(tab["rlanes"], i64)
+        self.route_cum = t(tab["route_cum"])  # (N, R+1) arc length at the start of each route lane
+        self.route_count = t([len(r.route) for r in self.roads], i64)
+        self.conflict_lanes, self.conflict_s = t(tab["cl"], i64), t(tab["cs"])
+        self.conflict_xy = t(tab["cxy"])
+        self.zone_in, self.zone_out = t(tab["zin"]), t(tab["zout"])
+
+    def _set_lane_conflicts(self, roads, L: int) -> None:
+        """Every lane's conflicts and which side of each it is on (C per lane at most)."""
+        N = len(roads)
         per_lane = [[[] for _ in range(L)] for _ in range(N)]
         for n, r in enumerate(roads):
             for k, pair in enumerate(r.conflict_lanes):
@@ -318,19 +245,28 @@ class RoadPool:
                 for j, (k, side) in enumerate(items):
                     lc[n, lane, j], ls[n, lane, j] = k, side
         self.C = C
-        self.lane_conflicts, self.lane_conflict_side = t(lc, i64), t(ls, i64)
-        self.shadow, self.shadow_len = t(shadow, i64), t(shadow_len)
-        self.route_points, self.route_s, self.route_length = t(rpts), t(rs), t(rlen)
-        self.lane_key_lo, self.lane_key_hi = t(key_lo), t(key_hi)
-        # spawn points of all networks in one sorted 1-D table: key = net * 1e6 + route s
-        net = np.concatenate(spawn_net)
-        key = np.concatenate(spawn_key)
+        self.lane_conflicts = self._tensor(lc, torch.int64)
+        self.lane_conflict_side = self._tensor(ls, torch.int64)
+
+    def _set_route(self, tab: dict) -> None:
+        """Shadows, the route polylines and each lane's range of route positions."""
+        t = self._tensor
+        self.shadow, self.shadow_len = t(tab["shadow"], torch.int64), t(tab["shadow_len"])
+        self.route_points, self.route_s = t(tab["rpts"]), t(tab["rs"])
+        self.route_length = t(tab["rlen"])
+        self.lane_key_lo, self.lane_key_hi = t(tab["key_lo"]), t(tab["key_hi"])
+
+    def _set_spawn_points(self, tab: dict) -> None:
+        """Spawn points of all networks in one sorted 1-D table: key = net * 1e6 + route s."""
+        sp = tab["spawn"]
+        net = np.concatenate(sp["net"])
+        key = np.concatenate(sp["key"])
         order = np.lexsort((key, net))
         glob = net[order] * 1e6 + key[order]
         self.spawn_key = torch.as_tensor(glob, dtype=torch.float64, device=self.device)
-        self.spawn_lane = t(np.concatenate(spawn_lane)[order], i64)
-        self.spawn_s = t(np.concatenate(spawn_s)[order])
-        ds_sorted = np.concatenate(spawn_ds)[order]
+        self.spawn_lane = self._tensor(np.concatenate(sp["lane"])[order], torch.int64)
+        self.spawn_s = self._tensor(np.concatenate(sp["s"])[order])
+        ds_sorted = np.concatenate(sp["ds"])[order]
         self.spawn_cumlen = torch.as_tensor(
             np.concatenate([[0.0], np.cumsum(ds_sorted)]), dtype=torch.float64, device=self.device
         )
@@ -350,6 +286,137 @@ class RoadPool:
         seg = self.points_flat[base + 1] - p0
         tangent = seg / self.ds_seg.reshape(-1)[flat].unsqueeze(-1)
         return p0 + frac * seg, tangent
+
+
+def _pool_tables(roads) -> dict:
+    """The networks padded into numpy tables (see :class:`RoadPool`), filled per network."""
+    tab = _empty_tables(roads)
+    for n, r in enumerate(roads):
+        _pad_lanes(tab, n, r)
+        keys = _route_keys(tab, n, r)
+        _add_spawn_points(tab, n, r, keys)
+        route = np.asarray(r.route)
+        cum = tab["route_cum"]
+        cum[n, : len(route) + 1] = np.concatenate([[0.0], np.cumsum(r.length[route])])
+        cum[n, len(route) + 1 :] = cum[n, len(route)]
+    return tab
+
+
+def _empty_tables(roads) -> dict:
+    """The pool's numpy tables at their padded sizes, holding the padding values."""
+    N = len(roads)
+    L = max(len(r.length) for r in roads)
+    P = max(r.points.shape[1] for r in roads)
+    K = max(1, max(len(r.conflict_lanes) for r in roads))
+    M = max(len(r.route_s()) for r in roads)
+    R = max(len(r.route) for r in roads)
+    f = {k: np.zeros((N, L)) for k in ("length", "width", "speed_limit")}
+    f["length"][:] = 1.0
+    f["width"][:] = 3.5
+    f["speed_limit"][:] = 10.0
+    return {
+        "N": N,
+        "L": L,
+        "P": P,
+        "K": K,
+        "M": M,
+        "pts": np.zeros((N, L, P, 2)),
+        "npts": np.full((N, L), 2, dtype=np.int64),
+        "f": f,
+        "ints": {k: np.full((N, L), -1, dtype=np.int64) for k in ("left", "right")},
+        "kind": np.zeros((N, L), dtype=np.int64),
+        "end": np.full((N, L), END_EXIT, dtype=np.int64),
+        "prio": np.zeros((N, L), dtype=np.int64),
+        "succ": np.full((N, L, 4), -1, dtype=np.int64),
+        "pred": np.full((N, L, 4), -1, dtype=np.int64),
+        "route_next": np.full((N, L), -1, dtype=np.int64),
+        "on_route": np.zeros((N, L), dtype=bool),
+        "cl": np.full((N, K, 2), -1, dtype=np.int64),
+        "cs": np.zeros((N, K, 2)),
+        "cxy": np.full((N, K, 2), INF),
+        "zin": np.zeros((N, K, 2)),
+        "zout": np.zeros((N, K, 2)),
+        "shadow": np.full((N, L, 3), -1, dtype=np.int64),
+        "shadow_len": np.zeros((N, L, 3)),
+        "rpts": np.zeros((N, M, 2)),
+        "rs": np.zeros((N, M)),
+        "rlen": np.zeros(N),
+        "rlanes": np.full((N, R), -1, dtype=np.int64),
+        "route_cum": np.zeros((N, R + 1)),
+        "key_lo": np.full((N, L), INF),
+        "key_hi": np.full((N, L), -INF),
+        "spawn": {k: [] for k in ("lane", "s", "key", "ds", "net")},
+    }
+
+
+def _pad_lanes(tab: dict, n: int, r) -> None:
+    """Network ``n``'s lanes, links, route lanes, conflicts, zones and shadows."""
+    nl, p = r.points.shape[:2]
+    tab["pts"][n, :nl, :p] = r.points
+    tab["pts"][n, :nl, p:] = r.points[:, -1:]
+    tab["npts"][n, :nl] = r.num_points
+    for k in tab["f"]:
+        tab["f"][k][n, :nl] = getattr(r, k)
+    for k in tab["ints"]:
+        tab["ints"][k][n, :nl] = getattr(r, k)
+    tab["kind"][n, :nl], tab["end"][n, :nl], tab["prio"][n, :nl] = r.kind, r.end, r.priority
+    tab["succ"][n, :nl, : r.succ.shape[1]] = r.succ
+    tab["pred"][n, :nl, : r.pred.shape[1]] = r.pred
+    route = np.asarray(r.route)
+    tab["route_next"][n, route[:-1]] = route[1:]
+    tab["on_route"][n, route] = True
+    tab["rlanes"][n, : len(route)] = route
+    k = len(r.conflict_lanes)
+    tab["cl"][n, :k], tab["cs"][n, :k] = r.conflict_lanes, r.conflict_s
+    tab["cxy"][n, :k] = r.conflict_xy
+    tab["zin"][n, :k], tab["zout"][n, :k] = _conflict_zones(r)
+    tab["shadow"][n, :nl], tab["shadow_len"][n, :nl] = _shadows(r)
+
+
+def _route_keys(tab: dict, n: int, r) -> np.ndarray:
+    """Network ``n``'s route polyline and lane ranges; returns each lane point's route s."""
+    from scipy.spatial import cKDTree
+
+    nl, M = r.points.shape[0], tab["M"]
+    poly, s_route = r.route_polyline(), r.route_s()
+    tab["rpts"][n, : len(s_route)] = poly
+    tab["rpts"][n, len(s_route) :] = poly[-1]
+    tab["rs"][n, : len(s_route)] = s_route
+    tab["rs"][n, len(s_route) :] = s_route[-1] + 1e-3 * np.arange(1, M - len(s_route) + 1)
+    tab["rlen"][n] = s_route[-1]
+    tree = cKDTree(poly)
+    valid_pt = np.arange(r.points.shape[1])[None, :] < r.num_points[:, None]
+    _, near = tree.query(r.points[valid_pt])
+    keys = np.full(valid_pt.shape, np.nan)
+    keys[valid_pt] = s_route[near]
+    tab["key_lo"][n, :nl] = np.nanmin(keys, axis=1)
+    tab["key_hi"][n, :nl] = np.nanmax(keys, axis=1)
+    return keys
+
+
+def _add_spawn_points(tab: dict, n: int, r, keys: np.ndarray) -> None:
+    """Network ``n``'s spawn points: road/ramp points away from ends, forks and zones."""
+    nl = r.points.shape[0]
+    k = len(r.conflict_lanes)
+    valid_pt = np.arange(r.points.shape[1])[None, :] < r.num_points[:, None]
+    ds = r.length / (r.num_points - 1)
+    s_pt = np.arange(r.points.shape[1])[None, :] * ds[:, None]
+    spawnable = np.isin(r.kind, (KIND_ROAD, KIND_RAMP))[:, None]
+    # not at the very ends (spawned vehicles need room to see ahead)
+    keep = valid_pt & spawnable & (s_pt > 2.0) & (s_pt < r.length[:, None] - 15.0)
+    # nor where a car could touch one on a sibling lane or in a conflict zone
+    # (followers on those lanes would not see it yet)
+    keep &= s_pt > tab["shadow_len"][n, :nl].max(1, keepdims=True) + 5.0
+    for (la, lb), z0, z1 in zip(r.conflict_lanes, tab["zin"][n, :k], tab["zout"][n, :k]):
+        for lane, a0, a1 in ((la, z0[0], z1[0]), (lb, z0[1], z1[1])):
+            keep[lane] &= ~((s_pt[lane] > a0 - 15.0) & (s_pt[lane] < a1 + 5.0))
+    lane_id = np.broadcast_to(np.arange(nl)[:, None], keep.shape)
+    sp = tab["spawn"]
+    sp["lane"].append(lane_id[keep])
+    sp["s"].append(s_pt[keep])
+    sp["key"].append(keys[keep])
+    sp["ds"].append(np.broadcast_to(ds[:, None], keep.shape)[keep])
+    sp["net"].append(np.full(int(keep.sum()), n))
 
 
 # ----------------------------------------------------------------------------- traffic
