@@ -51,8 +51,8 @@ progress bar           generate/train --no-progress; zoo build and    --no-progr
                        dynadiff data/train always on                  (add_no_progress)
 =====================  =============================================  =====================
 
-The commands of other owners (``_train.py``, ``_data.py``, ``_vectorworld.py``) are to
-follow the same table; the builders here are theirs to use.
+Every command group (``train``/``evaluate``, ``data`` and ``rollout`` included) is built
+with these builders, so a new command follows the table by using them.
 """
 
 from __future__ import annotations

@@ -6,57 +6,88 @@ from __future__ import annotations
 
 import sys
 
-from simsci.cli._common import HelpFormatter
+from simsci.cli._common import (
+    add_action,
+    add_episodes,
+    add_group,
+    add_no_progress,
+    add_seed,
+)
+
+_COMPRESSION_HELP = "HDF5 compression of the written file (default: none)"
+_SHARD_PATH_HELP = "a .h5 file or a directory of part-*.h5 shards"
 
 
 def add_to(sub) -> None:
-    p = sub.add_parser(
+    dsub = add_group(
+        sub,
         "data",
         help="inspect or validate trajectory files",
         description="Inspect (info) or validate (check) a trajectory file or a directory "
-        "of shards against the format contract.",
-        formatter_class=HelpFormatter,
+        "of shards against the format contract; convert files to and from it (import, "
+        "export-minari, import-minari).",
     )
-    dsub = p.add_subparsers(dest="data_command", metavar="ACTION", required=True)
-    info = dsub.add_parser(
+    add_info(dsub)
+    add_check(dsub)
+    add_import(dsub)
+    add_export_minari(dsub)
+    add_import_minari(dsub)
+
+
+def add_info(dsub) -> None:
+    info = add_action(
+        dsub,
         "info",
         help="print a readable summary of a dataset",
         description="Print kind, system, episode count and lengths, fields with shapes, "
         "dtypes and names, parameter ranges, static arrays, graphs and file size. For a "
         "directory of shards: totals over every shard, episodes and steps per shard, the "
         "meta all shards share and each meta key that differs (with its value per shard).",
+        run=run_info,
     )
-    info.add_argument("path", help="a .h5 file or a directory of part-*.h5 shards")
-    info.set_defaults(run=run_info)
-    check = dsub.add_parser(
+    info.add_argument("path", help=_SHARD_PATH_HELP)
+
+
+def add_check(dsub) -> None:
+    check = add_action(
+        dsub,
         "check",
         help="check every rule of the format; exit 1 if any is broken",
         description="Check every rule of the trajectory format contract and print each "
         "problem with the file, field, episode and rule it concerns: structure, times, "
         "marks, graphs, and every floating value (no ±inf; NaN in x only where mask is "
         "False). Exit status 0 when the file is valid, 1 when it is not.",
+        run=run_check,
     )
-    check.add_argument("path", help="a .h5 file or a directory of part-*.h5 shards")
-    check.set_defaults(run=run_check)
-    imp = dsub.add_parser(
+    check.add_argument("path", help=_SHARD_PATH_HELP)
+
+
+IMPORT_DESCRIPTION = (
+    "Convert a PDEBench file (1D 'tensor' with x/t coordinates, Darcy "
+    "'tensor' + 'nu', 2D per-seed groups with 'data') or a The Well file (t0_fields, "
+    "t1_fields, dimensions, boundary conditions) into a kind='field' trajectory file, "
+    "streaming episode by episode; or a time-series classification set shipped inside "
+    "the optional package aeon (BasicMotions, JapaneseVowels, ...; read offline from "
+    "aeon's bundled files) into a kind='state' file of irregular, per-channel-masked "
+    "sequences with class labels (--keep thins each channel); or EasyTPP's event "
+    "sequences (a directory with train/dev/test .pkl or .json files, or one such file; "
+    "pickles are read with a restricted unpickler) into a kind='events' file.\n\n"
+    "examples:\n"
+    "  simsci data import pdebench 1D_Burgers_Sols_Nu0.001.hdf5 data/burgers.h5 -n 100\n"
+    "  simsci data import aeon BasicMotions data/basic_motions.h5 --keep 0.5\n"
+    "  simsci data import aeon JapaneseVowels data/vowels.h5 --keep 0.7 --seed 1\n"
+    "  simsci data import easytpp data/taxi data/taxi_events.h5 --ties drop"
+)
+
+
+def add_import(dsub) -> None:
+    imp = add_action(
+        dsub,
         "import",
         help="convert a PDEBench or The Well HDF5 file, an aeon classification set or "
         "EasyTPP event sequences to the trajectory format",
-        description="Convert a PDEBench file (1D 'tensor' with x/t coordinates, Darcy "
-        "'tensor' + 'nu', 2D per-seed groups with 'data') or a The Well file (t0_fields, "
-        "t1_fields, dimensions, boundary conditions) into a kind='field' trajectory file, "
-        "streaming episode by episode; or a time-series classification set shipped inside "
-        "the optional package aeon (BasicMotions, JapaneseVowels, ...; read offline from "
-        "aeon's bundled files) into a kind='state' file of irregular, per-channel-masked "
-        "sequences with class labels (--keep thins each channel); or EasyTPP's event "
-        "sequences (a directory with train/dev/test .pkl or .json files, or one such file; "
-        "pickles are read with a restricted unpickler) into a kind='events' file.\n\n"
-        "examples:\n"
-        "  simsci data import pdebench 1D_Burgers_Sols_Nu0.001.hdf5 data/burgers.h5\n"
-        "  simsci data import aeon BasicMotions data/basic_motions.h5 --keep 0.5\n"
-        "  simsci data import aeon JapaneseVowels data/vowels.h5 --keep 0.7 --seed 1\n"
-        "  simsci data import easytpp data/taxi data/taxi_events.h5 --ties drop",
-        formatter_class=HelpFormatter,
+        description=IMPORT_DESCRIPTION,
+        run=run_import,
     )
     imp.add_argument(
         "layout", choices=["pdebench", "thewell", "aeon", "easytpp"], help="the source layout"
@@ -67,19 +98,26 @@ def add_to(sub) -> None:
         "easytpp, a directory of train/dev/test files or one file",
     )
     imp.add_argument("dst", help="the trajectory file to write")
-    imp.add_argument("--limit", type=int, default=None, help="import only the first N episodes")
-    imp.add_argument("--compression", choices=["gzip", "lzf"], default=None)
-    imp.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    aeon = imp.add_argument_group("aeon only")
+    add_episodes(
+        imp,
+        default=None,
+        help="pdebench/thewell: import only the first N episodes (default: all)",
+        deprecated=("--limit",),
+    )
+    imp.add_argument("--compression", choices=["gzip", "lzf"], default=None, help=_COMPRESSION_HELP)
+    add_no_progress(imp)
+    _add_aeon_options(imp.add_argument_group("aeon only"))
+    _add_easytpp_options(imp.add_argument_group("easytpp only"))
+
+
+def _add_aeon_options(aeon) -> None:
     aeon.add_argument(
         "--keep",
         type=float,
         default=None,
         help="fraction of each channel's points kept, in (0, 1]; None keeps them all",
     )
-    aeon.add_argument(
-        "--seed", type=int, default=None, help="validation split and thinning; None is 0"
-    )
+    add_seed(aeon, help="the validation split and the thinning (--keep)")
     aeon.add_argument(
         "--val-fraction",
         type=float,
@@ -97,7 +135,9 @@ def add_to(sub) -> None:
         default=None,
         help="a folder with NAME/NAME_TRAIN.ts and NAME_TEST.ts instead of aeon's bundled sets",
     )
-    tpp = imp.add_argument_group("easytpp only")
+
+
+def _add_easytpp_options(tpp) -> None:
     tpp.add_argument(
         "--ties",
         choices=["error", "jitter", "drop"],
@@ -120,14 +160,17 @@ def add_to(sub) -> None:
         action="store_true",
         help="do not require time_since_last_event to match the differences of the times",
     )
-    imp.set_defaults(run=run_import)
-    exp = dsub.add_parser(
+
+
+def add_export_minari(dsub) -> None:
+    exp = add_action(
+        dsub,
         "export-minari",
         help="write a rollout file as a Minari dataset (offline RL)",
         description="Write a rollout file (kind='rollout', recorded with RecordEpisodes) as "
         "a local Minari dataset under $MINARI_DATASETS_PATH (default ~/.minari/datasets). "
         'Needs the optional package minari: pip install "simsci[minari]".',
-        formatter_class=HelpFormatter,
+        run=run_export_minari,
     )
     exp.add_argument("file", help="the rollout file (or a directory of part-*.h5 shards)")
     exp.add_argument("dataset_id", help="the Minari id, '(namespace/)name-v<version>'")
@@ -142,19 +185,21 @@ def add_to(sub) -> None:
     exp.add_argument("--author-email", default=None, help="the author's contact")
     exp.add_argument("--algorithm-name", default=None, help="the policy that collected the data")
     exp.add_argument("--code-permalink", default=None, help="a link to the code that made it")
-    exp.set_defaults(run=run_export_minari)
-    imn = dsub.add_parser(
+
+
+def add_import_minari(dsub) -> None:
+    imn = add_action(
+        dsub,
         "import-minari",
         help="write a local Minari dataset as a rollout file",
         description="Write a local Minari dataset (Box observations, Box or Discrete "
         "actions) as a trajectory file of kind 'rollout'. Needs the optional package "
         'minari: pip install "simsci[minari]".',
-        formatter_class=HelpFormatter,
+        run=run_import_minari,
     )
     imn.add_argument("dataset_id", help="the Minari id, '(namespace/)name-v<version>'")
     imn.add_argument("out", help="the trajectory file to write")
-    imn.add_argument("--compression", choices=["gzip", "lzf"], default=None)
-    imn.set_defaults(run=run_import_minari)
+    imn.add_argument("--compression", choices=["gzip", "lzf"], default=None, help=_COMPRESSION_HELP)
 
 
 def run_info(args) -> int:
@@ -177,7 +222,7 @@ def run_check(args) -> int:
     return 1
 
 
-_AEON_OPTIONS = ("keep", "seed", "val_fraction", "sampling_rate", "extract_path")
+_AEON_OPTIONS = ("keep", "val_fraction", "sampling_rate", "extract_path")
 _EASYTPP_FLAGS = {
     "ties": "--ties",
     "max_events": "--max-events",
@@ -191,6 +236,8 @@ def run_import(args) -> int:
     from simsci import data
 
     aeon_opts = {k: getattr(args, k) for k in _AEON_OPTIONS if getattr(args, k) is not None}
+    if args.seed != 0:  # --seed defaults to 0 (aeon's own); another seed is aeon's only
+        aeon_opts["seed"] = args.seed
     tpp_given = [
         flag for k, flag in _EASYTPP_FLAGS.items() if getattr(args, k, None) not in (None, False)
     ]
@@ -200,8 +247,8 @@ def run_import(args) -> int:
             f"{', '.join(tpp_given)} {verb} to 'data import easytpp' only, not to {args.layout}"
         )
     if args.layout == "aeon":
-        if args.limit is not None:
-            raise ValueError("--limit applies to pdebench/thewell; aeon imports every case")
+        if args.episodes is not None:
+            raise ValueError("-n/--episodes applies to pdebench/thewell; aeon imports every case")
         try:
             path = data.import_aeon(args.src, args.dst, compression=args.compression, **aeon_opts)
         except ImportError as exc:
@@ -213,9 +260,9 @@ def run_import(args) -> int:
         verb = "applies" if len(aeon_opts) == 1 else "apply"
         raise ValueError(f"{given} {verb} to 'data import aeon' only, not to {args.layout}")
     if args.layout == "easytpp":
-        if args.limit is not None:
+        if args.episodes is not None:
             raise ValueError(
-                "--limit applies to pdebench/thewell; for easytpp use --max-events to cap "
+                "-n/--episodes applies to pdebench/thewell; for easytpp use --max-events to cap "
                 "sequence lengths"
             )
         path = data.import_easytpp(
@@ -234,7 +281,7 @@ def run_import(args) -> int:
     path = convert(
         args.src,
         args.dst,
-        limit=args.limit,
+        limit=args.episodes,
         compression=args.compression,
         progress=not args.no_progress,
     )

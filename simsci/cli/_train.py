@@ -3,12 +3,23 @@
 
 from __future__ import annotations
 
+import argparse
 import inspect
 import json
 import textwrap
 from pathlib import Path
 
-from simsci.cli._common import HelpFormatter, key_values
+from simsci.cli._common import (
+    HelpFormatter,
+    add_deprecated,
+    add_device,
+    add_max_steps,
+    add_no_progress,
+    add_out,
+    add_param,
+    add_seed,
+    params,
+)
 
 TRAIN_DESCRIPTION = """\
 Train a registered model (simsci.models.REGISTRY, listed below): every model goes
@@ -28,12 +39,12 @@ the end of a shorter --max-steps --, since its files are often a few short
 trajectories); --config and the flags override them. Under torchrun the run is
 data-parallel (DDP); --batch-size is per process.
 
-dynadiff trains its generator on a model zoo (--model-arg zoo=ZOO.pt, from `simsci zoo
+dynadiff trains its generator on a model zoo (--param zoo=ZOO.pt, from `simsci zoo
 build`) and the zoo's data (--data: the file, or the folder of `simsci dynadiff data`)
-in three stages (--max-steps sets each; or --model-arg autoencoder_steps=N,
+in three stages (--max-steps sets each; or --param autoencoder_steps=N,
 decoder_steps=N, diffusion_train_steps=N); it writes OUT/generator.pt, as `simsci
 dynadiff train` does. vectorworld trains its tile generator, VAE and ΔSim on a scene
-file into the directory OUT (--max-steps sets each; or --model-arg tile_steps=N,
+file into the directory OUT (--max-steps sets each; or --param tile_steps=N,
 vae_steps=N, npc_steps=N, npc_roads=N).
 
 models (name, what it is, the kinds of file it reads):
@@ -46,7 +57,7 @@ examples:
   simsci train gru_dt --data data/pendulum.h5 --task extrapolation --out runs/gru_extrap
   simsci train cocld --data data/population.h5 --out runs/cocld --epochs 10
   simsci train gfg --data data/circle.h5 --out runs/gfg --epochs 2000 --batch-size 8
-  simsci train dynadiff --data data/lv --model-arg zoo=runs/lv/zoo.pt --out runs/lv/gen
+  simsci train dynadiff --data data/lv --param zoo=runs/lv/zoo.pt --out runs/lv/gen
   simsci train vectorworld --data data/scenes.h5 --out runs/vw   (tile generator, VAE, ΔSim)
   torchrun --nproc_per_node 2 -m simsci train latent_ode --data data/lorenz.h5 --out runs/ddp
 """
@@ -93,13 +104,35 @@ def registry_listing() -> str:
     return "\n".join(lines)
 
 
+class _Given(argparse._StoreAction):
+    """Stores the value and records that it was given on the command line (``args.given``):
+    ``simsci train`` lays only the options given over the --config file and the model's
+    own defaults."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        super().__call__(parser, namespace, values, option_string)
+        namespace.given = {*getattr(namespace, "given", ()), self.dest}
+
+
+def _track_given(p, *dests: str) -> None:
+    for action in p._actions:
+        if action.dest in dests and type(action) is argparse._StoreAction:
+            action.__class__ = _Given
+
+
 def add_to(sub) -> None:
+    add_train(sub)
+    add_evaluate(sub)
+
+
+def add_train(sub) -> None:
     p = sub.add_parser(
         "train",
         help="train a model",
         description=TRAIN_DESCRIPTION,
         formatter_class=TrainHelpFormatter,
     )
+    p.set_defaults(run=run_train, cli_parser=p, given=set())
     p.add_argument("model", help="registry name of the model, e.g. latent_ode (listed above)")
     p.add_argument(
         "--data",
@@ -108,7 +141,12 @@ def add_to(sub) -> None:
         "data, converted into OUT/data.h5)",
     )
     p.add_argument("--val-data", default=None, help="validation file (default: split 1 of --data)")
-    p.add_argument("--out", default=None, help="run directory (default: runs/MODEL)")
+    add_out(
+        p,
+        "dir",
+        help="run directory: checkpoints/last.pt, checkpoints/best.pt, metrics.csv, "
+        "metrics.jsonl (default: runs/MODEL)",
+    )
     p.add_argument("--window", type=int, default=None, help="train on windows of this many steps")
     p.add_argument(
         "--stride", type=int, default=None, help="step between windows (default: window)"
@@ -122,23 +160,24 @@ def add_to(sub) -> None:
         "is given; with both the run stops at the first reached, and says so at the start "
         "when --epochs stops it early)",
     )
-    p.add_argument(
-        "--max-steps", type=int, default=None, help="optimisation steps (a budget honoured)"
+    add_max_steps(p, default=None, help="optimisation steps (a budget honoured)")
+    add_seed(
+        p,
+        help="seeds the whole run (data drawn, the model's weights, training): same seed, "
+        "data, device and thread count give bit-identical results; given, it overrides "
+        "--config",
     )
     p.add_argument(
-        "--seed",
-        type=int,
-        default=None,
-        help="seeds the whole run (data drawn, the model's weights, training; default 0): "
-        "same seed, data, device and thread count give bit-identical results",
+        "--batch-size", type=int, default=None, help="episodes (or windows) per batch, per process"
     )
-    p.add_argument("--batch-size", type=int, default=None, help="per process")
-    p.add_argument("--lr", type=float, default=None)
-    p.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto")
+    p.add_argument(
+        "--lr", type=float, default=None, help="learning rate (default: the model's, else 1e-3)"
+    )
+    add_device(p, help="given, it overrides --config")
+    _track_given(p, "seed", "device")
     p.add_argument("--num-workers", type=int, default=None, help="DataLoader workers")
-    p.add_argument(
-        "--model-arg", action="append", metavar="KEY=VALUE", help="model constructor argument"
-    )
+    add_param(p, what="a keyword argument of the model's constructor")
+    add_deprecated(p, "--model-arg", "--param", dest="param", append=True)
     p.add_argument(
         "--task",
         default=None,
@@ -149,31 +188,34 @@ def add_to(sub) -> None:
     p.add_argument("--backbone", default=None, help="operator: fno, deeponet or unet")
     p.add_argument("--features", default=None, help="operator: none or dno (∂-NO features)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints/last.pt")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    p.set_defaults(run=run_train)
+    add_no_progress(p)
 
+
+def add_evaluate(sub) -> None:
     e = sub.add_parser(
         "evaluate",
         help="evaluate a checkpoint on a dataset",
         description=EVALUATE_DESCRIPTION,
         formatter_class=HelpFormatter,
     )
+    e.set_defaults(run=run_evaluate, cli_parser=e)
     e.add_argument("checkpoint", help="a checkpoint written by simsci train (.pt)")
     e.add_argument("--data", required=True, help="trajectory file or shard directory")
     e.add_argument(
         "--split", default="test", help="train, val, test or all (when the file has splits)"
     )
     e.add_argument("--window", type=int, default=None, help="default: the training window")
-    e.add_argument("--stride", type=int, default=None)
-    e.add_argument("--batch-size", type=int, default=64)
-    e.add_argument("--device", default="auto")
+    e.add_argument(
+        "--stride", type=int, default=None, help="step between windows (default: window)"
+    )
+    e.add_argument("--batch-size", type=int, default=64, help="windows per evaluation batch")
+    add_device(e)
     e.add_argument(
         "--task",
         default=None,
         help="models with several evaluations: gfg forecast (default), motifs or detect",
     )
-    e.add_argument("--out", default=None, help="also write the metrics to this JSON file")
-    e.set_defaults(run=run_evaluate)
+    add_out(e, "file", help="also write the metrics to this JSON file")
 
 
 def make_dataset(source, fields, *, split=None, window=None, stride=None):
@@ -213,7 +255,7 @@ def run_train(args) -> int:
 
 def train_request(args) -> dict:
     """The arguments of ``ModelEntry.train`` from the command line: ``data``, ``out``,
-    ``config`` (a --config file, then the flags), ``model_args`` (--model-arg, --backbone,
+    ``config`` (a --config file, then the flags), ``model_args`` (--param, --backbone,
     --features), ``val_data``, ``window``, ``stride``, ``task``, ``resume``. EasyTPP data
     is converted once into OUT/data.h5."""
     from simsci import data
@@ -230,14 +272,16 @@ def train_request(args) -> dict:
         "max_steps": args.max_steps,
         "batch_size": args.batch_size,
         "lr": args.lr,
-        "device": args.device,
-        "seed": args.seed,
         "num_workers": args.num_workers,
     }
+    # --device and --seed have defaults (auto, 0: TrainConfig's own); only given ones
+    # override the --config file and the model's defaults
+    given = getattr(args, "given", set())
+    flags.update({k: getattr(args, k) for k in ("device", "seed") if k in given})
     config.update({k: v for k, v in flags.items() if v is not None})
     if args.no_progress:
         config["progress"] = False
-    model_args = key_values(args.model_arg, "--model-arg")
+    model_args = params(args)
     for key in ("backbone", "features"):
         if getattr(args, key) is not None:
             model_args[key] = getattr(args, key)

@@ -13,10 +13,14 @@ from pathlib import Path
 from simsci.cli._common import (
     DEPRECATED,
     add_action,
+    add_deprecated,
+    add_deprecated_param,
     add_device,
     add_group,
     add_out,
+    add_param,
     add_seed,
+    params,
     warn_deprecated,
 )
 
@@ -84,6 +88,11 @@ _VECTORWORLD_OPTIONS = (
         {"action": "store_true", "help": "do not stop at a collision or off-road"},
     ),
 )
+#: the options above that the world's action takes as --param NAME=VALUE (their old
+#: spellings still work, with a warning)
+_AS_PARAM = ("tile_steps", "no_shaping")
+#: the --param names of ``simsci rollout vectorworld`` and their defaults
+_ROLLOUT_PARAMS = {"tile_steps": 1, "shaping": True}
 _SHARED = (
     ("--seed", "seed", {"type": int}),
     ("--device", "device", {}),
@@ -98,9 +107,13 @@ class _BeforeWorld(argparse.Action):
 
     def __call__(self, parser, namespace, values, option_string=None):
         shown = option_string if self.nargs == 0 else f"{option_string} {values}"
+        now = {
+            "--tile-steps": f"--param tile_steps={values}",
+            "--no-shaping": "--param shaping=false",
+        }.get(option_string, shown)
         warn_deprecated(
             f"'simsci rollout {shown} vectorworld' (an option before the world)",
-            f"'simsci rollout vectorworld {shown}'",
+            f"'simsci rollout vectorworld {now}'",
         )
         setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
 
@@ -133,7 +146,15 @@ def add_to(sub) -> None:
         run=run_rollout,
     )
     for flag, dest, kw in _VECTORWORLD_OPTIONS:
-        p.add_argument(flag, dest=dest, **kw)
+        if dest not in _AS_PARAM:
+            p.add_argument(flag, dest=dest, **kw)
+    add_param(
+        p,
+        what="a parameter of the rollout: tile_steps (default 1: one-step MeanFlow tiles), "
+        "shaping (default true: ΔSim with shaping)",
+    )
+    add_deprecated_param(p, "--tile-steps", "tile_steps")
+    add_deprecated(p, "--no-shaping", "--param shaping=false", dest="no_shaping", flag=True)
     add_seed(p)
     add_device(p, help="the world's")
     add_out(
@@ -151,8 +172,26 @@ def _apply_legacy(args) -> None:
         dest = key[len(_LEGACY) :]
         value = getattr(args, key)
         delattr(args, key)
-        if getattr(args, dest) == parser.get_default(dest):
+        if getattr(args, dest, None) == parser.get_default(dest):
             setattr(args, dest, value)
+
+
+def rollout_params(args) -> dict:
+    """The --param values of the rollout over their defaults (the old --tile-steps and
+    --no-shaping, before or after the world word, count when --param does not name them)."""
+    values = dict(_ROLLOUT_PARAMS)
+    if getattr(args, "tile_steps", None) is not None:
+        values["tile_steps"] = args.tile_steps
+    if getattr(args, "no_shaping", None):
+        values["shaping"] = False
+    given = params(args)
+    unknown = sorted(set(given) - set(_ROLLOUT_PARAMS))
+    if unknown:
+        raise ValueError(
+            f"unknown --param for rollout vectorworld: {unknown} (valid: "
+            f"{', '.join(_ROLLOUT_PARAMS)})"
+        )
+    return {**values, **given}
 
 
 def load_policy(target: str):
@@ -207,6 +246,7 @@ def run_rollout(args) -> int:
     from simsci.models.vectorworld import plot_route, write_rollout
 
     _apply_legacy(args)
+    values = rollout_params(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     result = vectorworld_rollout(
@@ -216,8 +256,8 @@ def run_rollout(args) -> int:
         seed=args.seed,
         device=args.device,
         stop_on_failure=not args.keep_going,
-        tile_steps=args.tile_steps,
-        shaping=not args.no_shaping,
+        tile_steps=int(values["tile_steps"]),
+        shaping=bool(values["shaping"]),
     )
     stats = {"policy": args.policy, "checkpoint": args.checkpoint, **result["stats"]}
     write_rollout(result, out / "rollout.h5", meta={"policy": args.policy})

@@ -94,7 +94,7 @@ REGISTRY: dict[str, ModelEntry] = {
         trajectory_entry(
             "gfg",
             GFG,
-            "GFG: geometric flow grounding and its baselines (--model-arg variant=...)",
+            "GFG: geometric flow grounding and its baselines (--param variant=...)",
             ("state",),
         ),
         dynadiff_entry(),

@@ -231,7 +231,7 @@ class EventModel(nn.Module):
                 if not self.truncate:
                     raise ValueError(
                         f"{where}: {t.numel()} events exceed max_events={cap}; pass "
-                        "truncate=True (--model-arg truncate=true) to keep the first "
+                        "truncate=True (--param truncate=true) to keep the first "
                         f"{cap}, or raise max_events"
                     )
                 t, m = t[:cap], m[:cap]

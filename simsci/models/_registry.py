@@ -52,7 +52,7 @@ class ModelEntry:
       the kinds in ``reads``) into the run directory ``out``; ``config`` is a dict of
       :class:`simsci.train.TrainConfig` fields the caller set (a config file, then flags),
       laid over the model's own defaults; ``model_args`` the model's arguments
-      (``--model-arg``). Returns a JSON-able summary (``simsci train`` prints it).
+      (``--param``). Returns a JSON-able summary (``simsci train`` prints it).
     - ``load(path)``: the trained model from what ``train`` wrote.
     - ``needs``: inputs beside ``--data``, in words (empty when none).
     """
@@ -378,7 +378,7 @@ def dynadiff_entry() -> ModelEntry:
         _build_dynadiff,
         _train_dynadiff,
         _load_dynadiff,
-        needs="a model zoo: --model-arg zoo=ZOO.pt",
+        needs="a model zoo: --param zoo=ZOO.pt",
     )
 
 
@@ -441,10 +441,10 @@ def _dynadiff_spec(data, config, val_data, window, stride, task, model_args) -> 
     valid = ["zoo", *_DYNADIFF_STAGES, *ctor]
     unknown = sorted(k for k in args if k not in valid)
     if unknown:
-        raise ValueError(f"unknown --model-arg for dynadiff: {unknown} (valid: {', '.join(valid)})")
+        raise ValueError(f"unknown --param for dynadiff: {unknown} (valid: {', '.join(valid)})")
     if args.get("zoo") is None:
         raise ValueError(
-            "dynadiff trains on a model zoo: pass --model-arg zoo=ZOO.pt (written by "
+            "dynadiff trains on a model zoo: pass --param zoo=ZOO.pt (written by "
             "`simsci zoo build --data DATA --out ZOO.pt`)"
         )
     zoo = load_zoo(args.pop("zoo"))
@@ -539,7 +539,7 @@ def _train_vectorworld(
     roads = extra.pop("npc_roads", 6)
     if extra:
         raise ValueError(
-            f"unknown --model-arg for vectorworld: {sorted(extra)} (valid: tile_steps, "
+            f"unknown --param for vectorworld: {sorted(extra)} (valid: tile_steps, "
             "vae_steps, npc_steps, npc_roads)"
         )
     seed = config.get("seed")

@@ -161,9 +161,9 @@ def test_train_resume_evaluate(tmp_path, capsys):
         "--batch-size",
         8,
         "--no-progress",
-        "--model-arg",
+        "--param",
         "latent_dim=4",
-        "--model-arg",
+        "--param",
         "hidden_dim=16",
     ]
     code, stdout, _ = run(capsys, *common, "--max-steps", 3)

@@ -29,7 +29,7 @@ def trained(tmp_path_factory):
     run_dir = root / "run"
     code = main(["train", "cocld", "--data", str(path), "--out", str(run_dir),
                  "--max-steps", "3", "--no-progress", "--device", "cpu",
-                 "--model-arg", "hidden=16", "--model-arg", "latent_dim=8"])  # fmt: skip
+                 "--param", "hidden=16", "--param", "latent_dim=8"])  # fmt: skip
     assert code == 0
     return path, run_dir / "checkpoints" / "last.pt"
 

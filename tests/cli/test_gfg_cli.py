@@ -18,7 +18,7 @@ def train_gfg(capsys, tmp_path, data, name, steps, *model_args):
     episodes, so evaluation and checkpoints are set to the end, not every epoch)."""
     cfg = tmp_path / f"{name}.json"
     cfg.write_text(json.dumps({"val_every": steps, "checkpoint_every": steps, "lr": 0.003}))
-    extra = [a for arg in ("hidden_dim=32", *model_args) for a in ("--model-arg", arg)]
+    extra = [a for arg in ("hidden_dim=32", *model_args) for a in ("--param", arg)]
     code, _, err = run(
         capsys, "train", "gfg", "--data", data, "--out", tmp_path / name, "--max-steps", steps,
         "--batch-size", 8, "--config", cfg, "--no-progress", *extra,

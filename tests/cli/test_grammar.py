@@ -16,9 +16,12 @@ from simsci._version import __version__
 from simsci.cli import build_parser, main
 from simsci.cli._common import check_out
 
-#: the commands whose every option must carry help text (the others have owners of their
-#: own and follow the same table: see simsci/cli/_common.py)
-STRICT = {"generate", "events", "zoo", "dynadiff", "driving", "env", "bench", "tour"}
+#: the commands whose every option must carry help text and follow the table of
+#: simsci/cli/_common.py: every command
+STRICT = {
+    "generate", "data", "train", "evaluate", "events", "zoo", "dynadiff", "driving",
+    "rollout", "env", "bench", "tour",
+}  # fmt: skip
 
 #: modules a --help must not import (each costs a second or more)
 HEAVY = ("torch", "h5py", "gymnasium", "scipy", "simsci.models", "simsci.envs", "simsci.data")
@@ -63,6 +66,8 @@ def test_every_command_and_action_has_its_own_usage_line(capsys):
         ("driving", ("roads", "metrics", "ppo", "eval")),
         ("env", ("list", "rollout")),
         ("bench", ("pde",)),
+        ("data", ("info", "check", "import", "export-minari", "import-minari")),
+        ("rollout", ("vectorworld",)),
     ):
         assert {(group, a) for a in actions} <= paths, group
     checked = 0
@@ -92,14 +97,16 @@ def test_every_option_of_the_unified_commands_has_help():
 def test_shared_options_have_one_spelling_and_one_default():
     """--device defaults to auto, --seed to 0, counts are -n/--episodes, and no action
     of the unified commands keeps an old spelling in its help."""
-    old = {"--n", "--timesteps", "--steps", "--problem", "--option", "--hidden", "--val"}
+    old = {"--n", "--timesteps", "--steps", "--problem", "--option", "--hidden", "--val",
+           "--model-arg", "--limit", "--tile-steps", "--no-shaping"}  # fmt: skip
     for path, parser in walk(build_parser()):
         if not path or path[0] not in STRICT:
             continue
         for action in parser._actions:
             names = set(action.option_strings)
-            if action.help != argparse.SUPPRESS:
-                assert not names & old, (path, names)
+            if action.help == argparse.SUPPRESS:  # a hidden deprecated spelling
+                continue
+            assert not names & old, (path, names)
             if "--device" in names:
                 assert action.default == "auto", path
             if "--seed" in names:
@@ -125,6 +132,8 @@ def test_version(capsys):
          "--zoo"),
         (["driving", "metrics", "s.h5", "--num-envs", "4"], "--num-envs"),
         (["env", "list", "--episodes", "3"], "--episodes"),
+        (["data", "info", "x.h5", "--seed", "1"], "--seed"),
+        (["data", "check", "x.h5", "--compression", "gzip"], "--compression"),
     ],
 )  # fmt: skip
 def test_an_option_of_one_action_is_refused_by_another(argv, foreign, capsys):
@@ -170,6 +179,14 @@ def test_options_after_the_action_parse_into_one_namespace():
         (["bench", "pde", "--problem", "heat"], "system", "heat", "'--system'"),
         (["bench", "pde", "--system", "heat", "--model", "a.pt", "--model", "b.pt"],
          "checkpoint", ["a.pt", "b.pt"], "'--checkpoint'"),
+        (["train", "gfg", "--data", "d", "--model-arg", "variant=ambient"], "param",
+         ["variant=ambient"], "'--param'"),
+        (["data", "import", "pdebench", "a.h5", "b.h5", "--limit", "5"], "episodes", 5,
+         "'--episodes'"),
+        (["rollout", "vectorworld", "--tile-steps", "2"], "param", ["tile_steps=2"],
+         "'--param tile_steps=2'"),
+        (["rollout", "vectorworld", "--no-shaping"], "no_shaping", True,
+         "'--param shaping=false'"),
     ],
 )  # fmt: skip
 def test_a_deprecated_spelling_still_works_and_warns(argv, attr, value, new, capsys):
@@ -178,6 +195,57 @@ def test_a_deprecated_spelling_still_works_and_warns(argv, attr, value, new, cap
     err = capsys.readouterr().err
     assert "simsci: DeprecationWarning:" in err and f"use {new}" in err
     assert "removed in the next release" in err
+
+
+def test_model_arg_still_works_and_warns(capsys):
+    """train --model-arg KEY=VALUE: the model's arguments as --param gives them, mixed
+    with --param in order, and one warning naming --param."""
+    from simsci.cli._train import train_request
+
+    argv = ["train", "toy", "--data", "d.h5", "--out", "r", "--model-arg", "a=1",
+            "--param", "b=[2,3]", "--model-arg", "c=x"]  # fmt: skip
+    args = build_parser().parse_args(argv)
+    assert args.param == ["a=1", "b=[2,3]", "c=x"]
+    assert train_request(args)["model_args"] == {"a": 1, "b": [2, 3], "c": "x"}
+    err = capsys.readouterr().err
+    assert err.count("'--model-arg' is deprecated") == 2 and "use '--param'" in err
+
+
+def test_train_seed_and_device_override_the_config_only_when_given(tmp_path):
+    """--seed (default 0) and --device (default auto) show TrainConfig's defaults; a
+    --config file's seed and device stay unless the flags are given."""
+    from simsci.cli._train import train_request
+
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps({"seed": 5, "device": "cpu"}))
+    base = ["train", "toy", "--data", "d.h5", "--out", str(tmp_path / "r")]
+    args = build_parser().parse_args(base)
+    assert (args.seed, args.device) == (0, "auto")
+    assert train_request(args)["config"] == {}
+    args = build_parser().parse_args([*base, "--config", str(config)])
+    assert train_request(args)["config"] == {"seed": 5, "device": "cpu"}
+    args = build_parser().parse_args([*base, "--config", str(config), "--seed", "0",
+                                      "--device", "auto"])  # fmt: skip
+    assert train_request(args)["config"] == {"seed": 0, "device": "auto"}
+
+
+def test_rollout_parameters_old_and_new_spellings(capsys):
+    from simsci.cli._vectorworld import _apply_legacy, rollout_params
+
+    def values(*argv):
+        args = build_parser().parse_args(["rollout", *argv])
+        _apply_legacy(args)
+        return rollout_params(args)
+
+    assert values("vectorworld") == {"tile_steps": 1, "shaping": True}
+    new = values("vectorworld", "--param", "tile_steps=3", "--param", "shaping=false")
+    assert new == {"tile_steps": 3, "shaping": False}
+    assert capsys.readouterr().err == ""
+    assert values("vectorworld", "--tile-steps", "3", "--no-shaping") == new
+    assert values("--tile-steps", "3", "--no-shaping", "vectorworld") == new
+    assert "use 'simsci rollout vectorworld --param tile_steps=3'" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="unknown --param for rollout vectorworld"):
+        values("vectorworld", "--param", "tiles=3")
 
 
 def test_options_before_the_action_word_move_after_it_with_a_warning(capsys):

@@ -97,8 +97,8 @@ def test_import_easytpp_errors_are_one_line(easytpp_dir, tmp_path, capsys):
         2,
     )
     assert code == 2 and "more than max_events = 2" in err
-    code, _, err = run(capsys, "data", "import", "easytpp", easytpp_dir, dst, "--limit", 1)
-    assert code == 2 and "--limit applies to pdebench/thewell" in err
+    code, _, err = run(capsys, "data", "import", "easytpp", easytpp_dir, dst, "-n", 1)
+    assert code == 2 and "-n/--episodes applies to pdebench/thewell" in err
     code, _, err = run(capsys, "data", "import", "pdebench", "a.h5", dst, "--ties", "drop")
     assert code == 2 and "--ties applies to 'data import easytpp' only, not to pdebench" in err
     code, _, err = run(capsys, "data", "import", "easytpp", easytpp_dir, dst, "--keep", 0.5)

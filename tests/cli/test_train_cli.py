@@ -71,7 +71,7 @@ def test_a_registered_toy_model_trains_from_the_cli(tmp_path, capsys, registry):
     models.register(models.trajectory_entry("toy", Toy, "a toy for the test", "state"))
     common = ["train", "toy", "--data", data, "--out", tmp_path / "run", "--window", 4,
               "--batch-size", 4, "--no-progress", "--device", "cpu",
-              "--model-arg", "scale=0.5"]  # fmt: skip
+              "--param", "scale=0.5"]  # fmt: skip
     code, out, err = run(capsys, *common, "--max-steps", 3)
     assert code == 0, err
     assert json.loads(out)["steps"] == 3
@@ -96,7 +96,7 @@ def test_every_entry_gets_the_same_request(tmp_path, capsys, registry):
     config.write_text(json.dumps({"lr": 0.1, "epochs": 2}))
     code, out, err = run(
         capsys, "train", "recorder", "--data", "d.h5", "--out", tmp_path / "r", "--config",
-        config, "--lr", 0.5, "--seed", 3, "--model-arg", "a=1", "--backbone", "fno",
+        config, "--lr", 0.5, "--seed", 3, "--param", "a=1", "--backbone", "fno",
         "--window", 3, "--task", "x", "--resume", "--no-progress",
     )  # fmt: skip
     assert code == 0, err
@@ -135,8 +135,8 @@ def test_train_dynadiff_goes_through_its_entry(tmp_path, capsys, monkeypatch):
     folder.mkdir()
     out = tmp_path / "gen"
     code, stdout, err = run(
-        capsys, "train", "dynadiff", "--data", folder, "--model-arg", "zoo=zoo.pt", "--out",
-        out, "--max-steps", 7, "--model-arg", "latent_dim=8", "--device", "cpu",
+        capsys, "train", "dynadiff", "--data", folder, "--param", "zoo=zoo.pt", "--out",
+        out, "--max-steps", 7, "--param", "latent_dim=8", "--device", "cpu",
     )  # fmt: skip
     assert code == 0, err
     assert json.loads(stdout) == {"checkpoint": str(out / "generator.pt")}
@@ -163,9 +163,9 @@ def test_dynadiff_train_and_train_dynadiff_are_one_call(tmp_path, capsys, monkey
     code, out, err = run(capsys, "dynadiff", "train", "--zoo", "zoo.pt", *flags,
                          "--autoencoder-steps", 5, "--diffusion-steps", 10)  # fmt: skip
     assert code == 0 and out.startswith("generator: "), err
-    code, _, err = run(capsys, "train", "dynadiff", "--model-arg", "zoo=zoo.pt", *flags,
-                       "--model-arg", "autoencoder_steps=5",
-                       "--model-arg", "diffusion_train_steps=10")  # fmt: skip
+    code, _, err = run(capsys, "train", "dynadiff", "--param", "zoo=zoo.pt", *flags,
+                       "--param", "autoencoder_steps=5",
+                       "--param", "diffusion_train_steps=10")  # fmt: skip
     assert code == 0, err
     first, second = calls
     for kw in (first, second):
@@ -178,10 +178,10 @@ def test_dynadiff_train_and_train_dynadiff_are_one_call(tmp_path, capsys, monkey
 @pytest.mark.parametrize(
     "flags, message",
     [
-        ([], "pass --model-arg zoo=ZOO.pt"),
-        (["--model-arg", "zoo=z.pt", "--window", 4], "drop --window"),
-        (["--model-arg", "zoo=z.pt", "--epochs", 4], "not ['epochs']"),
-        (["--model-arg", "zoo=z.pt", "--model-arg", "spec=1"], "unknown --model-arg for dynadiff"),
+        ([], "pass --param zoo=ZOO.pt"),
+        (["--param", "zoo=z.pt", "--window", 4], "drop --window"),
+        (["--param", "zoo=z.pt", "--epochs", 4], "not ['epochs']"),
+        (["--param", "zoo=z.pt", "--param", "spec=1"], "unknown --param for dynadiff"),
     ],
 )
 def test_train_dynadiff_errors(flags, message, capsys, monkeypatch):
@@ -203,7 +203,7 @@ def test_train_vectorworld_goes_through_its_entry(tmp_path, capsys, monkeypatch)
     out = tmp_path / "vw"
     code, stdout, err = run(
         capsys, "train", "vectorworld", "--data", "scenes.h5", "--out", out, "--max-steps", 3,
-        "--model-arg", "npc_steps=7", "--model-arg", "npc_roads=2", "--seed", 5,
+        "--param", "npc_steps=7", "--param", "npc_roads=2", "--seed", 5,
         "--no-progress",
     )  # fmt: skip
     assert code == 0, err

@@ -152,8 +152,8 @@ def test_gfg_without_val_data_warns_nothing_wrong(tmp_path, capsys):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         code, out, err = run(capsys, "train", "gfg", "--data", data, "--out", tmp_path / "g",
-                             "--max-steps", 6, "--batch-size", 8, "--no-progress", "--model-arg",
-                             "hidden_dim=16", "--model-arg", "method=rk4")  # fmt: skip
+                             "--max-steps", 6, "--batch-size", 8, "--no-progress", "--param",
+                             "hidden_dim=16", "--param", "method=rk4")  # fmt: skip
     assert code == 0, err
     texts = [str(w.message) for w in caught]
     assert not [t for t in texts if "val_data" in t or "never evaluates" in t], texts

@@ -52,7 +52,7 @@ def test_env_rollout_train_then_surrogate(tmp_path, capsys):
     code, _, err = run(
         capsys, "train", "controlled_ode", "--data", rollouts, "--out", tmp_path / "run",
         "--max-steps", "30", "--epochs", "100", "--device", "cpu", "--no-progress",
-        "--model-arg", "hidden_dim=16",
+        "--param", "hidden_dim=16",
     )  # fmt: skip
     assert code == 0, err
     env = SurrogateEnv(str(tmp_path / "run" / "checkpoints" / "last.pt"))

@@ -350,7 +350,7 @@ def test_simsci_train_series_baselines_with_a_task(pendulum, labelled, tmp_path,
         out = tmp_path / model
         code = main([
             "train", model, "--data", str(source[0].path), "--task", task, "--out", str(out),
-            "--max-steps", "2", "--batch-size", "8", "--no-progress", "--model-arg",
+            "--max-steps", "2", "--batch-size", "8", "--no-progress", "--param",
             "hidden_dim=8",
         ])  # fmt: skip
         assert code == 0, capsys.readouterr().err

@@ -147,8 +147,8 @@ def test_cli_train_and_evaluate_operator(heat_file, tmp_path, capsys):
         [
             "train", "operator", "--backbone", "fno", "--features", "dno", "--data",
             str(heat_file), "--out", str(out), "--max-steps", "5", "--epochs", "100",
-            "--device", "cpu", "--no-progress", "--model-arg", "subsample=2",
-            "--model-arg", 'backbone_kwargs={"width": 8, "modes": 6, "layers": 1}',
+            "--device", "cpu", "--no-progress", "--param", "subsample=2",
+            "--param", 'backbone_kwargs={"width": 8, "modes": 6, "layers": 1}',
         ]
     )  # fmt: skip
     assert code == 0, capsys.readouterr().err

@@ -140,7 +140,7 @@ class DynaDiff(nn.Module):
     """The weight-space generator (module docstring).
 
     Registry name ``dynadiff`` (``simsci.models.REGISTRY``): it trains from a zoo and the
-    zoo's data, not from one trajectory file alone (``simsci train dynadiff --model-arg
+    zoo's data, not from one trajectory file alone (``simsci train dynadiff --param
     zoo=ZOO.pt`` or ``simsci dynadiff train``), and it follows the training contract, so
     :class:`simsci.train.Trainer` trains it and :func:`simsci.train.load_model` reads it.
 

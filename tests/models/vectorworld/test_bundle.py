@@ -78,8 +78,8 @@ def test_cli_errors_are_one_clear_line(tmp_path, capsys):
     code = main(["rollout", "vectorworld", "--checkpoint", str(tmp_path), "--out", str(tmp_path)])
     err = capsys.readouterr().err
     assert code == 2 and "no vectorworld.json" in err and "Traceback" not in err
-    code = main(["train", "vectorworld", "--data", "x.h5", "--model-arg", "depth=3"])
-    assert code == 2 and "unknown --model-arg for vectorworld" in capsys.readouterr().err
+    code = main(["train", "vectorworld", "--data", "x.h5", "--param", "depth=3"])
+    assert code == 2 and "unknown --param for vectorworld" in capsys.readouterr().err
 
 
 @pytest.mark.slow
