@@ -27,7 +27,8 @@
   :func:`lanes_from_tiles`, :func:`crop_lanes`), :class:`AgentState` (``MANOEUVRES``,
   :func:`manoeuvre_index`), :func:`step_agents` (the bicycle in curvature form) and the
   feasibility limits ``MAX_JERK``, ``MAX_LATERAL_ACCEL``, :func:`curvature_limit`,
-  :func:`feasible_box`.
+  :func:`feasible_box`; :func:`checked_tensor` and :func:`check_shape`, the contract's
+  input checks, for code that builds on it.
 - :mod:`.metrics`: collisions, off-road, kinematic infeasibility, ADE/FDE, density,
   lane-graph statistics, seam gaps, Fréchet and MMD distances.
 - The RL environment is ``gymnasium.make("simsci/Driving-v0")`` (:mod:`simsci.envs`).
@@ -44,7 +45,14 @@ from simsci.driving._agents import (
     manoeuvre_index,
     step_agents,
 )
-from simsci.driving._lanes import LaneSet, crop_lanes, lanes_from_road, lanes_from_tiles
+from simsci.driving._lanes import (
+    LaneSet,
+    check_shape,
+    checked_tensor,
+    crop_lanes,
+    lanes_from_road,
+    lanes_from_tiles,
+)
 from simsci.driving._roads import (
     LANE_ENDS,
     LANE_KINDS,
@@ -128,6 +136,8 @@ __all__ = [
     "lanes_from_road",
     "lanes_from_tiles",
     "crop_lanes",
+    "checked_tensor",
+    "check_shape",
     "AgentState",
     "MANOEUVRES",
     "manoeuvre_index",

@@ -38,7 +38,8 @@ import math
 import numpy as np
 import torch
 
-from simsci.driving._lanes import _check_shape, _tensor
+from simsci.driving._lanes import check_shape as _check_shape
+from simsci.driving._lanes import checked_tensor as _tensor
 from simsci.driving._traffic import DT, MAX_ACCEL, MAX_BRAKE, MAX_CURVATURE, MAX_CURVATURE_RATE
 from simsci.errors import unknown_name
 

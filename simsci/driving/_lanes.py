@@ -29,7 +29,8 @@ __all__ = ["LaneSet", "crop_lanes", "lanes_from_road", "lanes_from_tiles"]
 
 
 # ----------------------------------------------------------------------------- inputs
-def _tensor(x, name: str, *, like=None, dtype=None) -> torch.Tensor:
+def checked_tensor(x, name: str, *, like=None, dtype=None) -> torch.Tensor:
+    """``x`` as a tensor (on ``like``'s device, in ``dtype``), or a TypeError naming it."""
     if not isinstance(x, torch.Tensor):
         try:
             x = torch.as_tensor(np.asarray(x))
@@ -42,7 +43,8 @@ def _tensor(x, name: str, *, like=None, dtype=None) -> torch.Tensor:
     return x
 
 
-def _check_shape(t: torch.Tensor, shape: tuple, name: str, what: str) -> None:
+def check_shape(t: torch.Tensor, shape: tuple, name: str, what: str) -> None:
+    """A ValueError naming ``name``, the expected shape and its meaning unless ``t`` has it."""
     if tuple(t.shape) != tuple(shape):
         raise ValueError(f"{name} must have shape {tuple(shape)} ({what}), got {tuple(t.shape)}")
 
@@ -62,7 +64,7 @@ class LaneSet:
     _geo: dict | None = dataclasses.field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
-        p = _tensor(self.points, "LaneSet.points")
+        p = checked_tensor(self.points, "LaneSet.points")
         if not p.is_floating_point():
             p = p.to(torch.get_default_dtype())
         if p.ndim != 4 or p.shape[-1] != 2 or p.shape[-2] < 2:
@@ -73,10 +75,10 @@ class LaneSet:
         B, L = p.shape[:2]
         self.points = p
         for name in ("width", "speed_limit"):
-            t = _tensor(getattr(self, name), f"LaneSet.{name}", like=p, dtype=p.dtype)
-            _check_shape(t, (B, L), f"LaneSet.{name}", "one value per lane")
+            t = checked_tensor(getattr(self, name), f"LaneSet.{name}", like=p, dtype=p.dtype)
+            check_shape(t, (B, L), f"LaneSet.{name}", "one value per lane")
             setattr(self, name, t)
-        s = _tensor(self.succ, "LaneSet.succ", like=p)
+        s = checked_tensor(self.succ, "LaneSet.succ", like=p)
         if s.is_floating_point() or s.dtype == torch.bool:
             raise TypeError(f"LaneSet.succ must hold integer lane ids, got dtype {s.dtype}")
         if s.ndim != 3 or tuple(s.shape[:2]) != (B, L) or s.shape[2] < 1:
@@ -91,10 +93,10 @@ class LaneSet:
                 f"[{int(s.min())}, {int(s.max())}]"
             )
         self.succ = s
-        v = _tensor(self.valid, "LaneSet.valid", like=p)
+        v = checked_tensor(self.valid, "LaneSet.valid", like=p)
         if v.dtype != torch.bool:
             raise TypeError(f"LaneSet.valid must be a bool tensor, got dtype {v.dtype}")
-        _check_shape(v, (B, L), "LaneSet.valid", "one flag per lane")
+        check_shape(v, (B, L), "LaneSet.valid", "one flag per lane")
         self.valid = v
         m = v[..., None, None].expand_as(p)
         if bool((~torch.isfinite(p) & m).any()) or bool(
@@ -278,7 +280,7 @@ def crop_lanes(lanes: LaneSet, centre, radius: float, max_lanes: int | None = No
 
     Returns ``(LaneSet (B, L', ...), source (B, L') long)``: ``source[b, i]`` is the lane's
     index in ``lanes`` (-1 for padding)."""
-    c = _tensor(centre, "centre", like=lanes.points, dtype=lanes.points.dtype)
+    c = checked_tensor(centre, "centre", like=lanes.points, dtype=lanes.points.dtype)
     if c.ndim != 2 or c.shape[1] != 2:
         raise ValueError(f"centre must have shape (B, 2), got {tuple(c.shape)}")
     B = c.shape[0]

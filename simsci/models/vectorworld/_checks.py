@@ -8,24 +8,8 @@ import numpy as np
 import torch
 
 from simsci.driving import AgentState, LaneSet
-
-
-def _tensor(x, name: str, *, like=None, dtype=None) -> torch.Tensor:
-    if not isinstance(x, torch.Tensor):
-        try:
-            x = torch.as_tensor(np.asarray(x))
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"{name} must be a tensor or an array, got {type(x).__name__}") from exc
-    if like is not None:
-        x = x.to(device=like.device)
-    if dtype is not None:
-        x = x.to(dtype)
-    return x
-
-
-def _check_shape(t: torch.Tensor, shape: tuple, name: str, what: str) -> None:
-    if tuple(t.shape) != tuple(shape):
-        raise ValueError(f"{name} must have shape {tuple(shape)} ({what}), got {tuple(t.shape)}")
+from simsci.driving import check_shape as _check_shape
+from simsci.driving import checked_tensor as _tensor
 
 
 def _check_pair(lanes, agents, controlled=None):
