@@ -320,6 +320,13 @@ class SeriesModel(nn.Module):
         """Data units -> model units (NaN where x is NaN)."""
         return (x - self.data_mean.to(x.dtype)) / self.data_std.to(x.dtype)
 
+    def visible_steps(self, batch: dict, visible: torch.Tensor | None) -> torch.Tensor:
+        """The entries the model may read: observed (and checked by :meth:`check_batch`)
+        and, when ``visible`` is given, also in it; (B, L, D) bool."""
+        observed = observed_mask(batch)
+        self.check_batch(batch, observed)
+        return observed if visible is None else visible & observed
+
     def check_batch(self, batch: dict, observed: torch.Tensor) -> None:
         """The rules every batch must meet: the model's channel count, at least one
         observed value per episode, strictly increasing times."""

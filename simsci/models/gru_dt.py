@@ -34,7 +34,7 @@ import math
 import torch
 from torch import nn
 
-from simsci.models._series import SeriesModel, observed_mask
+from simsci.models._series import SeriesModel
 
 __all__ = ["GRUDelta"]
 
@@ -118,18 +118,13 @@ class GRUDelta(SeriesModel):
         var = nn.functional.softplus(raw) + 1e-4
         return (mean, var, last) if final else (mean, var)
 
-    def _visible(self, batch: dict, visible: torch.Tensor | None) -> torch.Tensor:
-        observed = observed_mask(batch)
-        self.check_batch(batch, observed)
-        return observed if visible is None else visible & observed
-
     def features(self, batch: dict, visible: torch.Tensor) -> torch.Tensor:
         """The final hidden state(s), (B, feature_dim)."""
-        return self.run(batch, self._visible(batch, visible))[1]
+        return self.run(batch, self.visible_steps(batch, visible))[1]
 
     def predict(self, batch: dict, visible: torch.Tensor | None = None, variance: bool = False):
         """The Gaussian head's mean (and variance) at every step, data units (B, L, D)."""
-        mean, var = self.gaussian(batch, self._visible(batch, visible))
+        mean, var = self.gaussian(batch, self.visible_steps(batch, visible))
         std = self.data_std.to(mean.dtype)
         mean = mean * std + self.data_mean.to(mean.dtype)
         return (mean, var * std**2) if variance else mean

@@ -43,7 +43,7 @@ import math
 import torch
 from torch import nn
 
-from simsci.models._series import SeriesModel, observed_mask
+from simsci.models._series import SeriesModel
 
 __all__ = ["LinearODE"]
 
@@ -107,18 +107,13 @@ class LinearODE(SeriesModel):
         """The predictive variance per channel ``(D,)``, normalised units."""
         return nn.functional.softplus(self.raw_var) + 1e-4
 
-    def _visible(self, batch: dict, visible: torch.Tensor | None) -> torch.Tensor:
-        observed = observed_mask(batch)
-        self.check_batch(batch, observed)
-        return observed if visible is None else visible & observed
-
     def features(self, batch: dict, visible: torch.Tensor) -> torch.Tensor:
         """The final state estimate, (B, D)."""
-        return self.run(batch, self._visible(batch, visible))[1]
+        return self.run(batch, self.visible_steps(batch, visible))[1]
 
     def predict(self, batch: dict, visible: torch.Tensor | None = None, variance: bool = False):
         """The predictive mean (and variance) at every step, data units (B, L, D)."""
-        mean, _ = self.run(batch, self._visible(batch, visible))
+        mean, _ = self.run(batch, self.visible_steps(batch, visible))
         std = self.data_std.to(mean.dtype)
         mean = mean * std + self.data_mean.to(mean.dtype)
         if not variance:
