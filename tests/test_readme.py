@@ -55,3 +55,42 @@ def test_readme_example_runs(index, tmp_path, request):
         [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_slow_examples_name_only_what_exists():
+    """The slow examples' imports, and every ``module.name`` they read off an imported
+    module, exist: a renamed or moved API breaks this in the default run, not only in
+    ``make test-all``."""
+    import ast
+    import importlib
+
+    for index, block in enumerate(BLOCKS):
+        if not any(key in block for key in SLOW):
+            continue
+        tree = ast.parse(block)
+        modules = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    top = importlib.import_module(alias.name)
+                    if alias.asname:
+                        modules[alias.asname] = top
+                    else:
+                        modules[alias.name.split(".")[0]] = importlib.import_module(
+                            alias.name.split(".")[0]
+                        )
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                module = importlib.import_module(node.module)
+                for alias in node.names:
+                    value = getattr(module, alias.name, None)
+                    if value is None:  # a submodule imported by name
+                        value = importlib.import_module(f"{node.module}.{alias.name}")
+                    if isinstance(value, type(module)):
+                        modules[alias.asname or alias.name] = value
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                module = modules.get(node.value.id)
+                if module is not None:
+                    assert hasattr(module, node.attr), (
+                        f"README example {index}: {node.value.id}.{node.attr} does not exist"
+                    )
