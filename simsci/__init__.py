@@ -1,14 +1,16 @@
 """simsci: simulation and scientific machine learning of dynamics and continuous-time models.
 
-The public surface is small (shared/design/architecture.md):
+The public surface is small; the packages are layered (README, "Layout"):
 
 - ``simsci.odeint`` / ``simsci.sdeint``: batched ODE/SDE solves with per-sample time grids;
 - ``simsci.data``: the trajectory format (``open``, ``write``, ``TrajectoryWriter``,
   ``check_file``, torch datasets and collates);
-- ``simsci.systems``: ground-truth simulators (``get``, ``generate``);
+- ``simsci.systems``: ground-truth simulators (``get``, ``generate``); beside them
+  ``simsci.processes`` (point processes) and ``simsci.driving`` (the driving world);
+- ``simsci.datasets``: data sets built over the simulators (``make_dataset``);
 - ``simsci.train``: the one training loop;
 - ``simsci.models``, ``simsci.operators``, ``simsci.envs``: models, neural operators and
-  gymnasium environments.
+  gymnasium environments; ``simsci.bench`` and ``simsci.tour``: timing and the tour.
 
 Subpackages are imported lazily, so ``import simsci`` stays cheap for the CLI.
 """
@@ -27,7 +29,20 @@ from simsci.errors import (
     UnknownNameError,
 )
 
-_SUBMODULES = {"data", "integrate", "systems", "models", "train", "envs", "operators", "bench"}
+_SUBMODULES = {
+    "data",
+    "integrate",
+    "systems",
+    "processes",
+    "driving",
+    "datasets",
+    "models",
+    "train",
+    "envs",
+    "operators",
+    "bench",
+    "tour",
+}
 _FUNCTIONS = {"odeint": "simsci.integrate", "sdeint": "simsci.integrate"}
 
 __all__ = [
