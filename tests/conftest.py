@@ -123,3 +123,24 @@ def vectorworld_small():
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(scope="session")
+def series(tmp_path_factory):
+    """8 lorenz63 episodes of 11 steps (6 train): a tiny file for training faults and
+    reproducibility (read only)."""
+    from simsci import systems
+
+    path = tmp_path_factory.mktemp("series") / "lorenz.h5"
+    systems.generate("lorenz63", 8, t_end=1.0, dt=0.1, out=path, seed=0, progress=False)
+    return path
+
+
+@pytest.fixture(scope="session")
+def events(tmp_path_factory):
+    """12 Hawkes sequences: a tiny events file (read only)."""
+    from simsci import datasets
+
+    path = tmp_path_factory.mktemp("events") / "hawkes.h5"
+    datasets.make_dataset("hawkes", n=12, out=path, seed=0, progress=False)
+    return path

@@ -20,7 +20,7 @@ import h5py
 import pytest
 import torch
 
-from simsci import datasets, models, systems
+from simsci import models, systems
 from simsci.cli import main
 from simsci.errors import FormatError
 
@@ -29,21 +29,6 @@ def run(capsys, *argv):
     code = main([str(a) for a in argv])
     out = capsys.readouterr()
     return code, out.out, out.err
-
-
-@pytest.fixture(scope="module")
-def series(tmp_path_factory):
-    """8 lorenz episodes of 11 steps: 6 train (12 windows of 4: 3 batches of 4)."""
-    path = tmp_path_factory.mktemp("series") / "lorenz.h5"
-    systems.generate("lorenz63", 8, t_end=1.0, dt=0.1, out=path, seed=0, progress=False)
-    return path
-
-
-@pytest.fixture(scope="module")
-def events(tmp_path_factory):
-    path = tmp_path_factory.mktemp("events") / "hawkes.h5"
-    datasets.make_dataset("hawkes", n=12, out=path, seed=0, progress=False)
-    return path
 
 
 @pytest.fixture(scope="module")

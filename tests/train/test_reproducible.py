@@ -16,22 +16,8 @@ import numpy as np
 import pytest
 import torch
 
-from simsci import datasets, models, systems
+from simsci import models
 from simsci.train import load_checkpoint, seed_everything
-
-
-@pytest.fixture(scope="module")
-def series(tmp_path_factory):
-    path = tmp_path_factory.mktemp("series") / "lorenz.h5"
-    systems.generate("lorenz63", 8, t_end=1.0, dt=0.1, out=path, seed=0, progress=False)
-    return path
-
-
-@pytest.fixture(scope="module")
-def events(tmp_path_factory):
-    path = tmp_path_factory.mktemp("events") / "hawkes.h5"
-    datasets.make_dataset("hawkes", n=12, out=path, seed=0, progress=False)
-    return path
 
 
 def _scramble():
