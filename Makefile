@@ -5,6 +5,13 @@
 # that creates it already has torch (a user's own CUDA build, say), the venv sees it
 # through --system-site-packages and keeps it; otherwise torch==2.13.0 is installed
 # (on this project's machines a CPU build of it lies on disk).
+#
+# pip byte-compiles what it installs one file at a time (~50 s of the install on 2 cores,
+# torch alone ~30 s); --no-compile then compileall -j 0 does the same on every core. The
+# .pyc files must exist: where PYTHONDONTWRITEBYTECODE is set (as on CI) nothing caches
+# them later and every process would recompile torch on import (+3 s each). Left out:
+# packages' own tests/ and pip; a failure is ignored (torch ships a py3.12-only file that
+# 3.11 cannot compile, as pip also skips), since it only costs speed.
 
 PYTHON ?= python3
 VENV   := .venv
@@ -36,17 +43,26 @@ $(STAMP): pyproject.toml
 	    $(PYTHON) -m venv $(VENV); \
 	  fi; \
 	fi
-	@$(PY) -c "import torch" >/dev/null 2>&1 || $(PY) -m pip install "torch==2.13.0"
-	$(PY) -m pip install -e ".[dev,plot,rl,minari]"
+	@$(PY) -c "import torch" >/dev/null 2>&1 || $(PY) -m pip install --no-compile "torch==2.13.0"
+	$(PY) -m pip install --no-compile -e ".[dev,plot,rl,minari]"
+	@$(PY) -m compileall -q -j 0 -x '/tests/|/site-packages/pip/' \
+	  "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null 2>&1 || true
 	@touch $(STAMP)
 
 tour: venv
 	$(VENV)/bin/simsci tour
 
+# simsci's own .pyc files (git-ignored __pycache__): with PYTHONDONTWRITEBYTECODE set, as
+# on CI, each of the ~40 processes a run starts would compile what it imports (~0.6 s).
+# A later edit only makes Python recompile that file in memory.
+PYCOMPILE = $(PY) -m compileall -q -j 0 simsci envs operators >/dev/null
+
 test: venv
+	@$(PYCOMPILE)
 	$(PY) -m pytest $(PYTEST_XDIST) $(PYTEST_FLAGS)
 
 test-all: venv
+	@$(PYCOMPILE)
 	$(PY) -m pytest $(PYTEST_XDIST) $(PYTEST_FLAGS) -m ""
 
 lint: venv lint-imports

@@ -183,6 +183,11 @@ def test_train_resume_evaluate(tmp_path, capsys):
 
 # the whole quick tour (~60 s of CPU) stays in the default run: `make tour` is one of the
 # README's two commands, and CI runs only `make test`
+# ~60 s of CPU, a sixth of the default run's. Each section's capability is guarded by
+# its own tests (tests/models, tests/operators, tests/envs, tests/driving, tests/cli);
+# the tour's own wiring in the default run: tests/cli/test_tour.py (the section registry,
+# --list, --section, one section run alone). `make test-all` runs the whole quick tour.
+@pytest.mark.slow
 def test_tour_quick(tmp_path, capsys):
     code, stdout, _ = run(capsys, "tour", "--quick", "--out", tmp_path / "tour")
     assert code == 0

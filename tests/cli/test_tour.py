@@ -1,6 +1,6 @@
 """``simsci tour``: its sections listed, chosen by name, and one run alone.
 
-The whole quick tour runs in tests/cli/test_cli.py (test_tour_quick)."""
+The whole quick tour runs in tests/cli/test_cli.py (test_tour_quick, slow: ~60 s)."""
 
 import json
 

@@ -63,7 +63,7 @@ def test_duffing_energy_is_conserved_without_damping_and_decays_into_a_well(devi
     duff = systems.get("duffing")
     x0 = duff.sample_initial(8, generator=_gen(), device=device)
     p = duff.sample_params(8, generator=_gen(1), device=device)
-    t = torch.linspace(0.0, 20.0, 201, dtype=torch.float64, device=device)
+    t = torch.linspace(0.0, 10.0, 101, dtype=torch.float64, device=device)
     free = p.clone()
     free[:, 0] = 0.0  # delta = 0: conservative
     xs = duff.simulate(x0, t, free, **TIGHT)
@@ -72,8 +72,13 @@ def test_duffing_energy_is_conserved_without_damping_and_decays_into_a_well(devi
     assert xs[..., 0].std(dim=1).min() > 0.05  # it oscillates
     # damped: dH/dt = -delta v^2 <= 0, and every orbit ends at the bottom of a well,
     # x = +-sqrt(-alpha/beta), H = -alpha^2/(4 beta)
-    t = torch.linspace(0.0, 200.0, 801, dtype=torch.float64, device=device)  # e^-10 at 0.1
-    xs = duff.simulate(x0, t, p, **TIGHT)
+    # the sampled delta (0.1-0.4) times 4, so that 50 time units damp the amplitude by
+    # e^(-delta t / 2) <= e^-10 (still underdamped: delta < 2 omega = 2 sqrt(-2 alpha))
+    p = p.clone()
+    p[:, 0] *= 4.0
+    t = torch.linspace(0.0, 50.0, 201, dtype=torch.float64, device=device)
+    # rtol 1e-8: the sign of dH/dt is what is checked, and the energy falls by O(1)
+    xs = duff.simulate(x0, t, p, method="dopri5", rtol=1e-8, atol=1e-10)
     energy = duff.energy(xs, p[:, None, :])
     assert energy.diff(dim=1).max() < 1e-9
     alpha, beta = p[:, 1], p[:, 2]
