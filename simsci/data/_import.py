@@ -55,7 +55,9 @@ Design choices (and why):
   them.
 - **Parameters.** The Well: the numeric simulation parameters, then the time-invariant
   ``scalars`` not already among them (a per-trajectory scalar dataset of the same name
-  replaces the root attribute's value). Time-varying scalars become the step field
+  replaces the root attribute's value; a constant one that equals it once rounded to
+  its own dtype, as Well files store float32 copies, keeps the attribute's exact value).
+  Time-varying scalars become the step field
   ``scalars`` (T, K) with names. Non-numeric parameters go to meta only.
 - **Coordinates.** Sample-invariant coordinates go to ``/static/<dim>``; coordinates that
   vary per trajectory (The Well's ``sample_varying``) to the episode field ``grid_<dim>``.
@@ -1075,9 +1077,18 @@ def _well_params(src: Path, f: h5py.File, axes: _WellAxes) -> _WellParams:
         if sv:
             params.per_episode[name] = values
             params.const.pop(name, None)
-        else:
+        elif not _same_at_precision(params.const.get(name), ds[()]):
             params.const[name] = float(values)
+        # else: a constant scalar that repeats a root attribute at its own (often float32)
+        # precision keeps the attribute's exact value (Prandtl 0.7, not 0.699999988)
     return params
+
+
+def _same_at_precision(attr_value, stored: np.ndarray) -> bool:
+    """Whether a root attribute's value equals a stored scalar once rounded to its dtype."""
+    if attr_value is None or stored.dtype.kind != "f":
+        return False
+    return bool(np.asarray(attr_value).astype(stored.dtype) == stored.reshape(()))
 
 
 def _well_boundaries(f: h5py.File) -> dict:

@@ -125,7 +125,10 @@ def make_well(path, *, n=3, steps=4, nx=5, ny=6, seed=4, time_sv=False):
         yb["mask"] = ymask
         yb["values"] = np.zeros(2, np.float32)
         sc = f.create_group("scalars")
-        sc.attrs["field_names"] = ["Reynolds", "energy_input", "alpha"]
+        sc.attrs["field_names"] = ["Reynolds", "energy_input", "alpha", "Prandtl"]
+        sc["Prandtl"] = np.array([0.7], np.float32)  # repeats the root attribute, float32
+        sc["Prandtl"].attrs["sample_varying"] = False
+        sc["Prandtl"].attrs["time_varying"] = False
         sc["Reynolds"] = np.array([100.0 + i for i in range(n)], np.float32)  # per trajectory
         sc["Reynolds"].attrs["sample_varying"] = True
         sc["Reynolds"].attrs["time_varying"] = False
@@ -386,6 +389,8 @@ def test_thewell_round_trip(tmp_path):
         np.testing.assert_array_equal(ep["t"], time.astype(np.float64))
         # the per-trajectory Reynolds scalar replaces the root attribute's value
         np.testing.assert_allclose(ep["params"], [100.0 + i, 0.7, 0.5], rtol=1e-6)
+        # the float32 copy of Prandtl does not replace the attribute's exact float64 value
+        assert ep["params"][1] == 0.7
         assert ep["scalars"].shape == (4, 1)
     np.testing.assert_array_equal(ds.static["x"], np.linspace(0, 1, 5, dtype=np.float32))
     source = ds.meta["source"]
