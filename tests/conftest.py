@@ -28,66 +28,10 @@ if "SIMSCI_CACHE" not in os.environ:
     _OWN_CACHE = tempfile.mkdtemp(prefix="simsci-test-cache-")
     os.environ["SIMSCI_CACHE"] = _OWN_CACHE
 
-import functools  # noqa: E402
-import importlib.abc  # noqa: E402
-import importlib.util  # noqa: E402
 import shutil  # noqa: E402
-import sys  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-
-# ------------------------------------------------------------------ one build per run
-# small_default() trains its model into the cache directory in place (its training runs
-# live there until the final save), so two xdist workers building it at once would
-# overwrite each other. Every call in the test processes takes one file lock in the
-# run's cache: the first builds, the others wait and then load. The wrapper goes on
-# when simsci.models.vectorworld is first imported (a hook, so that tests which never
-# touch VectorWorld do not pay for importing it).
-_VW = "simsci.models.vectorworld"
-_LOCK = os.path.join(os.environ["SIMSCI_CACHE"], ".small_default.lock")
-
-
-def _lock_small_default(package) -> None:
-    orig = getattr(package, "small_default", None)
-    if orig is None or getattr(orig, "_test_locked", False):
-        return
-    from filelock import FileLock
-
-    @functools.wraps(orig)
-    def small_default(*args, **kwargs):
-        with FileLock(_LOCK):
-            return orig(*args, **kwargs)
-
-    small_default._test_locked = True
-    package.small_default = small_default
-    home = sys.modules.get(getattr(orig, "__module__", ""))
-    if home is not None and getattr(home, "small_default", None) is orig:
-        home.small_default = small_default  # e.g. _bundle, which _rollout imports from
-
-
-class _WrapOnImport(importlib.abc.MetaPathFinder):
-    def find_spec(self, fullname, path, target=None):
-        if fullname != _VW:
-            return None
-        sys.meta_path.remove(self)  # once: the real spec, then this finder is done
-        spec = importlib.util.find_spec(fullname)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        run = spec.loader.exec_module
-
-        def exec_module(module):
-            run(module)
-            _lock_small_default(module)
-
-        spec.loader.exec_module = exec_module
-        return spec
-
-
-if _VW in sys.modules:
-    _lock_small_default(sys.modules[_VW])
-else:
-    sys.meta_path.insert(0, _WrapOnImport())
 
 
 def pytest_unconfigure(config):
@@ -113,8 +57,9 @@ def device() -> torch.device:
 
 @pytest.fixture(scope="session")
 def vectorworld_small():
-    """VectorWorld's small default model, built (once per run, under the lock) into the
-    run's cache before a test that needs it starts a subprocess which would load it."""
+    """VectorWorld's small default model, built into the run's cache before a test that
+    needs it starts a subprocess which would load it (once per run: small_default locks
+    its cache key, so the xdist workers wait for one build)."""
     from simsci.models.vectorworld import small_default
 
     return small_default()

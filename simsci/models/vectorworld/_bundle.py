@@ -35,6 +35,7 @@ import tempfile
 from pathlib import Path
 
 import torch
+from filelock import FileLock
 
 __all__ = ["VectorWorld", "train_vectorworld", "small_default", "FORMAT_VERSION"]
 
@@ -105,6 +106,10 @@ class VectorWorld:
                 shutil.rmtree(old, ignore_errors=True)
                 path.rename(old)
                 tmp.rename(path)
+                # the parts' training runs (train_vectorworld writes them under OUT/runs)
+                # stay, so that a finished run can be resumed with more steps
+                if (old / "runs").is_dir() and not (path / "runs").exists():
+                    (old / "runs").rename(path / "runs")
                 shutil.rmtree(old, ignore_errors=True)
             else:
                 tmp.rename(path)
@@ -286,14 +291,27 @@ def _cache_root() -> Path:
 def small_default(*, cache_dir=None, rebuild: bool = False) -> VectorWorld:
     """The small VectorWorld trained on the fly (module docstring); built once per code
     version and cached under ``cache_dir`` (default ``$SIMSCI_CACHE`` or ``~/.cache/simsci``)."""
-    from simsci.driving import make_scenes
-
     root = Path(cache_dir) if cache_dir is not None else _cache_root()
     key = f"vectorworld-small-v{_SMALL_VERSION}-{_source_hash()}"
     path = root / key
     if not rebuild and (path / "vectorworld.json").is_file():
         return VectorWorld.load(path)
-    work = root / f".{key}.work"
+    root.mkdir(parents=True, exist_ok=True)
+    # one builder at a time (two processes, or pytest-xdist workers); the others wait,
+    # then load what it built. It trains in a work folder and renames the finished
+    # model into place, so the cache key's folder is complete whenever it exists.
+    with FileLock(os.fspath(root / f".{key}.lock")):
+        if not rebuild and (path / "vectorworld.json").is_file():
+            return VectorWorld.load(path)
+        _build_small(root / f".{key}.work", path)
+    return VectorWorld.load(path)
+
+
+def _build_small(work: Path, path: Path) -> None:
+    """Make the small default's scenes and train it in ``work``, then rename it to
+    ``path`` (a killed build resumes from the parts' checkpoints in ``work``)."""
+    from simsci.driving import make_scenes
+
     work.mkdir(parents=True, exist_ok=True)
     scenes = work / "scenes.h5"
     if not scenes.is_file():
@@ -301,11 +319,12 @@ def small_default(*, cache_dir=None, rebuild: bool = False) -> VectorWorld:
         tmp.unlink(missing_ok=True)
         make_scenes(8, out=tmp, seed=0, drive_length=300.0, route_length=1000.0)
         tmp.rename(scenes)
+    model = work / "model"
     with torch.random.fork_rng():
         torch.manual_seed(0)
         train_vectorworld(
             scenes,
-            path,
+            model,
             tile_steps=100,
             vae_steps=100,
             npc_steps=100,
@@ -323,6 +342,9 @@ def small_default(*, cache_dir=None, rebuild: bool = False) -> VectorWorld:
             },
             npc_kwargs={"hidden": 32, "depth": 2, "n_scenes": 6, "steps": 60, "val_steps": 30},
             npc_roads=1,
+            resume=(model / "runs").is_dir(),
         )
+    shutil.rmtree(model / "runs", ignore_errors=True)  # training state, not the model
+    shutil.rmtree(path, ignore_errors=True)  # rebuild=True
+    model.rename(path)
     shutil.rmtree(work, ignore_errors=True)
-    return VectorWorld.load(path)

@@ -4,6 +4,7 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -30,6 +31,57 @@ def test_save_load_round_trip(tmp_path):
     assert manifest["format_version"] == 1 and set(manifest["parts"]) == {"tiles", "vae", "npc"}
     model.save(path)  # overwriting is atomic and leaves no temporary directories
     assert sorted(p.name for p in tmp_path.iterdir()) == ["vw"]
+
+
+def test_saving_again_keeps_the_training_runs(tmp_path):
+    # train_vectorworld writes the parts' runs under OUT/runs; a later save of the world
+    # into OUT must leave them, or a finished run could not be resumed with more steps
+    path = _tiny().save(tmp_path / "vw")
+    (path / "runs" / "tiles" / "checkpoints").mkdir(parents=True)
+    (path / "runs" / "tiles" / "checkpoints" / "last.pt").write_bytes(b"state")
+    _tiny().save(path)
+    assert (path / "runs" / "tiles" / "checkpoints" / "last.pt").read_bytes() == b"state"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["vw"]
+
+
+def test_small_default_is_built_once_and_renamed_into_place(tmp_path, monkeypatch):
+    """Concurrent callers: one builds (in a work folder), the others wait and load."""
+    import threading
+    import time
+
+    import simsci.driving
+    from simsci.models.vectorworld import _bundle
+
+    calls, seen_partial = [], []
+
+    def fake_scenes(n, *, out, **kwargs):
+        Path(out).write_bytes(b"scenes")
+
+    def fake_train(scenes, out, **kwargs):
+        calls.append(out)
+        time.sleep(0.3)  # the others arrive while this one builds
+        cache = tmp_path / "cache"
+        seen_partial.extend(p.name for p in cache.iterdir() if not p.name.startswith("."))
+        return _tiny().save(out)
+
+    monkeypatch.setattr(simsci.driving, "make_scenes", fake_scenes)
+    monkeypatch.setattr(_bundle, "train_vectorworld", fake_train)
+    monkeypatch.setenv("SIMSCI_CACHE", str(tmp_path / "cache"))
+    worlds = []
+    threads = [
+        threading.Thread(target=lambda: worlds.append(_bundle.small_default())) for _ in range(3)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1 and len(worlds) == 3  # one build, three loads
+    assert seen_partial == []  # the cache key's folder never existed half-built
+    assert calls[0].parent.name.endswith(".work")
+    visible = [p for p in (tmp_path / "cache").iterdir() if not p.name.startswith(".")]
+    assert len(visible) == 1 and (visible[0] / "vectorworld.json").is_file()
+    assert not (visible[0] / "runs").exists()
+    assert not [p for p in (tmp_path / "cache").iterdir() if p.name.endswith(".work")]
 
 
 def test_load_rejects_other_parts_versions_and_folders(tmp_path):
@@ -91,7 +143,8 @@ def test_small_default_drives_and_cli_rollout(tmp_path, monkeypatch):
 
     monkeypatch.setenv("SIMSCI_CACHE", str(tmp_path / "cache"))
     model = small_default()
-    assert len(list((tmp_path / "cache").iterdir())) == 1
+    built = [p for p in (tmp_path / "cache").iterdir() if not p.name.startswith(".")]
+    assert len(built) == 1  # the model; the hidden lock file beside it
     res = vectorworld_rollout(model, km=0.1, seed=0, stop_on_failure=False)
     assert res["stats"]["distance_m"] >= 100.0 and res["stats"]["npc_infeasible_steps"] == 0
     r = _cli("rollout", "vectorworld", "--km", "0.1", "--keep-going", "--out", "out", cwd=tmp_path)
