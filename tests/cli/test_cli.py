@@ -217,23 +217,17 @@ def test_bench_lists_scripts(capsys):
 # and tests/train/test_train_ddp.py guard the sharded writing and DDP in the default run
 @pytest.mark.slow
 def test_generate_under_torchrun_writes_one_shard_per_rank(tmp_path):
-    import socket
-
     from simsci import data
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     out = tmp_path / "shards"
     proc = subprocess.run(
         [
             sys.executable,
             "-m",
             "torch.distributed.run",
+            "--standalone",  # torchrun binds a free port itself
             "--nproc_per_node",
             "2",
-            "--master_port",
-            str(port),
             "-m",
             "simsci",
             "generate",

@@ -1,7 +1,6 @@
 """DDP under torchrun: 2 CPU processes on gloo equal one process with the doubled batch."""
 
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -12,12 +11,6 @@ import trainhelp_models as hm
 import trainhelp_run
 
 from simsci.train import load_checkpoint
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rows(out: Path, split: str) -> list[dict]:
@@ -31,8 +24,9 @@ def test_two_gloo_ranks_match_one_process_with_the_doubled_batch(tmp_path):
     # 51 samples in global batches of 8: the last one (3 samples) splits 2 + 1
     args = ["--model", "linear", "--n-data", "51", "--epochs", "3"]
     cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-        "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
+        # --standalone: torchrun binds a free port itself (a port picked here could be
+        # taken by another process before torchrun binds it)
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
         str(hm.HERE / "trainhelp_run.py"), "--out", str(ddp_out), "--batch-size", "4",
         "--params-dir", str(ddp_params), *args,
     ]  # fmt: skip
