@@ -26,7 +26,7 @@ irregular subset (--keep), independently per channel (--per-channel), and noised
 (--obs-noise). Under torchrun each rank writes one shard into OUT (a directory).
 A dataset name (pendulum_images, climate, hawkes, population_events, mobility...; see
 --list) builds that data set instead
-(simsci.datasets.make_dataset): it takes --episodes, --out, --seed, --split,
+(simsci.datasets.make_dataset): it takes --episodes, --out, --seed, --split-fractions,
 --compression, --keep and --t-end/--dt where the dataset has them, and its own options
 as --param NAME=VALUE.
 
@@ -112,11 +112,16 @@ def add_to(sub) -> None:
         "'sample' (uniform over the system's ranges) or a grid 'NAME=v1,v2;NAME2=w1,w2'",
     )
     p.add_argument("--burn-in", type=float, default=0.0, help="time simulated and dropped first")
+    # not --split: elsewhere --split names the split to read (train, val, test, all)
     p.add_argument(
-        "--split",
+        "--split-fractions",
+        dest="split",
         default=None,
-        help="train,val,test fractions (default: 0.8,0.1,0.1 for systems; a dataset's own)",
+        metavar="TRAIN,VAL,TEST",
+        help="fractions of the episodes in each split (default: 0.8,0.1,0.1 for systems; "
+        "a dataset's own)",
     )
+    add_deprecated(p, "--split", "--split-fractions", dest="split")
     add_seed(p, help="random seed (initial states, params, noise)")
     add_device(p)
     p.add_argument("--method", default=None, help="solver method (default: the system's)")

@@ -90,7 +90,7 @@ def test_generate_pendulum_images_and_climate(tmp_path, capsys):
         0.5,
         "--param",
         "missing=0.2",
-        "--split",
+        "--split-fractions",
         "0.5,0.5,0",
         "--out",
         clim,
@@ -125,7 +125,7 @@ def test_generate_dataset_errors_are_one_clear_line(tmp_path, capsys):
 
 def test_a_dataset_keeps_its_own_split_unless_split_is_given(tmp_path, capsys):
     # lifted_circle's own default is (0.6, 0.2, 0.2); systems default to 0.8,0.1,0.1
-    for flag, counts in (((), [6, 2, 2]), (("--split", "0.8,0.1,0.1"), [8, 1, 1])):
+    for flag, counts in (((), [6, 2, 2]), (("--split-fractions", "0.8,0.1,0.1"), [8, 1, 1])):
         out = tmp_path / f"circle{len(flag)}.h5"
         argv = ("generate", "lifted_circle", "-n", 10, "--out", out, "--no-progress", *flag)
         code, _, err = run(capsys, *argv, "--param", "dim=4", "--param", "steps=4")

@@ -44,7 +44,7 @@ def test_lifted_circle_forecast_and_detect(tmp_path, capsys):
     data = tmp_path / "circle.h5"
     code, _, err = run(
         capsys, "generate", "lifted_circle", "-n", 6, "--param", "dim=8", "--param", "steps=10",
-        "--t-end", 4, "--split", "0.5,0.17,0.33", "--out", data, "--no-progress",
+        "--t-end", 4, "--split-fractions", "0.5,0.17,0.33", "--out", data, "--no-progress",
     )  # fmt: skip
     assert code == 0, err
     # rk4 on the output grid: the 10x-horizon forecast of a barely trained model with the

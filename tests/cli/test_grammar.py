@@ -161,6 +161,8 @@ def test_options_after_the_action_parse_into_one_namespace():
         (["generate", "lorenz63", "--n", "7", "--out", "x.h5"], "episodes", 7, "'--episodes'"),
         (["generate", "lorenz96", "--option", "dim=20", "--out", "x.h5"], "param",
          ["dim=20"], "'--param'"),
+        (["generate", "lorenz63", "--split", "0.5,0.25,0.25", "--out", "x.h5"], "split",
+         "0.5,0.25,0.25", "'--split-fractions'"),
         (["events", "generate", "m.pt", "--n", "3", "--out", "g.h5"], "episodes", 3,
          "'--episodes'"),
         (["zoo", "build", "--data", "d", "--out", "z.pt", "--steps", "20"], "max_steps", 20,
