@@ -273,6 +273,25 @@ def check_vector_options(num_envs, array_backend, autoreset_mode) -> AutoresetMo
     return mode
 
 
+def reset_index(options, num_envs: int, device) -> torch.Tensor | None:
+    """The sub-environments a ``reset(options=...)`` call resets: None for all, else the
+    indices where ``options["reset_mask"]`` (bool, (num_envs,): gymnasium's partial
+    reset, as SB3-style wrappers need) is True. Any other option is refused."""
+    if not options:
+        return None
+    unknown = sorted(set(options) - {"reset_mask"})
+    if unknown:
+        raise ValueError(f"reset options are not supported, got {unknown} (only 'reset_mask')")
+    mask = options["reset_mask"]
+    mask = mask.cpu().numpy() if isinstance(mask, torch.Tensor) else np.asarray(mask)
+    if mask.dtype != np.bool_ or mask.shape != (num_envs,):
+        raise ValueError(
+            f"reset_mask must be a bool array of shape ({num_envs},), got dtype {mask.dtype} "
+            f"and shape {mask.shape}"
+        )
+    return torch.as_tensor(np.flatnonzero(mask), device=device)
+
+
 def _check_render_mode(render_mode):
     if render_mode not in (None, "rgb_array"):
         raise ValueError(
@@ -522,11 +541,15 @@ class SimsciVectorEnv(_Common, gymnasium.vector.VectorEnv):
     def reset(self, *, seed=None, options=None):
         if seed is None and not self._was_reset:
             self._generator.manual_seed(int(np.random.SeedSequence().generate_state(1)[0]))
+        index = reset_index(options, self.num_envs, self._autoreset.device)
+        if index is not None and not self._was_reset:
+            raise gymnasium.error.ResetNeeded("reset_mask needs a full reset() first")
         self._seed(seed)
-        if options:
-            raise ValueError(f"reset options are not supported, got {sorted(options)}")
-        self._batch.reset(self._generator)
-        self._autoreset.zero_()
+        self._batch.reset(self._generator, index)
+        if index is None:
+            self._autoreset.zero_()
+        else:
+            self._autoreset[index] = False
         self._was_reset = True
         return self._out(self._observe()), self._infos()
 

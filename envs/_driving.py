@@ -73,6 +73,7 @@ from simsci.envs._core import (
     check_actions,
     check_vector_options,
     own_spec,
+    reset_index,
 )
 
 __all__ = ["DrivingEnv", "DrivingVectorEnv", "ENV_ID", "END_REASONS", "lane_keeping_policy"]
@@ -549,14 +550,18 @@ class DrivingVectorEnv(gymnasium.vector.VectorEnv):
         return out
 
     def reset(self, *, seed=None, options=None):
+        index = reset_index(options, self.num_envs, self._autoreset.device)
+        if index is not None and not self._was_reset:
+            raise gymnasium.error.ResetNeeded("reset_mask needs a full reset() first")
         if seed is not None:
             self._generator.manual_seed(_seed_from(seed))
         elif not self._was_reset:
             self._generator.manual_seed(int(np.random.SeedSequence().generate_state(1)[0]))
-        if options:
-            raise ValueError(f"reset options are not supported, got {sorted(options)}")
-        self.world.reset(self._generator)
-        self._autoreset.zero_()
+        self.world.reset(self._generator, index)
+        if index is None:
+            self._autoreset.zero_()
+        else:
+            self._autoreset[index] = False
         self._was_reset = True
         return self._out(self.world.observe()), self._infos()
 

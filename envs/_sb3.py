@@ -12,12 +12,20 @@ sub-environments advance in one tensor operation::
 
 SB3 resets a finished sub-environment within the same step and reports the final
 observation in ``infos[i]["terminal_observation"]`` and time-limit ends in
-``infos[i]["TimeLimit.truncated"]``; the adapter runs the simsci env in gymnasium's
-``SameStep`` autoreset mode, which has exactly these semantics. Stable Baselines3 is an
-optional dependency (``pip install "simsci[rl]"``), imported when :func:`to_sb3` runs.
+``infos[i]["TimeLimit.truncated"]``. The adapter leaves the caller's environment as it
+is (no attribute changed): in gymnasium's default ``NextStep`` autoreset mode it resets
+the finished sub-environments at once with a partial reset
+(``reset(options={"reset_mask": done})``), in ``SameStep`` mode it reads ``final_obs``.
+Like SB3's ``Monitor``/``VecMonitor``, it puts ``infos[i]["episode"] = {"r": return,
+"l": length, "t": seconds since the adapter was made}`` on each finished episode, so
+SB3's ``rollout/ep_rew_mean`` and ``ep_len_mean`` are logged without another wrapper.
+Stable Baselines3 is an optional dependency (``pip install "simsci[rl]"``), imported
+when :func:`to_sb3` runs.
 """
 
 from __future__ import annotations
+
+import time
 
 import numpy as np
 from gymnasium.vector import AutoresetMode
@@ -41,10 +49,10 @@ def _import_vec_env():
 def to_sb3(env: SimsciVectorEnv):
     """Wrap a simsci vector environment (numpy backend) as an SB3 ``VecEnv``.
 
-    The environment is switched to ``SameStep`` autoreset (SB3's semantics). Dict
-    observations (``simsci/Driving-v0``: use ``PPO("MultiInputPolicy", ...)``) pass
-    through; a finished driving episode's ``collision``/``offroad``/``distance`` are in
-    its info.
+    The environment itself is not changed (module docstring). Dict observations
+    (``simsci/Driving-v0``: use ``PPO("MultiInputPolicy", ...)``) pass through; a
+    finished driving episode's ``collision``/``offroad``/``distance`` are in its info,
+    and every finished episode's return, length and time in ``info["episode"]``.
     """
     if not isinstance(env, (SimsciVectorEnv, DrivingVectorEnv)):
         raise TypeError(
@@ -61,16 +69,19 @@ def to_sb3(env: SimsciVectorEnv):
 
         def __init__(self, venv: SimsciVectorEnv):
             self.venv = venv
-            venv.autoreset_mode = AutoresetMode.SAME_STEP
-            venv.metadata = {**venv.metadata, "autoreset_mode": AutoresetMode.SAME_STEP}
             super().__init__(venv.num_envs, venv.single_observation_space, venv.single_action_space)
             self._actions = None
+            self._returns = np.zeros(self.num_envs)
+            self._lengths = np.zeros(self.num_envs, dtype=np.int64)
+            self._start = time.perf_counter()
 
         def reset(self):
             seed = self._seeds[0] if any(s is not None for s in self._seeds) else None
             obs, _ = self.venv.reset(seed=seed)
             self._reset_seeds()
             self._reset_options()
+            self._returns[:] = 0.0
+            self._lengths[:] = 0
             return obs
 
         def step_async(self, actions: np.ndarray) -> None:
@@ -81,8 +92,17 @@ def to_sb3(env: SimsciVectorEnv):
         def step_wait(self):
             obs, reward, term, trunc, infos = self.venv.step(self._actions)
             done = term | trunc
+            self._returns += reward
+            self._lengths += 1
             out = [{} for _ in range(self.num_envs)]
-            final = infos.get("final_obs")
+            if not done.any():
+                return obs, reward.astype(np.float32), done, out
+            if self.venv.autoreset_mode == AutoresetMode.SAME_STEP:
+                final, final_info = infos["final_obs"], infos["final_info"]
+            else:  # NextStep: obs and infos are the final ones; reset those rows now
+                final, final_info = obs, infos
+                obs, _ = self.venv.reset(options={"reset_mask": done})
+            elapsed = round(time.perf_counter() - self._start, 6)
             for i in np.flatnonzero(done):
                 if isinstance(final, dict):  # Dict observations (simsci/Driving-v0)
                     out[i]["terminal_observation"] = {k: v[i] for k, v in final.items()}
@@ -90,8 +110,15 @@ def to_sb3(env: SimsciVectorEnv):
                     out[i]["terminal_observation"] = final[i]
                 out[i]["TimeLimit.truncated"] = bool(trunc[i] and not term[i])
                 for key in ("collision", "offroad", "distance"):  # episode outcome
-                    if key in infos.get("final_info", {}):
-                        out[i][key] = infos["final_info"][key][i]
+                    if key in final_info:
+                        out[i][key] = final_info[key][i]
+                out[i]["episode"] = {
+                    "r": float(self._returns[i]),
+                    "l": int(self._lengths[i]),
+                    "t": elapsed,
+                }
+            self._returns[done] = 0.0
+            self._lengths[done] = 0
             return obs, reward.astype(np.float32), done, out
 
         def close(self) -> None:
