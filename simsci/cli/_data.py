@@ -63,8 +63,10 @@ def add_check(dsub) -> None:
 
 
 IMPORT_DESCRIPTION = (
-    "Convert a PDEBench file (1D 'tensor' with x/t coordinates, Darcy "
-    "'tensor' + 'nu', 2D per-seed groups with 'data') or a The Well file (t0_fields, "
+    "Convert a PDEBench file ('tensor' with x/t coordinates, compressible NS "
+    "'density'/'pressure'/'Vx'..., Darcy 'tensor' + 'nu', 2D incompressible NS "
+    "'velocity'/'particles'/'force'/'t', 2D per-seed groups with 'data') or a The Well "
+    "file (t0_fields, "
     "t1_fields, dimensions, boundary conditions) into a kind='field' trajectory file, "
     "streaming episode by episode; or a time-series classification set shipped inside "
     "the optional package aeon (BasicMotions, JapaneseVowels, ...; read offline from "

@@ -16,6 +16,13 @@ PDEBench layouts (detected from the file's structure, in this order):
 - **multi-variable** (compressible Navier-Stokes): ``density``, ``pressure``, ``Vx``
   (``Vy``, ``Vz``) each [N, T, *grid] become the channels, in PDEBench's own order
   density, pressure, Vx, Vy, Vz; coordinates as above.
+- **ns-incompressible** (PDEBench's 2-D incompressible Navier-Stokes, made with PhiFlow):
+  ``velocity`` [N, T, *grid, D], ``particles`` [N, T, *grid, 1] (a passively advected
+  density), ``force`` [N, *grid, D] (constant in time) and ``t`` [N, T] (or [T]). Channels
+  velocity_x, velocity_y (, velocity_z), particles, force_x, force_y (, force_z); the
+  force is repeated over the T frames and listed in ``meta["source"]["constant_channels"]``.
+  The file holds no grid coordinates (PhiFlow's centred grid), so none are written; the
+  simulation's settings stay in the root attribute ``config`` (YAML text) in meta.
 - **per-seed**: root groups "0000", "0001", ... each with ``data`` [T, *grid, C] and a
   ``grid`` group holding ``x`` (``y``, ``z``) and ``t``. Every group is one episode (in
   sorted key order). Channels are named ("u", "v") for diffusion-reaction files (name
@@ -111,7 +118,9 @@ _PDEBENCH_LAYOUTS = (
     "darcy: 'tensor' [N, 1, X, Y] and 'nu' [N, X, Y] with 'x-coordinate', 'y-coordinate'; "
     "tensor: 'tensor' [N, T, *grid] with 'x-coordinate' (...) and 't-coordinate'; "
     "multi-variable: 'density', 'pressure', 'Vx' (,'Vy', 'Vz') [N, T, *grid] with "
-    "coordinates; per-seed: groups '0000', '0001', ... each with 'data' [T, *grid, C] "
+    "coordinates; ns-incompressible: 'velocity' [N, T, *grid, D], 'particles' "
+    "[N, T, *grid, 1], 'force' [N, *grid, D] and 't' [N, T]; "
+    "per-seed: groups '0000', '0001', ... each with 'data' [T, *grid, C] "
     "and 'grid/x' (,'grid/y', 'grid/z'), 'grid/t'"
 )
 
@@ -399,6 +408,9 @@ def _run(
         },
         "import": {"limit": limit, "on_nonfinite": on_nonfinite},
     }
+    if "constant_channels" in plan.meta:  # only those imported (variables=)
+        const = plan.meta["constant_channels"]
+        meta["source"]["constant_channels"] = [c for c in channels if c in const]
     names = {"x": channels, **plan.names}
     if plan.param_names:
         names["params"] = plan.param_names
@@ -546,6 +558,8 @@ def _pdebench_plan(src: Path, f: h5py.File, params, channel_names) -> _Plan:
     tensor = datasets.get("tensor")
     if tensor is not None and "nu" in datasets and tensor.ndim == 4:
         return _darcy_plan(src, f, datasets, pvec, meta, common, channel_names)
+    if "velocity" in datasets and "particles" in datasets:
+        return _ns_incomp_plan(src, datasets, pvec, meta, common, channel_names)
     present = [v for v in _CFD_VARIABLES if v in datasets]
     if tensor is not None or present:
         return _arrays_plan(src, f, datasets, present, pvec, meta, common, channel_names)
@@ -653,6 +667,85 @@ def _arrays_plan(src, f, datasets, present, pvec, meta, common, channel_names) -
         episode_bytes=int(np.prod(shape[1:])) * sum(a.dtype.itemsize for a in arrays),
         static=static,
         meta=meta,
+        **common,
+    )
+
+
+def _ns_incomp_plan(src, datasets, pvec, meta, common, channel_names) -> _Plan:
+    """'velocity' [N, T, *grid, D], 'particles' [N, T, *grid, 1], 'force' [N, *grid, D]
+    (optional; repeated over time) and 't' [N, T] or [T]."""
+    vel, part, force = datasets["velocity"], datasets["particles"], datasets.get("force")
+    if vel.ndim < 4 or vel.shape[-1] != vel.ndim - 3:
+        raise _err(
+            src,
+            "import-shape",
+            f"has shape {vel.shape}; expected [N, T, *grid, D] with D the number of grid axes",
+            dataset="velocity",
+        )
+    n, steps, *grid, dim = vel.shape
+    expected = {"particles": (n, steps, *grid, 1), "force": (n, *grid, dim)}
+    for name, arr in (("particles", part), ("force", force)):
+        if arr is not None and arr.shape != expected[name]:
+            raise _err(
+                src,
+                "import-shape",
+                f"has shape {arr.shape}, expected {expected[name]} from 'velocity' {vel.shape}",
+                dataset=name,
+            )
+    if "t" not in datasets or datasets["t"].shape not in ((n, steps), (steps,)):
+        found = datasets["t"].shape if "t" in datasets else "no such dataset"
+        raise _err(
+            src,
+            "import-layout",
+            f"needs the frame times 't' [N, T] = {(n, steps)} (or [T]); found {found}",
+            dataset="t",
+        )
+    times = datasets["t"][()]
+    per_episode_t = times.ndim == 2
+    axes = _AXES[:dim]
+    # (dataset, component) per channel
+    sources = [(vel, k) for k in range(dim)] + [(part, 0)]
+    names = [f"velocity_{a}" for a in axes] + ["particles"]
+    if force is not None:
+        sources += [(force, k) for k in range(dim)]
+        names += [f"force_{a}" for a in axes]
+    chans = _check_channels(channel_names or names, len(names), "channel_names")
+    constant = chans[dim + 1 :] if force is not None else []
+    shared_t = None if per_episode_t else _time_axis(src, times, steps, "t")[0]
+
+    def read_ns(a, b, sel):
+        blocks = {}  # each dataset read once per block
+        parts = []
+        for i in sel:
+            arr, k = sources[i]
+            if arr.name not in blocks:
+                blocks[arr.name] = arr[a:b]
+            x = blocks[arr.name][..., k]
+            parts.append(
+                x if arr is not force else np.broadcast_to(x[:, None], (b - a, steps, *grid))
+            )
+        x = np.stack(parts, axis=-1)  # (B, T, *grid, C)
+        eps = []
+        for j in range(b - a):
+            t = shared_t
+            if t is None:
+                t = _time_axis(src, times[a + j], steps, "t", episode=a + j)[0]
+            eps.append(_episode(x[j], t, pvec))
+        return eps
+
+    itemsize = vel.dtype.itemsize
+    return _Plan(
+        layout="pdebench:ns-incompressible",
+        n=n,
+        channels=chans,
+        channel_sources=[f"{arr.name.lstrip('/')}[..., {k}]" for arr, k in sources],
+        read=read_ns,
+        episode_bytes=int(np.prod(grid)) * itemsize * (steps * (dim + 1) + dim),
+        meta={
+            **meta,
+            "constant_channels": constant,
+            "grid": "the file holds no grid coordinates (PhiFlow's centred grid)",
+        },
         **common,
     )
 

@@ -293,6 +293,73 @@ def test_pdebench_coordinate_length_mismatch_refused(tmp_path):
         sd.import_pdebench(src, tmp_path / "o.h5", progress=False)
 
 
+def make_ns_incomp(path, *, n=3, steps=4, grid=(6, 5), seed=5):
+    """PDEBench's 2-D incompressible Navier-Stokes layout (its data_gen/src/data_io.py):
+    velocity [N, T, X, Y, 2], particles [N, T, X, Y, 1], force [N, X, Y, 2], t [N, T]."""
+    rng = np.random.default_rng(seed)
+    data = {
+        "velocity": rng.normal(size=(n, steps, *grid, 2)).astype(np.float32),
+        "particles": rng.random((n, steps, *grid, 1)).astype(np.float32),
+        "force": rng.normal(size=(n, *grid, 2)).astype(np.float32),
+        "t": (np.arange(steps) * 0.005 + 0.001 * np.arange(n)[:, None]).astype(np.float32),
+    }
+    with h5py.File(path, "w") as f:
+        for k, v in data.items():
+            f[k] = v
+        f.attrs["config"] = "sim_name: ns_incom_inhom_2d_512\nNU: 0.01\n"
+        f.attrs["latestIndex"] = n - 1
+    return data
+
+
+def test_pdebench_incompressible_navier_stokes_2d(tmp_path):
+    src = tmp_path / "ns_incom_inhom_2d_512-0.h5"
+    data = make_ns_incomp(src)
+    ds = sd.open(sd.import_pdebench(src, tmp_path / "o.h5", progress=False))
+    assert sd.check_file(ds.path) == []
+    assert ds.meta["source"]["layout"] == "pdebench:ns-incompressible"
+    assert ds.names("x") == [
+        "velocity_x", "velocity_y", "particles", "force_x", "force_y",
+    ]  # fmt: skip
+    assert ds.meta["source"]["constant_channels"] == ["force_x", "force_y"]
+    assert "NU: 0.01" in ds.meta["source"]["root_attributes"]["config"]
+    for i in range(3):
+        ep = ds[i]
+        assert ep["x"].shape == (4, 6, 5, 5)
+        np.testing.assert_array_equal(ep["x"][..., :2], data["velocity"][i])
+        np.testing.assert_array_equal(ep["x"][..., 2], data["particles"][i, ..., 0])
+        for k in range(4):  # the force is the same at every frame
+            np.testing.assert_array_equal(ep["x"][k, ..., 3:], data["force"][i])
+        np.testing.assert_array_equal(ep["t"], data["t"][i].astype(np.float64))  # its own
+    part = sd.open(
+        sd.import_pdebench(src, tmp_path / "v.h5", variables=["particles"], progress=False)
+    )
+    assert part.names("x") == ["particles"] and part.meta["source"]["constant_channels"] == []
+    np.testing.assert_array_equal(part[1]["x"][..., 0], data["particles"][1, ..., 0])
+
+
+def test_pdebench_incompressible_navier_stokes_bad_shapes_refused(tmp_path):
+    src = tmp_path / "ns.h5"
+    make_ns_incomp(src)
+    with h5py.File(src, "a") as f:
+        del f["force"]
+        f["force"] = np.zeros((3, 6, 5, 1), np.float32)
+    with pytest.raises(FormatError, match=r"force.*\(3, 6, 5, 1\), expected \(3, 6, 5, 2\)"):
+        sd.import_pdebench(src, tmp_path / "o.h5", progress=False)
+    make_ns_incomp(src)
+    with h5py.File(src, "a") as f:
+        del f["t"]
+    with pytest.raises(FormatError, match=r"frame times 't' \[N, T\] = \(3, 4\)"):
+        sd.import_pdebench(src, tmp_path / "o.h5", progress=False)
+    make_ns_incomp(src)
+    with h5py.File(src, "a") as f:
+        t = f["t"][()]
+        t[1, 2] = t[1, 1]  # not increasing in episode 1
+        del f["t"]
+        f["t"] = t
+    with pytest.raises(FormatError, match="episode 1"):
+        sd.import_pdebench(src, tmp_path / "o.h5", progress=False)
+
+
 def test_pdebench_darcy(tmp_path):
     src = tmp_path / "2D_DarcyFlow_beta1.0_Train.hdf5"
     a, u = make_darcy(src, beta=1.0)
