@@ -275,6 +275,12 @@ def _task_system(task: str, system: str | None, system_options: Mapping | None):
             f"system {name!r} is a {sys_.kind!r} system; ODEControl takes "
             "ODE/SDE systems (use simsci/PDEControl-v0 for PDEs)"
         )
+    if not sys_.autonomous:
+        raise ValueError(
+            f"system {name!r} is not autonomous (its dynamics depend on t); ODEControl "
+            "solves each control interval from t = 0, so it would drop the time "
+            "dependence: add the phase as a state instead"
+        )
     if system is not None and task != "regulate":
         want = _systems.get(spec.system).state_names
         if tuple(sys_.state_names) != tuple(want):

@@ -162,6 +162,10 @@ class System:
     #: simulation methods the system implements itself (``_simulate_own``), not the
     #: integrators; may include ``default_method``
     own_methods: ClassVar[tuple[str, ...]] = ()
+    #: False when the drift (or diffusion) depends on t itself (a forced oscillator):
+    #: consumers that restart the clock, such as ODEControl (each control interval is
+    #: solved from t = 0), refuse such a system instead of silently dropping the forcing
+    autonomous: ClassVar[bool] = True
 
     def __init__(self, **params: float):
         unknown = [k for k in params if k not in self.param_names]

@@ -438,3 +438,27 @@ def test_sb3_make_vec_env_and_batched_adapter():
     assert all(info["l"] == 20 for info in model.ep_info_buffer)
     with pytest.raises(TypeError, match="simsci vector environment"):
         to_sb3(gymnasium.make(ENV_ID))
+
+
+def test_a_non_autonomous_system_is_refused():
+    # ODEControl restarts t at every control interval: a forced system would lose its
+    # forcing without a word, so a system that declares autonomous = False is refused
+    from simsci import systems
+
+    @systems.register
+    class Forced(systems.System):
+        name = "_test_forced"
+        state_names = ("x", "v")
+        param_names = ("w",)
+        default_params = {"w": 1.0}
+        autonomous = False
+
+        def drift(self, t, x, p):
+            force = torch.cos(p[:, :1] * t)
+            return torch.cat([x[:, 1:], -x[:, :1] + force], -1)
+
+    try:
+        with pytest.raises(ValueError, match="'_test_forced' is not autonomous"):
+            ODEControlEnv("regulate", system="_test_forced")
+    finally:
+        del systems.SYSTEMS["_test_forced"]
