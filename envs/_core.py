@@ -273,10 +273,11 @@ def check_vector_options(num_envs, array_backend, autoreset_mode) -> AutoresetMo
     return mode
 
 
-def reset_index(options, num_envs: int, device) -> torch.Tensor | None:
+def reset_index(options, num_envs: int, device, was_reset: bool) -> torch.Tensor | None:
     """The sub-environments a ``reset(options=...)`` call resets: None for all, else the
     indices where ``options["reset_mask"]`` (bool, (num_envs,): gymnasium's partial
-    reset, as SB3-style wrappers need) is True. Any other option is refused."""
+    reset, as SB3-style wrappers need) is True, allowed once a full reset was done. Any
+    other option is refused."""
     if not options:
         return None
     unknown = sorted(set(options) - {"reset_mask"})
@@ -289,6 +290,8 @@ def reset_index(options, num_envs: int, device) -> torch.Tensor | None:
             f"reset_mask must be a bool array of shape ({num_envs},), got dtype {mask.dtype} "
             f"and shape {mask.shape}"
         )
+    if not was_reset:
+        raise gymnasium.error.ResetNeeded("reset_mask needs a full reset() first")
     return torch.as_tensor(np.flatnonzero(mask), device=device)
 
 
@@ -541,15 +544,10 @@ class SimsciVectorEnv(_Common, gymnasium.vector.VectorEnv):
     def reset(self, *, seed=None, options=None):
         if seed is None and not self._was_reset:
             self._generator.manual_seed(int(np.random.SeedSequence().generate_state(1)[0]))
-        index = reset_index(options, self.num_envs, self._autoreset.device)
-        if index is not None and not self._was_reset:
-            raise gymnasium.error.ResetNeeded("reset_mask needs a full reset() first")
+        index = reset_index(options, self.num_envs, self._autoreset.device, self._was_reset)
         self._seed(seed)
         self._batch.reset(self._generator, index)
-        if index is None:
-            self._autoreset.zero_()
-        else:
-            self._autoreset[index] = False
+        self._autoreset[slice(None) if index is None else index] = False
         self._was_reset = True
         return self._out(self._observe()), self._infos()
 

@@ -550,18 +550,13 @@ class DrivingVectorEnv(gymnasium.vector.VectorEnv):
         return out
 
     def reset(self, *, seed=None, options=None):
-        index = reset_index(options, self.num_envs, self._autoreset.device)
-        if index is not None and not self._was_reset:
-            raise gymnasium.error.ResetNeeded("reset_mask needs a full reset() first")
+        index = reset_index(options, self.num_envs, self._autoreset.device, self._was_reset)
         if seed is not None:
             self._generator.manual_seed(_seed_from(seed))
         elif not self._was_reset:
             self._generator.manual_seed(int(np.random.SeedSequence().generate_state(1)[0]))
         self.world.reset(self._generator, index)
-        if index is None:
-            self._autoreset.zero_()
-        else:
-            self._autoreset[index] = False
+        self._autoreset[slice(None) if index is None else index] = False
         self._was_reset = True
         return self._out(self.world.observe()), self._infos()
 

@@ -1150,7 +1150,8 @@ def _well_params(src: Path, f: h5py.File, axes: _WellAxes) -> _WellParams:
         sv = _flag(ds, "sample_varying", False)
         tv = _flag(ds, "time_varying", False)
         lead = ((axes.n,) if sv else ()) + ((axes.steps,) if tv else ())
-        values = ds[()]
+        stored = ds[()]
+        values = stored
         if values.dtype.kind not in "biuf":
             continue
         if tuple(values.shape[: len(lead)]) != lead or int(np.prod(values.shape[len(lead) :])) != 1:
@@ -1170,7 +1171,7 @@ def _well_params(src: Path, f: h5py.File, axes: _WellAxes) -> _WellParams:
         if sv:
             params.per_episode[name] = values
             params.const.pop(name, None)
-        elif not _same_at_precision(params.const.get(name), ds[()]):
+        elif not _same_at_precision(params.const.get(name), stored):
             params.const[name] = float(values)
         # else: a constant scalar that repeats a root attribute at its own (often float32)
         # precision keeps the attribute's exact value (Prandtl 0.7, not 0.699999988)
