@@ -1,7 +1,7 @@
 """The ``simsci`` command (also ``python -m simsci``).
 
 Subcommands live in one private module each and register themselves on the parser:
-``generate``, ``data info|check|import|...``, ``train``, ``evaluate``, ``events
+``generate``, ``data info|check|import|...``, ``train``, ``evaluate``, ``predict``, ``events
 predict|generate``, ``zoo build|info``, ``dynadiff data|train|adapt|compare``, ``driving
 roads|metrics|ppo|eval``, ``rollout``, ``env list|rollout``, ``bench pde|SCRIPT``,
 ``tour``. A command with several actions has one sub-parser per action (its own usage
@@ -30,6 +30,7 @@ from simsci.cli import (
     _env,
     _events,
     _generate,
+    _predict,
     _tour,
     _train,
     _vectorworld,
@@ -49,6 +50,7 @@ _COMMANDS = (
     _generate,
     _data,
     _train,
+    _predict,
     _events,
     _dynadiff,
     _driving,

@@ -11,6 +11,9 @@ DynaDiff trains its generator in stages on a model zoo, VectorWorld its three pa
 scene file.
 
 ``MODELS`` is the registry seen as ``name -> class``; ``register(entry)`` adds a model.
+:class:`SeriesModel` is the base of the models of irregular vector series (SDEVI,
+GRU-Δt, latent ODE, latent SDE, linear ODE): their tasks, scores and
+``predict(context, times)``.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from simsci.models._registry import (
     trajectory_entry,
     vectorworld_entry,
 )
+from simsci.models._series import SeriesModel
 from simsci.models.cocld import CoCLD
 from simsci.models.controlled_ode import ControlledODE
 from simsci.models.dynadiff import DynaDiff
@@ -132,6 +136,7 @@ __all__ = [
     "ControlledODE",
     "OperatorModel",
     "SDEVI",
+    "SeriesModel",
 ]
 
 

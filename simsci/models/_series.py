@@ -34,6 +34,7 @@ Choices, and why:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import numpy as np
 import torch
@@ -198,7 +199,7 @@ class SeriesModel(nn.Module):
     - ``objective(batch, visible, observed) -> dict``: ``"loss"`` (a scalar per observed
       value, e.g. the negative ELBO) and any parts to log; the encoder sees ``visible``,
       the likelihood scores ``observed``;
-    - ``predict(batch, visible=None, variance=False)``: the mean (and variance) at every
+    - ``predict_steps(batch, visible=None, variance=False)``: the mean (and variance) at every
       step in data units, (B, L, D);
     - ``features(batch, visible) -> (B, F)`` for the per-episode heads (built by
       ``_build_head(F, hidden)``); ``objective`` may return it as ``"features"`` when it
@@ -364,6 +365,43 @@ class SeriesModel(nn.Module):
             generator=generator,
         )
 
+    def predict(self, context, times=None, *, batch_size: int = 64, **deprecated):
+        """Predictions at ``times`` from the observations in ``context``, data units.
+
+        ``context``: one episode, a mapping with ``t`` (L,) strictly increasing, ``x``
+        (L, D) (NaN = not observed) and optionally ``mask`` (L, D) (e.g. an item of
+        ``simsci.data.open(path)``), or a list of them. ``times``: None (the context's
+        own times), a 1-D sequence (absolute, in the data's time units, the same for
+        every episode; before, between or after the observations), or one sequence per
+        episode. Returns ``{"t": (Q,), "mean": (Q, D), "var": (Q, D)}`` per episode (a
+        list for a list): the predictive mean and variance of a new observation, NumPy
+        for NumPy input, tensors on the input's device for tensor input (see
+        :mod:`simsci.models._predict`).
+
+        The batch-level prediction every step of a collated batch is
+        :meth:`predict_steps`; ``predict(batch, visible, variance=...)`` still calls it,
+        with a DeprecationWarning.
+        """
+        if isinstance(context, Mapping) and "valid" in context:  # a collated batch
+            return self._predict_batch_deprecated(context, times, **deprecated)
+        if deprecated:
+            raise TypeError(f"predict() got unexpected arguments {sorted(deprecated)}")
+        from simsci.models._predict import predict_at
+
+        return predict_at(self, context, times, batch_size=batch_size)
+
+    def _predict_batch_deprecated(self, batch, visible=None, variance=False):
+        import warnings
+
+        warnings.warn(
+            "predict(batch, visible, variance) on a collated batch is now "
+            "predict_steps(batch, visible, variance); predict(context, times) predicts at "
+            "given times from an episode's observations",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        return self.predict_steps(batch, visible, variance)
+
     def predict_label(self, batch: dict, visible: torch.Tensor | None = None) -> torch.Tensor:
         """Classification logits (B, C) or regression targets in label units (B, K)."""
         if self.head is None:
@@ -445,7 +483,7 @@ class SeriesModel(nn.Module):
                     "label_mse": err.mean(),
                     "label_nmse": (err / self.label_std.to(err.dtype) ** 2).mean(),
                 }
-            mean, var = self.predict(batch, visible, variance=True)
+            mean, var = self.predict_steps(batch, visible, variance=True)
         x = batch["x"]
         std = self.data_std.to(x.dtype)
         n = target.sum().clamp(min=1)

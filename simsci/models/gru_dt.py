@@ -122,7 +122,9 @@ class GRUDelta(SeriesModel):
         """The final hidden state(s), (B, feature_dim)."""
         return self.run(batch, self.visible_steps(batch, visible))[1]
 
-    def predict(self, batch: dict, visible: torch.Tensor | None = None, variance: bool = False):
+    def predict_steps(
+        self, batch: dict, visible: torch.Tensor | None = None, variance: bool = False
+    ):
         """The Gaussian head's mean (and variance) at every step, data units (B, L, D)."""
         mean, var = self.gaussian(batch, self.visible_steps(batch, visible))
         std = self.data_std.to(mean.dtype)

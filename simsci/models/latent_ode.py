@@ -40,9 +40,10 @@ Choices, and why:
   normalised units inside, so a checkpoint is self-contained: inputs and predictions are
   in the data's own units.
 - Predictions are decoded from the posterior mean of z0 (deterministic). The variance
-  (``predict(..., variance=True)``) is the observation noise s^2 plus the spread of
-  ``num_samples`` decodes of z0 ~ q(z0) around that prediction (a fixed seed, so the
-  same batch always gives the same variance).
+  (``predict_steps(..., variance=True)``) is the observation noise s^2 plus the spread of
+  ``num_samples`` decodes of z0 ~ q(z0) around that prediction (a fixed seed and the
+  same standard-normal draws for every episode, so an episode always gets the same
+  variance, whatever else is in its batch).
 - ``features`` (the classification/regression summary) is the posterior mean of z0.
 
 Batch layout (the output of ``simsci.data.union_collate(batch, relative=True)``):
@@ -311,7 +312,9 @@ class LatentODE(SeriesModel):
         _, visible, xn = self._prepare(batch, visible)
         return self.encode(batch["t"], xn, visible)[0]
 
-    def predict(self, batch: dict, visible: torch.Tensor | None = None, variance: bool = False):
+    def predict_steps(
+        self, batch: dict, visible: torch.Tensor | None = None, variance: bool = False
+    ):
         """Mean prediction at every step of the batch, in data units: (B, L, D); with
         ``variance`` also its variance (see the module docstring).
 
@@ -324,7 +327,10 @@ class LatentODE(SeriesModel):
             return self.decode(mu, batch["grid"], batch["index"]) * std + mean
         K, B = self.num_samples, mu.shape[0]
         gen = torch.Generator().manual_seed(0)
-        eps = torch.randn((K, *mu.shape), generator=gen, dtype=mu.dtype).to(mu.device)
+        # the same K draws for every row: an episode's variance does not depend on which
+        # other episodes share its batch
+        eps = torch.randn((K, 1, mu.shape[1]), generator=gen, dtype=mu.dtype).to(mu.device)
+        eps = eps.expand(K, *mu.shape)
         z0 = torch.cat([mu, (mu + eps * (0.5 * logvar).exp()).reshape(K * B, -1)])
         index = batch["index"].repeat(K + 1, 1)
         out = self.decode(z0, batch["grid"], index).reshape(K + 1, B, *xn.shape[1:])
@@ -355,7 +361,7 @@ def interpolation_scores(
 ) -> dict:
     """Hide ``fraction`` of the interior observed time points, predict them from the rest.
 
-    For any model with ``predict(batch, visible)`` and ``data_std`` (the harness's
+    For any model with ``predict_steps(batch, visible)`` and ``data_std`` (the harness's
     :meth:`~simsci.models._series.SeriesModel.scores` does this and more for series
     models). Returns normalised mean squared errors on the hidden values of the model
     (``interp_mse``) and of carrying the last visible value forward (``locf_mse``), and
@@ -366,7 +372,7 @@ def interpolation_scores(
     hidden = hide_time_points(observed, fraction, generator=generator)[..., None] & observed
     visible = observed & ~hidden
     with torch.no_grad():
-        pred = model.predict(batch, visible)
+        pred = model.predict_steps(batch, visible)
     locf = last_observation_carried(torch.nan_to_num(batch["x"]), visible)
     std = model.data_std
     n = hidden.sum().clamp(min=1)

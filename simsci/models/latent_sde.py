@@ -276,7 +276,9 @@ class LatentSDE(SeriesModel):
         visible, xn = self._prepare(batch, visible)
         return self.encode(batch, xn, visible)[0]
 
-    def predict(self, batch: dict, visible: torch.Tensor | None = None, variance: bool = False):
+    def predict_steps(
+        self, batch: dict, visible: torch.Tensor | None = None, variance: bool = False
+    ):
         """Mean (and variance) over ``num_samples`` posterior paths, data units (B, L, D)."""
         visible, xn = self._prepare(batch, visible)
         mu, logvar, ctx, ahead = self.encode(batch, xn, visible)

@@ -111,7 +111,9 @@ class LinearODE(SeriesModel):
         """The final state estimate, (B, D)."""
         return self.run(batch, self.visible_steps(batch, visible))[1]
 
-    def predict(self, batch: dict, visible: torch.Tensor | None = None, variance: bool = False):
+    def predict_steps(
+        self, batch: dict, visible: torch.Tensor | None = None, variance: bool = False
+    ):
         """The predictive mean (and variance) at every step, data units (B, L, D)."""
         mean, _ = self.run(batch, self.visible_steps(batch, visible))
         std = self.data_std.to(mean.dtype)

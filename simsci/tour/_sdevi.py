@@ -66,7 +66,7 @@ def _plot(model, dataset, path: Path, seed: int) -> str | None:
     batch = model.collate([dataset[i] for i in range(min(2, len(dataset)))])
     observed, visible, hidden = model.masks(batch, torch.Generator().manual_seed(seed))
     with torch.no_grad():
-        mean, var = model.predict(batch, visible, variance=True)
+        mean, var = model.predict_steps(batch, visible, variance=True)
     fig, axes = plt.subplots(2, batch["x"].shape[0], figsize=(11, 5), squeeze=False)
     for b in range(batch["x"].shape[0]):
         keep = batch["valid"][b]

@@ -65,7 +65,7 @@ def test_shapes_dtype_device_and_gradients(device):
     grads = [p.grad for p in model.parameters()]
     assert all(g is not None and torch.isfinite(g).all() for g in grads)
     assert any(g.abs().sum() > 0 for g in model.dynamics.parameters())
-    pred = model.predict(batch)
+    pred = model.predict_steps(batch)
     assert pred.shape == batch["x"].shape and pred.device.type == device.type
 
 

@@ -170,7 +170,7 @@ def test_linear_ode_steps_exactly_and_resets_on_observations():
     visible = torch.zeros(1, 5, 2, dtype=torch.bool)
     visible[0, 0] = True  # the start
     visible[0, 3, 0] = True  # channel 0 alone at t = 2.2
-    pred = model.predict(batch, visible)[0].double()
+    pred = model.predict_steps(batch, visible)[0].double()
     A, b = A.double(), b.double()
     rest = -torch.linalg.solve(A, b)
 

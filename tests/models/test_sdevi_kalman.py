@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch.distributions import MultivariateNormal
 
-from simsci.models.sdevi import kalman_log_likelihood, lti_transition
+from simsci.models.sdevi import kalman_log_likelihood, kalman_smoother, lti_transition
 
 
 def _dense(y, mask, t, A, b, L, m0, P0, H, R):
@@ -47,6 +47,66 @@ def test_kalman_likelihood_equals_the_dense_gaussian_with_masks():
     ref = _dense(torch.nan_to_num(y), mask, t, A, b, L, m0, P0, H, R)
     torch.testing.assert_close(ll[0], ref)
     assert means.shape == (1, n, d) and covs.shape == (1, n, d, d)
+
+
+def _dense_posterior(y, mask, t, A, b, L, m0, P0, H, R):
+    """p(z(t_1..t_n) | observed y) by conditioning the joint Gaussian: means (n, d), the
+    diagonal blocks of the covariance (n, d, d)."""
+    n, d = t.shape[0], A.shape[0]
+    F, c, Q = lti_transition(A, b, L, torch.diff(t))
+    mu, marg = [m0], [P0]
+    for i in range(n - 1):
+        mu.append(F[i] @ mu[-1] + c[i])
+        marg.append(F[i] @ marg[-1] @ F[i].T + Q[i])
+    Z = torch.zeros(n * d, n * d, dtype=y.dtype)
+    for i in range(n):
+        Z[i * d : (i + 1) * d, i * d : (i + 1) * d] = marg[i]
+        block = marg[i]
+        for j in range(i + 1, n):  # Cov(z_j, z_i) = F_{j-1} Cov(z_{j-1}, z_i)
+            block = F[j - 1] @ block
+            Z[j * d : (j + 1) * d, i * d : (i + 1) * d] = block
+            Z[i * d : (i + 1) * d, j * d : (j + 1) * d] = block.T
+    Hbig = torch.block_diag(*[H] * n)[mask.reshape(-1)]  # observed rows of y = H z + e
+    Rbig = torch.diag(R.repeat(n)[mask.reshape(-1)])
+    S = Hbig @ Z @ Hbig.T + Rbig
+    K = Z @ Hbig.T @ torch.linalg.inv(S)
+    mean = torch.cat(mu) + K @ (y.reshape(-1)[mask.reshape(-1)] - Hbig @ torch.cat(mu))
+    cov = Z - K @ Hbig @ Z
+    blocks = torch.stack([cov[i * d : (i + 1) * d, i * d : (i + 1) * d] for i in range(n)])
+    return mean.reshape(n, d), blocks
+
+
+def test_smoother_equals_the_dense_gaussian_posterior_at_observed_and_query_rows():
+    torch.manual_seed(2)
+    d, D, n = 2, 3, 6
+    A = torch.tensor([[-0.3, 1.2], [-1.2, -0.3]], dtype=torch.float64)
+    b = torch.tensor([0.1, -0.2], dtype=torch.float64)
+    L = torch.tensor([[0.5, 0.0], [0.1, 0.4]], dtype=torch.float64)
+    H = torch.randn(D, d, dtype=torch.float64)
+    R = torch.tensor([0.1, 0.2, 0.05], dtype=torch.float64)
+    m0, P0 = torch.zeros(d, dtype=torch.float64), torch.eye(d, dtype=torch.float64)
+    t = torch.tensor([0.0, 0.3, 0.35, 1.2, 2.0, 3.1], dtype=torch.float64)
+    y = torch.randn(n, D, dtype=torch.float64)
+    # row 1 is a query between observations, row 5 a forecast after the last one
+    mask = torch.tensor(
+        [[1, 1, 0], [0, 0, 0], [1, 0, 1], [1, 1, 1], [0, 1, 0], [0, 0, 0]], dtype=torch.bool
+    )
+    y = torch.where(mask, y, torch.full_like(y, float("nan")))
+    out = kalman_smoother(y[None], mask[None], t[None], A, b, L, m0, P0, H, R)
+    mean, cov = _dense_posterior(torch.nan_to_num(y), mask, t, A, b, L, m0, P0, H, R)
+    torch.testing.assert_close(out["means"][0], mean)
+    torch.testing.assert_close(out["covs"][0], cov)
+    torch.testing.assert_close(out["y_mean"][0], mean @ H.T)
+    y_var = torch.stack([torch.diag(H @ c @ H.T) for c in cov]) + R
+    torch.testing.assert_close(out["y_var"][0], y_var)
+    # padding after an episode's end changes none of its rows
+    pad = lambda v, fill: torch.cat([v, torch.full_like(v[:1], fill)])[None]  # noqa: E731
+    padded = kalman_smoother(
+        pad(y, float("nan")), pad(mask, False), pad(t, 3.1), A, b, L, m0, P0, H, R,
+        valid=torch.tensor([[True] * n + [False]]),
+    )  # fmt: skip
+    torch.testing.assert_close(padded["means"][0, :n], out["means"][0])
+    torch.testing.assert_close(padded["covs"][0, :n], out["covs"][0])
 
 
 def test_padded_rows_do_not_change_the_likelihood():

@@ -54,7 +54,7 @@ def test_complex_sdevi_extrapolates_a_pendulum(pendulum, tmp_path):
     batch = _fit(model, pendulum, 200, tmp_path)
     scores = model.validation_step(batch)
     assert scores["extrap_mse"] < 0.25 * min(scores["locf_mse"], scores["mean_mse"]), scores
-    mean, var = model.predict(batch, variance=True)
+    mean, var = model.predict_steps(batch, variance=True)
     assert mean.dtype == batch["x"].dtype and (var > 0).all()
 
 
@@ -71,7 +71,7 @@ def test_local_linearisation_is_exact_for_a_linear_drift(pendulum):
         ).double()
         nonlinear.load_state_dict(linear.state_dict(), strict=False)  # drift stays 0
         with torch.no_grad():
-            torch.testing.assert_close(nonlinear.predict(batch), linear.predict(batch))
+            torch.testing.assert_close(nonlinear.predict_steps(batch), linear.predict_steps(batch))
             # the sub-step chain has the same marginals; its KL can only be larger
             gap = nonlinear.elbo(batch) - linear.elbo(batch)
         if substeps == 1:
@@ -148,7 +148,7 @@ def test_regression_head_and_mlp_decoder_shapes_and_gradients(tmp_path, pendulum
     for name, p in model.named_parameters():
         assert p.grad is not None and torch.isfinite(p.grad).all(), name
     assert model.predict_label(batch).shape == (4, 1)
-    mean, var = model.predict(batch, variance=True)
+    mean, var = model.predict_steps(batch, variance=True)
     assert mean.shape == batch["x"].shape and (var > 0).all()
     path = train.save_model(model, tmp_path / "r.pt")
     torch.testing.assert_close(
@@ -202,7 +202,7 @@ def test_every_variant_runs_on_the_test_device(pendulum, device, variant):
     out = model.training_step(batch)
     out["loss"].backward()
     assert out["loss"].device.type == device.type and torch.isfinite(out["loss"])
-    mean, var = model.predict(batch, variance=True)
+    mean, var = model.predict_steps(batch, variance=True)
     assert mean.device.type == device.type and torch.isfinite(var).all()
     scores = model.scores(batch)
     assert math.isfinite(float(scores["interp_mse"]))
@@ -231,7 +231,7 @@ def test_single_point_episodes_and_hide_fraction_zero(pendulum):
         model = SDEVI.from_data(pendulum, latent_dim=2, hidden_dim=8, variant=variant)
         batch = model.collate([one, one])
         assert torch.isfinite(model.training_step(batch)["loss"])
-        assert model.predict(batch).shape == (2, 1, 2)
+        assert model.predict_steps(batch).shape == (2, 1, 2)
     model = SDEVI.from_data(pendulum, latent_dim=2, hidden_dim=8, hide_fraction=0.0)
     batch = model.collate([ds[0]])
     observed, visible, target = model.train().masks(batch)

@@ -90,9 +90,9 @@ def test_predict_shapes_and_variance(pendulum, name, task):
     traj, items, _ = pendulum
     model = build(name, traj, task).eval()
     batch = model.collate(items[:6])
-    mean = model.predict(batch)
+    mean = model.predict_steps(batch)
     assert mean.shape == batch["x"].shape and torch.isfinite(mean).all()
-    mean2, var = model.predict(batch, variance=True)
+    mean2, var = model.predict_steps(batch, variance=True)
     assert var.shape == batch["x"].shape and bool((var > 0).all())
     assert torch.allclose(mean, mean2) or name == "latent_sde"  # sampled paths
     scores = model.validation_step(batch)
@@ -123,7 +123,7 @@ def test_runs_on_the_device(pendulum, device, name):
     model = build(name, traj, "extrapolation").to(device)
     batch = {k: v.to(device) for k, v in model.collate(items[:4]).items()}
     model.training_step(batch)["loss"].backward()
-    mean, var = model.eval().predict(batch, variance=True)
+    mean, var = model.eval().predict_steps(batch, variance=True)
     assert mean.device.type == var.device.type == device.type
     assert torch.isfinite(mean).all() and bool((var > 0).all())
 
@@ -138,7 +138,9 @@ def test_checkpoint_round_trip(pendulum, tmp_path, name):
     assert type(again) is type(model) and again.init_args == model.init_args
     batch = model.collate(held[:5])
     with torch.no_grad():
-        for a, b in zip(model.predict(batch, variance=True), again.predict(batch, variance=True)):
+        for a, b in zip(
+            model.predict_steps(batch, variance=True), again.predict_steps(batch, variance=True)
+        ):
             assert torch.equal(a, b)
 
 
@@ -148,7 +150,7 @@ def test_wrong_channel_count_is_an_error(pendulum, name):
     model = build(name, traj)
     batch = model.collate(items[:4])
     batch["x"] = torch.cat([batch["x"], batch["x"][..., :1]], -1)  # 3 channels for 2
-    for call in (lambda: model.training_step(batch), lambda: model.predict(batch)):
+    for call in (lambda: model.training_step(batch), lambda: model.predict_steps(batch)):
         with pytest.raises(ValueError, match="obs_dim=2"):
             call()
 
@@ -229,7 +231,7 @@ def test_gru_dt_extrapolation_is_causal(pendulum):
         model = build("gru_dt", traj, task).eval()
         assert model.bidirectional is not causal
         with torch.no_grad():
-            a, b = model.predict(batch), model.predict(later)
+            a, b = model.predict_steps(batch), model.predict_steps(later)
         assert torch.equal(a[:, : k + 1], b[:, : k + 1]) is causal
 
 
@@ -262,7 +264,9 @@ def test_latent_sde_other_torchsde_methods(pendulum, method):
     batch = model.collate(items[:4])
     out = model.training_step(batch)
     out["loss"].backward()
-    assert torch.isfinite(out["loss"]) and model.eval().predict(batch).shape == batch["x"].shape
+    assert (
+        torch.isfinite(out["loss"]) and model.eval().predict_steps(batch).shape == batch["x"].shape
+    )
 
 
 def test_latent_sde_predictive_spread_shrinks_with_the_diffusion(pendulum):
@@ -272,11 +276,11 @@ def test_latent_sde_predictive_spread_shrinks_with_the_diffusion(pendulum):
     model = build("latent_sde", traj).eval()
     batch = model.collate(items[:3])
     with torch.no_grad():
-        _, wide = model.predict(batch, variance=True)
+        _, wide = model.predict_steps(batch, variance=True)
         model.sde.log_diffusion.fill_(math.log(1e-3))
         model.to_posterior.bias[4:].fill_(-10.0)
         model.to_posterior.weight[4:].zero_()
-        _, narrow = model.predict(batch, variance=True)
+        _, narrow = model.predict_steps(batch, variance=True)
     noise = (2 * model.log_noise).exp() * model.data_std**2
     assert torch.allclose(narrow, noise.expand_as(narrow), rtol=5e-2)
     assert bool((wide >= narrow - 1e-6).all()) and wide.mean() > 1.2 * narrow.mean()

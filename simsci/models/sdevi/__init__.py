@@ -10,7 +10,9 @@ form), on which the posterior, the prior and the ELBO are built; and
 :func:`kalman_log_likelihood`, the exact log evidence of linear-SDE data with irregular
 times and per-channel masks (the bound SDEVI's ELBO is checked against); and
 :func:`linear_gaussian_elbo`, the path-free ELBO for a linear-Gaussian decoder; and their
-complex-domain counterparts (:func:`complex_diag_transition` ... :func:`complex_gaussian_elbo`).
+complex-domain counterparts (:func:`complex_diag_transition` ... :func:`complex_gaussian_elbo`);
+and :func:`kalman_smoother`, the exact posterior marginals of such data (the optimum a
+prediction is measured against).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from simsci.models.sdevi._gauss_markov import (
     propagate,
     safe_cholesky,
 )
-from simsci.models.sdevi._kalman import kalman_log_likelihood
+from simsci.models.sdevi._kalman import kalman_log_likelihood, kalman_smoother
 from simsci.models.sdevi._model import SDEVI, VARIANTS
 
 __all__ = [
@@ -42,6 +44,7 @@ __all__ = [
     "chain_kl",
     "safe_cholesky",
     "kalman_log_likelihood",
+    "kalman_smoother",
     "linear_gaussian_elbo",
     "complex_diag_transition",
     "complex_propagate",

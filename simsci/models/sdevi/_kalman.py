@@ -12,6 +12,12 @@ covariance :math:`S = HPH^\top + R` with :math:`MSM + (I - M)` and the residual 
 :math:`Mr` (``M`` the 0/1 diagonal of observed channels) and the observation matrix with
 :math:`MH`: the missing rows contribute nothing to the gain, the quadratic form or the
 log-determinant, so the result equals the likelihood of the observed entries alone.
+
+:func:`kalman_smoother` adds the Rauch–Tung–Striebel backward pass: the exact posterior
+marginals :math:`p(z(t_i) \mid y_{1:n})` at every row, observed or not, so a row with
+no observation is an exact prediction at that time (interpolation between observations,
+forecast after the last). It is the optimum that any model of such data is measured
+against.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from torch import Tensor
 from simsci.integrate import lti_transition
 from simsci.models.sdevi._gauss_markov import safe_cholesky
 
-__all__ = ["kalman_log_likelihood"]
+__all__ = ["kalman_log_likelihood", "kalman_smoother"]
 
 
 def kalman_log_likelihood(
@@ -89,3 +95,54 @@ def kalman_log_likelihood(
         means.append(m)
         covs.append(P)
     return loglik, torch.stack(means, 1), torch.stack(covs, 1)
+
+
+def kalman_smoother(
+    y: Tensor,
+    mask: Tensor,
+    t: Tensor,
+    A: Tensor,
+    b: Tensor,
+    L: Tensor,
+    m0: Tensor,
+    P0: Tensor,
+    H: Tensor,
+    R: Tensor,
+    valid: Tensor | None = None,
+) -> dict[str, Tensor]:
+    r"""Exact posterior marginals of the latent state and of the observations.
+
+    Arguments as :func:`kalman_log_likelihood`. Returns ``means`` (B, n, d) and ``covs``
+    (B, n, d, d) of :math:`p(z(t_i) \mid y)`; ``y_mean`` :math:`H m_i` and ``y_var``
+    :math:`\mathrm{diag}(H P_i H^\top) + R` (B, n, D), the predictive distribution of a
+    new observation at :math:`t_i`; ``loglik`` (B,). Rows with every channel masked are
+    predictions at their times. RTS backward pass: with the one-step prediction
+    :math:`m^-_{i+1} = F_i m_i + c_i`, :math:`P^-_{i+1} = F_i P_i F_i^\top + Q_i` and the
+    gain :math:`G_i = P_i F_i^\top (P^-_{i+1})^{-1}`,
+    :math:`m^s_i = m_i + G_i (m^s_{i+1} - m^-_{i+1})`,
+    :math:`P^s_i = P_i + G_i (P^s_{i+1} - P^-_{i+1}) G_i^\top`.
+    """
+    loglik, means, covs = kalman_log_likelihood(y, mask, t, A, b, L, m0, P0, H, R, valid)
+    B, n, d = means.shape
+    valid = torch.ones(B, n, dtype=torch.bool, device=y.device) if valid is None else valid
+    F, c, Q = lti_transition(A, b, L, torch.diff(t, dim=1).clamp_min(0))
+    m_s, P_s = [means[:, -1]], [covs[:, -1]]
+    for i in range(n - 2, -1, -1):
+        m, P = means[:, i], covs[:, i]
+        m_pred = (F[:, i] @ m[..., None])[..., 0] + c[:, i]
+        P_pred = F[:, i] @ P @ F[:, i].transpose(-1, -2) + Q[:, i]
+        # G = P F^T (P^-)^{-1}, by a Cholesky solve of the symmetric P^- (G^T = P^-^{-1} F P)
+        chol = safe_cholesky(P_pred, "one-step prediction covariance")
+        G = torch.cholesky_solve(F[:, i] @ P, chol).transpose(-1, -2)
+        m_new = m + (G @ (m_s[-1] - m_pred)[..., None])[..., 0]
+        P_new = P + G @ (P_s[-1] - P_pred) @ G.transpose(-1, -2)
+        P_new = 0.5 * (P_new + P_new.transpose(-1, -2))
+        # the last valid row of a padded episode keeps its filtered marginal
+        step = valid[:, i + 1]
+        m_s.append(torch.where(step[:, None], m_new, m))
+        P_s.append(torch.where(step[:, None, None], P_new, P))
+    means = torch.stack(m_s[::-1], 1)
+    covs = torch.stack(P_s[::-1], 1)
+    y_mean = (H @ means[..., None])[..., 0]
+    y_var = torch.einsum("ij,bnjk,ik->bni", H, covs, H) + R
+    return {"means": means, "covs": covs, "y_mean": y_mean, "y_var": y_var, "loglik": loglik}

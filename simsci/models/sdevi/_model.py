@@ -464,7 +464,9 @@ class SDEVI(SeriesModel):
         chain = self._posterior_chain(batch, visible)
         return self._expected(chain, observed)[0] - chain["kl"]
 
-    def predict(self, batch: dict, visible: torch.Tensor | None = None, variance: bool = False):
+    def predict_steps(
+        self, batch: dict, visible: torch.Tensor | None = None, variance: bool = False
+    ):
         """Posterior predictive mean (and variance) at every step, data units (B, L, D)."""
         from simsci.models._series import observed_mask
 
