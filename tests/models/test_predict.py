@@ -216,3 +216,26 @@ def test_cli_predict_refuses_what_it_cannot_serve(linear, tmp_path, capsys):
     other = train.save_model(other, tmp_path / "gfg.pt")
     assert main(["predict", str(other), "--context", ctx_path, "--times", "1", "--out", out]) == 2
     assert "serves the series models" in capsys.readouterr().err
+
+
+# the default run guards the exact posterior itself (test_sdevi_model.py: the ELBO equals
+# the Kalman evidence, training hides nothing); this trains it near the optimum (~60 s)
+@pytest.mark.slow
+def test_exact_inference_learns_to_predict_as_the_kalman_smoother(linear, tmp_path):
+    ctx, tgt = data.open(linear["context"]), data.open(linear["targets"])
+    torch.manual_seed(0)
+    model = SDEVI.from_data(ctx, latent_dim=2, inference="exact", noise_init="data")
+    ds = data.TrajectoryDataset(ctx, fields=("t", "x"), split="train")
+    config = train.TrainConfig(
+        max_steps=300, epochs=1000, batch_size=16, lr=1e-2, progress=False, device="cpu"
+    )
+    train.Trainer(model, config, ds, None, out_dir=tmp_path, collate_fn=model.collate).fit()
+    test = np.flatnonzero(ctx.column("split") != 0)
+    preds = model.eval().predict([ctx[i] for i in test], [tgt[i]["t"] for i in test])
+    err, err_kf = [], []
+    for i, pred in zip(test, preds):
+        mean_kf, _ = _kalman(ctx[i], tgt[i], ctx.meta)
+        err.append((pred["mean"] - tgt[i]["x"]) ** 2)
+        err_kf.append((mean_kf - tgt[i]["x"]) ** 2)
+    mse, mse_kf = np.concatenate(err).mean(), np.concatenate(err_kf).mean()
+    assert mse < 1.3 * mse_kf, (mse, mse_kf)

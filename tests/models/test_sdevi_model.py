@@ -1,5 +1,6 @@
 """SDEVI (linear): checkpoints, bad input, the ELBO under its own prior."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -28,22 +29,34 @@ def test_sdevi_checkpoint_round_trip_and_errors(ou_file, tmp_path):
     ds = data.TrajectoryDataset(traj, fields=("t", "x"))
     batch = model.collate([ds[0], ds[1]])
     torch.testing.assert_close(again.predict_steps(batch), model.eval().predict_steps(batch))
+    # a checkpoint from before the scaled frequencies (W stored as prior_w) loads as it was
+    state = model.state_dict()
+    state["prior_w"] = state.pop("prior_w_unit") * model.freq_scale
+    older = SDEVI.from_data(traj, latent_dim=3, hidden_dim=8)
+    older.load_state_dict(state)
+    torch.testing.assert_close(older.prior()["A"], model.prior()["A"])
     empty = {**batch, "x": torch.full_like(batch["x"], float("nan"))}
     with pytest.raises(ValueError, match="no observed value"):
         model.training_step(empty)
     with pytest.raises(ValueError, match="time_scale"):
         SDEVI(2, time_scale=0.0)
+    with pytest.raises(ValueError, match="needs a linear-Gaussian model"):
+        SDEVI(2, variant="nonlinear", inference="exact")
+    with pytest.raises(ValueError, match="unknown SDEVI inference"):
+        SDEVI(2, inference="smoother")
 
 
-def test_model_elbo_never_exceeds_the_exact_evidence_of_its_own_prior(ou_file):
+@pytest.mark.parametrize("inference", ["amortised", "exact"])
+def test_model_elbo_never_exceeds_the_exact_evidence_of_its_own_prior(ou_file, inference):
     """For any encoder output, the ELBO is a lower bound on log p(y) under the model's
-    (linear-Gaussian) generative model, computed exactly by the Kalman filter."""
+    (linear-Gaussian) generative model, computed exactly by the Kalman filter; with
+    ``inference="exact"`` q is the smoother's posterior and the bound is met."""
     from simsci.models.latent_ode import observed_mask
     from simsci.models.sdevi import kalman_log_likelihood
 
     torch.manual_seed(0)
     traj = data.open(ou_file)
-    model = SDEVI.from_data(traj, latent_dim=3, hidden_dim=8).double()
+    model = SDEVI.from_data(traj, latent_dim=3, hidden_dim=8, inference=inference).double()
     ds = data.TrajectoryDataset(traj, fields=("t", "x"), dtype=torch.float64)
     batch = model.collate([ds[i] for i in range(4)])
     observed = observed_mask(batch)
@@ -58,3 +71,43 @@ def test_model_elbo_never_exceeds_the_exact_evidence_of_its_own_prior(ou_file):
             valid=batch["valid"],
         )  # fmt: skip
     assert (elbo <= logp + 1e-6).all(), (elbo, logp)
+    if inference == "exact":
+        torch.testing.assert_close(elbo, logp)
+        # hidden values: log p(y_visible) + E_q log p(y_hidden | z), still below log p(y)
+        visible = observed & (torch.rand(observed.shape[:2]) < 0.7)[..., None]
+        with torch.no_grad():
+            partial = model.elbo(batch, visible)
+        assert (partial <= logp + 1e-6).all() and (partial < elbo).all()
+        # training hides nothing: its loss is minus the exact log evidence per value
+        loss = model.train().training_step(batch)["loss"]
+        torch.testing.assert_close(loss, -logp.sum() / observed.sum())
+
+
+def test_noise_from_data_finds_the_noise_of_a_smooth_signal(tmp_path):
+    from simsci.models.sdevi._model import noise_from_data
+
+    rng = np.random.default_rng(0)
+    episodes = []
+    for _ in range(40):
+        t = np.sort(rng.uniform(0, 10, 80))
+        clean = np.stack([np.sin(0.7 * t), 3.0 * np.cos(0.4 * t + 1.0)], -1)
+        x = clean + rng.normal(size=clean.shape) * np.array([0.1, 0.3])
+        mask = rng.random(x.shape) > 0.2  # per-channel gaps
+        episodes.append({"t": t, "x": np.where(mask, x, 0.0), "mask": mask})
+    std = np.array([0.7, 2.2])
+    estimate = np.array(noise_from_data(episodes, std))
+    np.testing.assert_allclose(estimate * std**2, [0.1**2, 0.3**2], rtol=0.2)
+    model = SDEVI(2, data_std=list(std), noise_init=list(estimate))
+    np.testing.assert_allclose(model.log_r.exp().detach().numpy(), estimate, rtol=1e-6)
+    assert model.init_args["noise_init"] == pytest.approx(list(estimate))
+    with pytest.raises(ValueError, match="noise_init"):
+        SDEVI(2, noise_init=[0.1, -1.0])
+    # from a file: normalised by the file's statistics
+    path = data.write(tmp_path / "sines.h5", episodes, kind="state", system="sines")
+    traj = data.open(path)
+    from_file = SDEVI.from_data(traj, noise_init="data").init_args["noise_init"]
+    std = traj.stats["x"]["std"]
+    np.testing.assert_allclose(np.array(from_file) * std**2, [0.1**2, 0.3**2], rtol=0.2)
+    with pytest.raises(ValueError, match="'data'"):
+        SDEVI.from_data(traj, noise_init="guess")
+

@@ -53,6 +53,20 @@ chain with their values masked out, so the posterior at a target time is the mod
 prediction there, with the predictive variance :math:`HP_iH^\top + R` as its uncertainty.
 The likelihood scores every observed value (see :mod:`simsci.models._series`).
 
+Inference (``inference=``): ``"amortised"`` (default, every variant) is the encoder
+above. ``"exact"`` (linear variant with the linear decoder) finds q in closed form: the
+family holds the exact posterior of a linear-Gaussian model, and the Kalman smoother
+(:func:`~simsci.models.sdevi.kalman_smoother`) computes it, so q is the optimum of the
+ELBO for the current prior and decoder and training is maximum likelihood. With y_v the
+values the posterior sees and y_h the hidden ones, :math:`\mathrm{KL}(q \| p) = E_q
+\log p(y_v \mid z) - \log p(y_v)` and the ELBO is :math:`\log p(y_v) + E_q \log p(y_h
+\mid z)`: the exact log evidence when nothing is hidden. Why: on linear-SDE data the
+amortised encoder stays well short of the optimum (interpolation error 2-3x the true
+smoother's, noise learned several times too large; benchmarks/bench_sdevi_linear.py),
+an amortisation gap the closed form removes where it applies. Its cost is a sequential
+pass over the time points (the filter and the smoother), where the amortised chain is a
+parallel scan. The per-episode heads still read the encoder's summary.
+
 Decoders: ``"linear"`` (:math:`y = Hz + h_0 + \varepsilon`, exact expectations) or
 ``"mlp"`` (a tanh MLP; expectations by the unscented transform); real variants only.
 
@@ -83,10 +97,12 @@ from simsci.models.sdevi._elbo import (
 )
 from simsci.models.sdevi._gauss_markov import chain_kl, propagate
 
-__all__ = ["SDEVI", "VARIANTS"]
+__all__ = ["SDEVI", "VARIANTS", "INFERENCE", "noise_from_data"]
 
 #: the SDEVI variants
 VARIANTS = ("linear", "nonlinear", "complex")
+#: how q is found: by the encoder (any variant) or in closed form (linear-Gaussian only)
+INFERENCE = ("amortised", "exact")
 _DECODERS = ("linear", "mlp")
 
 
@@ -128,8 +144,46 @@ class _DriftMLP(nn.Module):
         return self.outer(a), J
 
 
+def noise_from_data(trajectories, data_std, max_episodes: int = 64) -> list[float]:
+    r"""Each channel's observation-noise variance, estimated from the data, normalised
+    by ``data_std`` (D,): a starting value for SDEVI's R.
+
+    Every observed value with an observed neighbour on each side (in its channel) is
+    compared with the straight line through them: for :math:`y_j = s(t_j) +
+    \varepsilon_j` and weight :math:`w = (t_j - t_{j-1}) / (t_{j+1} - t_{j-1})`, the
+    residual :math:`e = y_j - (1 - w) y_{j-1} - w y_{j+1}` has variance :math:`R (1 +
+    (1-w)^2 + w^2)` plus the signal's own departure from a line, which short gaps keep
+    small. R is the median of :math:`e^2 / (1 + (1-w)^2 + w^2)` over the 0.455 median
+    of a :math:`\chi^2_1` (robust to the larger departures at the longest gaps),
+    clipped to [1e-4, 1] in normalised units. Rough channels (a velocity driven by
+    white noise) are overestimated; training corrects it from there.
+    """
+    residuals: list[list[float]] = [[] for _ in data_std]
+    for i in range(min(len(trajectories), max_episodes)):
+        ep = trajectories[i]
+        t = np.asarray(ep["t"], dtype=np.float64)
+        x = np.asarray(ep["x"], dtype=np.float64).reshape(len(t), -1)
+        seen = np.isfinite(x)
+        if "mask" in ep:
+            seen &= np.asarray(ep["mask"], bool).reshape(x.shape)
+        for c in range(x.shape[1]):
+            idx = np.flatnonzero(seen[:, c])
+            if len(idx) < 3:
+                continue
+            tp, tj, tn = t[idx[:-2]], t[idx[1:-1]], t[idx[2:]]
+            w = (tj - tp) / (tn - tp)
+            y = x[idx, c]
+            e = y[1:-1] - (1 - w) * y[:-2] - w * y[2:]
+            residuals[c].extend((e**2 / (1 + (1 - w) ** 2 + w**2)).tolist())
+    out = []
+    for c, std in enumerate(data_std):
+        r = np.median(residuals[c]) / 0.4549 if residuals[c] else 0.05 * std**2
+        out.append(float(np.clip(r / std**2, 1e-4, 1.0)))
+    return out
+
+
 class SDEVI(SeriesModel):
-    """SDEVI (see the module docstring for the model and its variants).
+    r"""SDEVI (see the module docstring for the model and its variants).
 
     Args:
         obs_dim: channels D. latent_dim: d (complex: d complex modes).
@@ -139,6 +193,11 @@ class SDEVI(SeriesModel):
         frequency_band: (lowest, highest) angular frequency of the prior's initial
             oscillatory modes, in model time units (``from_data``: one period per
             ``time_scale`` up to the Nyquist frequency of the median gap).
+        inference: "amortised" (the encoder) or "exact" (the Kalman smoother's
+            posterior; linear variant and linear decoder only).
+        noise_init: the observation noise variance R to start from, per channel or one
+            for all, in normalised units (default 0.05); ``from_data(...,
+            noise_init="data")`` estimates it from the data (:func:`noise_from_data`).
         Task arguments (task, hide_fraction, extrapolate_at, labels, normalisation,
         time_scale): see :class:`simsci.models._series.SeriesModel`.
     """
@@ -153,6 +212,8 @@ class SDEVI(SeriesModel):
         substeps: int = 1,
         drift_hidden: int = 64,
         frequency_band: tuple[float, float] | None = None,
+        inference: str = "amortised",
+        noise_init=None,
         **series,
     ):
         super().__init__(obs_dim, **series)
@@ -166,6 +227,16 @@ class SDEVI(SeriesModel):
             raise unknown_name("SDEVI decoder", decoder, _DECODERS)
         if variant == "complex" and decoder != "linear":
             raise ValueError("the complex variant has a linear decoder y = Re(Hz) + h0 only")
+        if inference not in INFERENCE:
+            from simsci.errors import unknown_name
+
+            raise unknown_name("SDEVI inference", inference, INFERENCE)
+        if inference == "exact" and (variant, decoder) != ("linear", "linear"):
+            raise ValueError(
+                "inference='exact' (the Kalman smoother's posterior) needs a linear-Gaussian "
+                f"model: variant='linear' and decoder='linear', got {variant!r}, {decoder!r}"
+            )
+        self.inference = inference
         for name, value in (
             ("latent_dim", latent_dim),
             ("hidden_dim", hidden_dim),
@@ -205,7 +276,13 @@ class SDEVI(SeriesModel):
             for k, w in enumerate(_spread(band, d // 2)):
                 W[2 * k, 2 * k + 1] += w
                 W[2 * k + 1, 2 * k] -= w
-            self.prior_w = nn.Parameter(W)
+            # stored in units of the band's geometric-mean frequency, so an Adam step
+            # (~lr in parameter units) moves a frequency by ~lr x that scale: stored
+            # raw, a mode started at 16 rad per unit of model time needed thousands of
+            # steps at lr 3e-3 to reach a 25 rad/unit oscillation (the linear-SDE
+            # benchmark), and the model explained the oscillation as noise meanwhile
+            self.freq_scale = math.sqrt(band[0] * band[1])
+            self.prior_w_unit = nn.Parameter(W / self.freq_scale)
             self.prior_b = nn.Parameter(torch.zeros(d))
             if decoder == "linear":
                 self.H = nn.Linear(d, D)
@@ -216,7 +293,14 @@ class SDEVI(SeriesModel):
         self.drift = _DriftMLP(d, drift_hidden) if variant == "nonlinear" else None
         self.prior_l = nn.Parameter(torch.zeros(d))
         self.prior_p0 = nn.Parameter(torch.zeros(d))
-        self.log_r = nn.Parameter(torch.full((D,), math.log(0.05)))
+        noise = [0.05] * D if noise_init is None else noise_init
+        noise = [float(v) for v in (noise if np.ndim(noise) else [noise] * D)]
+        if len(noise) != D or not all(math.isfinite(v) and v > 0 for v in noise):
+            raise ValueError(
+                f"noise_init must be one positive variance or {D} (normalised units), got "
+                f"{noise_init!r}"
+            )
+        self.log_r = nn.Parameter(torch.tensor(noise).log())
         feature_dim = 3 * d * (2 if variant == "complex" else 1) + 2 * int(hidden_dim)
         self._build_head(feature_dim, hidden_dim)
         self.init_args = {
@@ -228,7 +312,16 @@ class SDEVI(SeriesModel):
             "substeps": self.substeps,
             "drift_hidden": int(drift_hidden),
             "frequency_band": list(band),
+            "inference": inference,
+            "noise_init": None if noise_init is None else noise,
         }
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # checkpoints from before the scaled parametrisation stored W itself as prior_w
+        old, new = prefix + "prior_w", prefix + "prior_w_unit"
+        if old in state_dict and new not in state_dict and self.variant != "complex":
+            state_dict[new] = state_dict.pop(old) / self.freq_scale
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     @classmethod
     def from_data(cls, trajectories, *, window: int | None = None, task=None, **overrides):
@@ -238,6 +331,14 @@ class SDEVI(SeriesModel):
         moves a frequency slowly and through local optima, so where it starts matters."""
         model_args = {k: v for k, v in overrides.items() if k != "frequency_band"}
         kwargs = series_data_kwargs(trajectories, window, cls.__name__, task or "interpolation")
+        if isinstance(overrides.get("noise_init"), str):
+            if overrides["noise_init"] != "data":
+                raise ValueError(
+                    f"noise_init must be a variance, a list of them or 'data', got "
+                    f"{overrides['noise_init']!r}"
+                )
+            std = kwargs.get("data_std", [1.0] * kwargs["obs_dim"])
+            overrides = {**overrides, "noise_init": noise_from_data(trajectories, std)}
         scale = float({**kwargs, **model_args}.get("time_scale", 1.0))
         gaps = []
         for i in range(min(len(trajectories), 64)):
@@ -271,7 +372,7 @@ class SDEVI(SeriesModel):
                 "m0": torch.zeros(d, dtype=cdtype, device=device),
                 "P0": P0.to(device, cdtype),
             }
-        W = self.prior_w
+        W = self.freq_scale * self.prior_w_unit
         return {
             "A": (-torch.diag(decay) + 0.5 * (W - W.T)).to(device, dtype),
             "b": self.prior_b.to(device, dtype),
@@ -375,6 +476,8 @@ class SDEVI(SeriesModel):
         xn = torch.nan_to_num(self.normalise(x))
         s = ((batch["t"] - batch["t"][:, :1]) / self.time_scale).to(dtype)
         valid = batch["valid"]
+        if self.inference == "exact":
+            return self._exact_chain(xn, s, visible, valid)
         steps = valid[:, 1:] & valid[:, :-1]
         # padded intervals get a dummy step whose transitions are then replaced by the
         # identity (pad_identity) and masked out of the KL
@@ -424,6 +527,32 @@ class SDEVI(SeriesModel):
             )  # fmt: skip
         return {"xn": xn, "means": means, "covs": covs, "kl": kl, "summary": post["summary"]}
 
+    def _exact_chain(self, xn, s, visible, valid) -> dict:
+        r"""q = p(z | visible values) under the model itself, by the Kalman smoother.
+
+        Its KL to the prior is :math:`E_q \log p(y_v \mid z) - \log p(y_v)` (q is the
+        exact posterior given the visible values y_v), so the ELBO of all observed values
+        is :math:`\log p(y_v) + E_q \log p(y_h \mid z)`: the exact log evidence when
+        nothing is hidden, plus the closed-form expected log-likelihood of the hidden ones.
+        """
+        from simsci.models.sdevi._kalman import kalman_smoother
+
+        prior = self.prior(xn.dtype, xn.device)
+        W, h0 = self.H.weight, self.H.bias
+        R = self.log_r.exp().clamp_min(1e-4)
+        out = kalman_smoother(
+            xn - h0, visible, s, prior["A"], prior["b"], prior["L"], prior["m0"], prior["P0"],
+            W, R, valid=valid,
+        )  # fmt: skip
+        expected_visible, _, _ = linear_expected_loglik(
+            xn - h0, visible & valid[..., None], out["means"], out["covs"], W, R
+        )
+        kl = expected_visible - out["loglik"]
+        summary = None
+        if self.head is not None:  # the per-episode heads read the encoder's summary
+            summary = self.encode(s, xn, visible, valid)["summary"]
+        return {"xn": xn, "means": out["means"], "covs": out["covs"], "kl": kl, "summary": summary}
+
     def _expected(self, chain: dict, obs: torch.Tensor):
         """(E_q log p(y_obs) (B,), predictive mean, predictive variance), normalised."""
         R = self.log_r.exp().clamp_min(1e-4)
@@ -441,6 +570,18 @@ class SDEVI(SeriesModel):
         return unscented_expected_loglik(xn, obs, means, covs, self.H, R)
 
     # ----------------------------------------------------------------- the harness
+    def training_step(self, batch: dict) -> dict:
+        r"""As the harness's, except that ``inference="exact"`` hides nothing: its ELBO of
+        every observed value is the exact log evidence, a sum of the one-step predictive
+        log-likelihoods, so it trains prediction itself. Hidden values would instead be
+        scored by :math:`E_q \log p(y_h \mid z)`, which is maximised by an R that also
+        covers q's variance at those points (on linear-SDE data: noise 5x the truth
+        with 30% hidden, 1.45x without, after 1500 steps)."""
+        if self.inference != "exact":
+            return super().training_step(batch)
+        observed, visible, _ = self.masks(batch, hide=False)
+        return self._loss(batch, observed, visible)
+
     def objective(self, batch: dict, visible: torch.Tensor, observed: torch.Tensor) -> dict:
         chain = self._posterior_chain(batch, visible)
         expected, _, _ = self._expected(chain, observed)
