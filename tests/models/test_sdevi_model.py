@@ -110,4 +110,3 @@ def test_noise_from_data_finds_the_noise_of_a_smooth_signal(tmp_path):
     np.testing.assert_allclose(np.array(from_file) * std**2, [0.1**2, 0.3**2], rtol=0.2)
     with pytest.raises(ValueError, match="'data'"):
         SDEVI.from_data(traj, noise_init="guess")
-
