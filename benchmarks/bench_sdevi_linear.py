@@ -213,16 +213,18 @@ def run_one(problem: str, config: str, seed: int, steps: int) -> dict:
 
 
 def markdown_table(result: dict) -> str:
+    """The runs as a table; ``code`` (when recorded) says which version of SDEVI ran."""
     lines = [
-        "| problem | config | steps | train s | MSE / Kalman | ELBO gap (nats/value) "
+        "| problem | config | code | steps | train s | MSE / Kalman | ELBO gap (nats/value) "
         "| noise / truth | coverage95 |",
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["runs"]:
         if "error" in r:
             continue
+        code = r.get("code", "").split(":")[0]
         lines.append(
-            f"| {r['problem']} | {r['config']} | {r['steps']} | {r['train_s']:.0f} | "
+            f"| {r['problem']} | {r['config']} | {code} | {r['steps']} | {r['train_s']:.0f} | "
             f"{r['mse_ratio']:.2f} | {r['gap']:.3f} | {r['noise_ratio']:.2f} | "
             f"{r['coverage95']:.3f} |"
         )

@@ -278,9 +278,9 @@ class SDEVI(SeriesModel):
                 W[2 * k + 1, 2 * k] -= w
             # stored in units of the band's geometric-mean frequency, so an Adam step
             # (~lr in parameter units) moves a frequency by ~lr x that scale: stored
-            # raw, a mode started at 16 rad per unit of model time needed thousands of
-            # steps at lr 3e-3 to reach a 25 rad/unit oscillation (the linear-SDE
-            # benchmark), and the model explained the oscillation as noise meanwhile
+            # raw, the modes started at 18 and 52 rad per unit of model time needed
+            # thousands of steps at lr 3e-3 to reach a 24 rad/unit oscillation (the
+            # linear-SDE benchmark), and the model explained it as noise meanwhile
             self.freq_scale = math.sqrt(band[0] * band[1])
             self.prior_w_unit = nn.Parameter(W / self.freq_scale)
             self.prior_b = nn.Parameter(torch.zeros(d))
