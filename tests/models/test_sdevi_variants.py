@@ -192,10 +192,13 @@ def test_an_all_masked_channel_is_ignored_not_fatal(pendulum):
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
 
 
-@pytest.mark.parametrize("variant", ["linear", "nonlinear", "complex"])
+@pytest.mark.parametrize("variant", ["linear", "nonlinear", "complex", "linear-exact"])
 def test_every_variant_runs_on_the_test_device(pendulum, device, variant):
     """Tensors follow the model's device; make gpu-check runs this on CUDA."""
-    model = SDEVI.from_data(pendulum, latent_dim=3, hidden_dim=8, variant=variant).to(device)
+    variant, _, inference = variant.partition("-")
+    model = SDEVI.from_data(
+        pendulum, latent_dim=3, hidden_dim=8, variant=variant, inference=inference or "amortised"
+    ).to(device)
     ds = data.TrajectoryDataset(pendulum, fields=("t", "x"))
     batch = model.collate([ds[0], ds[1], ds[2]])
     batch = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
@@ -206,6 +209,10 @@ def test_every_variant_runs_on_the_test_device(pendulum, device, variant):
     assert mean.device.type == device.type and torch.isfinite(var).all()
     scores = model.scores(batch)
     assert math.isfinite(float(scores["interp_mse"]))
+    # predictions at asked times: a context on the device gives tensors on it
+    context = {k: torch.as_tensor(v).to(device) for k, v in ds[0].items() if k in ("t", "x")}
+    out = model.predict(context, torch.tensor([0.05, 1.0, 9.0]))
+    assert out["mean"].device.type == device.type and torch.isfinite(out["var"]).all()
 
 
 @pytest.mark.parametrize("variant", ["linear", "nonlinear", "complex"])
@@ -227,8 +234,11 @@ def test_padding_stays_finite_under_an_unstable_posterior_drift(pendulum, varian
 def test_single_point_episodes_and_hide_fraction_zero(pendulum):
     ds = data.TrajectoryDataset(pendulum, fields=("t", "x"))
     one = {k: (v[:1] if k in ("t", "x") else v) for k, v in ds[0].items()}
-    for variant in ("linear", "nonlinear", "complex"):
-        model = SDEVI.from_data(pendulum, latent_dim=2, hidden_dim=8, variant=variant)
+    for variant in ("linear", "nonlinear", "complex", "exact"):
+        kind = {"variant": "linear", "inference": "exact"} if variant == "exact" else {}
+        model = SDEVI.from_data(
+            pendulum, latent_dim=2, hidden_dim=8, **(kind or {"variant": variant})
+        )
         batch = model.collate([one, one])
         assert torch.isfinite(model.training_step(batch)["loss"])
         assert model.predict_steps(batch).shape == (2, 1, 2)
