@@ -390,6 +390,15 @@ class SeriesModel(nn.Module):
 
         return predict_at(self, context, times, batch_size=batch_size)
 
+    def predict_steps(self, batch: dict, visible=None, variance: bool = False):
+        """The mean (and variance) at every step of a collated batch, data units
+        (B, L, D): each series model implements it."""
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement predict_steps(batch, visible, variance) "
+            "(the batch-level prediction; it was called predict before predict(context, "
+            "times) took that name)"
+        )
+
     def _predict_batch_deprecated(self, batch, visible=None, variance=False):
         import warnings
 

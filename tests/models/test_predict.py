@@ -166,6 +166,9 @@ def test_bad_context_and_times_are_refused(linear):
         model.predict([ep, ep, ep], [[0.5], [1.0]])
     with pytest.raises(TypeError, match="item 1 is a str"):
         model.predict([ep, "x"])
+    # a series model written before the rename (predict, no predict_steps) is told why
+    with pytest.raises(NotImplementedError, match="must implement predict_steps"):
+        models.SeriesModel(2).predict_steps({})
 
 
 def test_cli_predict_writes_means_and_variances_and_scores_the_at_file(linear, tmp_path, capsys):
