@@ -53,6 +53,14 @@ def kalman_log_likelihood(
     b (d,), L (d, m), H (D, d), R (D,) positive; ``valid`` (B, n) bool marks the real
     rows of padded episodes (default: all).
     """
+    out = _filter(y, mask, t, A, b, L, m0, P0, H, R, valid)
+    return out["loglik"], out["means"], out["covs"]
+
+
+def _filter(y, mask, t, A, b, L, m0, P0, H, R, valid) -> dict:
+    """The Kalman filter of :func:`kalman_log_likelihood`, keeping what the smoother
+    reuses: the transitions ``F`` (B, n-1, d, d) and the one-step predictions
+    ``m_pred`` (B, n-1, d), ``P_pred`` (B, n-1, d, d) of rows 1..n-1."""
     B, n, D = y.shape
     d = A.shape[-1]
     if mask.shape != y.shape:
@@ -69,12 +77,14 @@ def kalman_log_likelihood(
     m = m0.expand(B, d).clone()
     P = P0.expand(B, d, d).clone()
     loglik = torch.zeros(B, dtype=y.dtype, device=y.device)
-    means, covs = [], []
+    means, covs, m_preds, P_preds = [], [], [], []
     for i in range(n):
         if i > 0:
             step = valid[:, i][:, None]
             m_pred = (F[:, i - 1] @ m[..., None])[..., 0] + c[:, i - 1]
             P_pred = F[:, i - 1] @ P @ F[:, i - 1].transpose(-1, -2) + Q[:, i - 1]
+            m_preds.append(m_pred)
+            P_preds.append(P_pred)
             m = torch.where(step, m_pred, m)
             P = torch.where(step[..., None], P_pred, P)
         M = obs[:, i].to(y.dtype)  # (B, D)
@@ -94,7 +104,18 @@ def kalman_log_likelihood(
         P = 0.5 * (P + P.transpose(-1, -2))
         means.append(m)
         covs.append(P)
-    return loglik, torch.stack(means, 1), torch.stack(covs, 1)
+
+    def stack(items, like):
+        return torch.stack(items, 1) if items else like.new_zeros(B, 0, *like.shape[1:])
+
+    return {
+        "loglik": loglik,
+        "means": torch.stack(means, 1),
+        "covs": torch.stack(covs, 1),
+        "F": F,
+        "m_pred": stack(m_preds, m),
+        "P_pred": stack(P_preds, P),
+    }
 
 
 def kalman_smoother(
@@ -122,15 +143,15 @@ def kalman_smoother(
     :math:`m^s_i = m_i + G_i (m^s_{i+1} - m^-_{i+1})`,
     :math:`P^s_i = P_i + G_i (P^s_{i+1} - P^-_{i+1}) G_i^\top`.
     """
-    loglik, means, covs = kalman_log_likelihood(y, mask, t, A, b, L, m0, P0, H, R, valid)
+    filtered = _filter(y, mask, t, A, b, L, m0, P0, H, R, valid)
+    means, covs, F = filtered["means"], filtered["covs"], filtered["F"]
     B, n, d = means.shape
     valid = torch.ones(B, n, dtype=torch.bool, device=y.device) if valid is None else valid
-    F, c, Q = lti_transition(A, b, L, torch.diff(t, dim=1).clamp_min(0))
     m_s, P_s = [means[:, -1]], [covs[:, -1]]
     for i in range(n - 2, -1, -1):
         m, P = means[:, i], covs[:, i]
-        m_pred = (F[:, i] @ m[..., None])[..., 0] + c[:, i]
-        P_pred = F[:, i] @ P @ F[:, i].transpose(-1, -2) + Q[:, i]
+        # the filter's one-step prediction of row i + 1 from row i
+        m_pred, P_pred = filtered["m_pred"][:, i], filtered["P_pred"][:, i]
         # G = P F^T (P^-)^{-1}, by a Cholesky solve of the symmetric P^- (G^T = P^-^{-1} F P)
         chol = safe_cholesky(P_pred, "one-step prediction covariance")
         G = torch.cholesky_solve(F[:, i] @ P, chol).transpose(-1, -2)
@@ -145,4 +166,10 @@ def kalman_smoother(
     covs = torch.stack(P_s[::-1], 1)
     y_mean = (H @ means[..., None])[..., 0]
     y_var = torch.einsum("ij,bnjk,ik->bni", H, covs, H) + R
-    return {"means": means, "covs": covs, "y_mean": y_mean, "y_var": y_var, "loglik": loglik}
+    return {
+        "means": means,
+        "covs": covs,
+        "y_mean": y_mean,
+        "y_var": y_var,
+        "loglik": filtered["loglik"],
+    }
