@@ -448,8 +448,13 @@ class SeriesModel(nn.Module):
         return {"label_loss": ((out - z) ** 2).mean()}
 
     # ----------------------------------------------------------------- training contract
+    #: whether training hides values from the encoder (the interpolation task's
+    #: ``hide_fraction``); a model whose objective already trains prediction says False
+    hides_in_training = True
+
     def training_step(self, batch: dict) -> dict:
-        observed, visible, _ = self.masks(batch, hide=self.training)
+        hide = self.training and self.hides_in_training
+        observed, visible, _ = self.masks(batch, hide=hide)
         return self._loss(batch, observed, visible)
 
     def _loss(self, batch: dict, observed: torch.Tensor, visible: torch.Tensor) -> dict:

@@ -570,17 +570,15 @@ class SDEVI(SeriesModel):
         return unscented_expected_loglik(xn, obs, means, covs, self.H, R)
 
     # ----------------------------------------------------------------- the harness
-    def training_step(self, batch: dict) -> dict:
-        r"""As the harness's, except that ``inference="exact"`` hides nothing: its ELBO of
-        every observed value is the exact log evidence, a sum of the one-step predictive
-        log-likelihoods, so it trains prediction itself. Hidden values would instead be
-        scored by :math:`E_q \log p(y_h \mid z)`, which is maximised by an R that also
-        covers q's variance at those points (on linear-SDE data: noise 5x the truth
-        with 30% hidden, 1.45x without, after 1500 steps)."""
-        if self.inference != "exact":
-            return super().training_step(batch)
-        observed, visible, _ = self.masks(batch, hide=False)
-        return self._loss(batch, observed, visible)
+    @property
+    def hides_in_training(self) -> bool:
+        r"""``inference="exact"`` hides nothing: its ELBO of every observed value is the
+        exact log evidence, a sum of the one-step predictive log-likelihoods, so it
+        trains prediction itself. Hidden values would instead be scored by
+        :math:`E_q \log p(y_h \mid z)`, which is maximised by an R that also covers q's
+        variance at those points (on linear-SDE data: noise 5x the truth with 30%
+        hidden, 1.45x without, after 1500 steps)."""
+        return self.inference != "exact"
 
     def objective(self, batch: dict, visible: torch.Tensor, observed: torch.Tensor) -> dict:
         chain = self._posterior_chain(batch, visible)
