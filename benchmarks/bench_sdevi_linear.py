@@ -34,11 +34,11 @@ import time
 from functools import partial
 from pathlib import Path
 
+import bench_sdevi
 import numpy as np
 import torch
-from _runner import RESULTS, ROOT, Failure, quick, run_jobs, show, write
-
-DATA = ROOT / "runs" / "sdevi_bench_data"
+from _runner import RESULTS, Failure, quick, run_jobs, show, write
+from bench_sdevi import DATA
 
 #: configuration name -> SDEVI arguments (and a learning-rate override)
 CONFIGS = {
@@ -114,21 +114,14 @@ def _make_mixed(path: Path, n: int = 320, seed: int = 0) -> None:
 
 
 def _make(problem: str) -> Path:
-    from simsci import systems
-
+    if problem == "linear-sde":  # bench_sdevi.py's linear-sde file, made there
+        return bench_sdevi._make(problem)
+    if problem != "mixed-4to3":
+        raise ValueError(f"unknown problem {problem!r}")
     DATA.mkdir(parents=True, exist_ok=True)
     path = DATA / f"{problem}.h5"
-    if path.exists():
-        return path
-    if problem == "linear-sde":  # the same file as bench_sdevi.py's linear-sde problem
-        systems.generate(
-            "linear_sde", 320, t_end=10.0, dt=0.1, keep=0.3, obs_noise=0.1, out=path, seed=0,
-            progress=False,
-        )  # fmt: skip
-    elif problem == "mixed-4to3":
+    if not path.exists():
         _make_mixed(path)
-    else:
-        raise ValueError(f"unknown problem {problem!r}")
     return path
 
 
