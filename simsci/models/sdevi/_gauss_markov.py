@@ -79,6 +79,9 @@ def safe_cholesky(P: Tensor, what: str = "covariance", jitter: float = 1e-9) -> 
     diag = P.diagonal(dim1=-2, dim2=-1).real
     scale = diag.abs().mean(-1, keepdim=True).clamp_min(1e-30)
     eye = torch.eye(d, dtype=P.dtype, device=P.device)
+    # a relative jitter below the precision's resolution would add nothing: at least
+    # 10 ulps of the mean diagonal (float32: 1.2e-6)
+    jitter = max(jitter, 10 * torch.finfo(P.real.dtype).eps)
     L, info = torch.linalg.cholesky_ex(_sym(P) + jitter * scale[..., None] * eye)
     if bool((info == 0).all()):
         return L

@@ -100,7 +100,10 @@ def _filter(y, mask, t, A, b, L, m0, P0, H, R, valid) -> dict:
         )
         K = P @ Hm.transpose(-1, -2) @ torch.cholesky_inverse(Ls)  # (B, d, D)
         m = m + (K @ r[..., None])[..., 0]
-        P = P - K @ Hm @ P
+        # Joseph form: (I - KH) P (I - KH)^T + K R K^T stays positive semi-definite in
+        # float32, where P - KHP lost definiteness with fast and slow modes side by side
+        I_KH = torch.eye(d, dtype=P.dtype, device=P.device) - K @ Hm
+        P = I_KH @ P @ I_KH.transpose(-1, -2) + (K * (M * R)[:, None, :]) @ K.transpose(-1, -2)
         P = 0.5 * (P + P.transpose(-1, -2))
         means.append(m)
         covs.append(P)
