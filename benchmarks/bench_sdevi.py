@@ -12,7 +12,9 @@ majority class / label mean as the trivial baseline.
 
 Models (same latent size 8 and width 64 where they have one):
 
-- ``sdevi-linear``, ``sdevi-nonlinear``, ``sdevi-complex`` (``simsci.models.SDEVI``)
+- ``sdevi-linear``, ``sdevi-nonlinear``, ``sdevi-complex`` (``simsci.models.SDEVI``,
+  amortised), ``sdevi-exact`` (the linear variant with ``inference="exact"``: the
+  Kalman smoother's posterior)
 - ``gru_dt`` (GRU-Δt), ``latent_ode`` (ODE-RNN encoder), ``latent_sde`` (torchsde
   latent SDE with path sampling, ``logqp=True``)
 
@@ -25,8 +27,8 @@ when aeon is not installed). And ``linear-sde``: the exact linear-SDE set, where
 Kalman filter gives log p(y) under the true generating process: SDEVI's ELBO per
 observed value against it.
 
-Usage: ``python benchmarks/bench_sdevi.py [--seeds 3] [--steps 200] [--jobs 2]
-[--only PROBLEM ...] [--models NAME ...]``; writes ``benchmarks/results/sdevi_cpu.json``
+Usage: ``python benchmarks/bench_sdevi.py [--seeds 3] [--steps 200] [--lr 3e-3]
+[--jobs 2] [--only PROBLEM ...] [--models NAME ...]``; writes ``benchmarks/results/sdevi_cpu.json``
 after every run (a killed run keeps what it finished; ``--resume`` skips those).
 """
 
@@ -49,6 +51,7 @@ MODELS = {
     "sdevi-linear": ("sdevi", {"variant": "linear"}),
     "sdevi-nonlinear": ("sdevi", {"variant": "nonlinear"}),
     "sdevi-complex": ("sdevi", {"variant": "complex", "latent_dim": 4}),  # 4 complex = 8 real
+    "sdevi-exact": ("sdevi", {"variant": "linear", "inference": "exact"}),
     "gru_dt": ("gru_dt", {}),
     "latent_ode": ("latent_ode", {"encoder": "odernn"}),
     "latent_sde": ("latent_sde", {}),
@@ -148,15 +151,17 @@ def run_one(spec: dict) -> dict:
     name, kwargs = MODELS[model_key]
     cls = models.MODELS[name]
     torch.manual_seed(seed)
-    model = cls.from_data(traj, window=window, task=task, **{**_sizes(cls), **kwargs})
+    kwargs = {**_sizes(cls), **kwargs, **spec.get("kwargs", {})}
+    model = cls.from_data(traj, window=window, task=task, **kwargs)
     fields = tuple(f for f in cls.data_fields if f in traj.step_fields or f in traj.episode_fields)
     train_set = data.TrajectoryDataset(
         traj, fields=fields, split="train", window=window, stride=window and window // 2
     )
     test_set = data.TrajectoryDataset(traj, fields=fields, split="test", window=window)
     config = train.TrainConfig(
-        max_steps=steps, epochs=100_000, batch_size=32, lr=3e-3, schedule="cosine",
-        grad_clip=10.0, seed=seed, device="cpu", progress=False, log_every=10**9,
+        max_steps=steps, epochs=100_000, batch_size=32, lr=spec.get("lr", 3e-3),
+        schedule="cosine", grad_clip=10.0, seed=seed, device="cpu", progress=False,
+        log_every=10**9,
     )  # fmt: skip
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
@@ -224,7 +229,7 @@ def _summary(runs: list[dict]) -> dict:
         metrics = {}
         for key in rs[0]:
             values = [r[key] for r in rs if isinstance(r.get(key), float)]
-            if len(values) == len(rs) and key not in ("seed", "steps"):
+            if len(values) == len(rs) and key not in ("seed", "steps", "lr"):
                 metrics[key] = mean_std(values)
         table[f"{problem} / {model}"] = {"seeds": len(rs), **metrics}
     return table
@@ -275,6 +280,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--lr", type=float, default=3e-3, help="Adam's peak learning rate")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--only", nargs="*", default=None, help="problems (default: all)")
     parser.add_argument("--models", nargs="*", default=None, help="models (default: all)")
@@ -304,7 +310,13 @@ def main() -> None:
         runs = json.loads(out.read_text()).get("runs", [])
     done = {(r["problem"], r["model"], r["seed"]) for r in runs}
     specs = [
-        {"problem": p, "model": m, "seed": s, "steps": min(STEPS.get(p, args.steps), args.steps)}
+        {
+            "problem": p,
+            "model": m,
+            "seed": s,
+            "steps": min(STEPS.get(p, args.steps), args.steps),
+            "lr": args.lr,
+        }
         for p in problems
         if p != "linear-sde"
         for m in (args.models or MODELS)
@@ -319,6 +331,7 @@ def main() -> None:
             {
                 "benchmark": "sdevi",
                 "steps": args.steps,
+                "lr": args.lr,
                 "batch_size": 32,
                 "summary": _summary(runs),
                 "runs": runs,
