@@ -35,6 +35,17 @@ def test_sdevi_checkpoint_round_trip_and_errors(ou_file, tmp_path):
     older = SDEVI.from_data(traj, latent_dim=3, hidden_dim=8)
     older.load_state_dict(state)
     torch.testing.assert_close(older.prior()["A"], model.prior()["A"])
+    # a head from before the energy features (d fewer inputs) loads with zero weights
+    # for them, so it gives the old head's outputs
+    kw = {"latent_dim": 3, "hidden_dim": 8, "task": "classification", "num_classes": 3}
+    head_model = SDEVI(model.obs_dim, **kw)
+    state = head_model.state_dict()
+    state["head.0.weight"] = state["head.0.weight"][:, :-3]
+    loaded = SDEVI(model.obs_dim, **kw)
+    loaded.load_state_dict(state)
+    weight = loaded.head[0].weight.detach()
+    torch.testing.assert_close(weight[:, :-3], state["head.0.weight"])
+    assert bool((weight[:, -3:] == 0).all())
     empty = {**batch, "x": torch.full_like(batch["x"], float("nan"))}
     with pytest.raises(ValueError, match="no observed value"):
         model.training_step(empty)
