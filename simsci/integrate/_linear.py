@@ -43,16 +43,26 @@ def expm(M: Tensor, degree: int | None = None) -> Tensor:
     products at degree 6 and 5 at degree 10, against Horner's 5 and 9.
     """
     if degree is None:
-        degree = 10 if M.dtype == torch.float64 else 6
+        degree = _degree(M.dtype)
     if degree < 1:
         raise ValueError(f"degree must be >= 1, got {degree}")
-    norm = M.detach().abs().sum(-2).amax(-1)  # 1-norms, (...)
-    top = float(norm.max()) if norm.numel() else 0.0
-    s = max(0, int(math.ceil(math.log2(top / 0.5)))) if top > 0.5 else 0
+    s = _squarings(M)
     E = _taylor(M / (2.0**s) if s else M, degree)
     for _ in range(s):
         E = E @ E
     return E
+
+
+def _degree(dtype: torch.dtype) -> int:
+    """The Taylor degree that reaches ``dtype``'s resolution at norm 1/2."""
+    return 10 if dtype == torch.float64 else 6
+
+
+def _squarings(M: Tensor) -> int:
+    """The s with ``||M / 2^s||_1 <= 1/2`` for every matrix of the batch (the largest)."""
+    norm = M.detach().abs().sum(-2).amax(-1)  # 1-norms, (...)
+    top = float(norm.max()) if norm.numel() else 0.0
+    return max(0, int(math.ceil(math.log2(top / 0.5)))) if top > 0.5 else 0
 
 
 def _taylor(X: Tensor, degree: int) -> Tensor:
@@ -134,11 +144,8 @@ def _lti_transition(A: Tensor, b: Tensor, L: Tensor, dt: Tensor) -> tuple[Tensor
     # data). The exponential is taken over h / 2^s only, where ||M|| <= 1/2 and the
     # cancellation is harmless, and the doubling Q(2h) = Q(h) + F(h) Q(h) F(h)^T,
     # c(2h) = c(h) + F(h) c(h), F(2h) = F(h)^2 adds positive terms only.
-    degree = 10 if M.dtype == torch.float64 else 6
-    norm = M.detach().abs().sum(-2).amax(-1)
-    top = float(norm.max()) if norm.numel() else 0.0
-    s = max(0, int(math.ceil(math.log2(top / 0.5)))) if top > 0.5 else 0
-    E = _taylor(M / (2.0**s) if s else M, degree)
+    s = _squarings(M)
+    E = _taylor(M / (2.0**s) if s else M, _degree(M.dtype))
     # only the middle column block is read: [H12; F^T; c^T]
     H12, Ft, ct = E[..., d : 2 * d].split([d, d, 1], dim=-2)
     F = Ft.transpose(-1, -2)

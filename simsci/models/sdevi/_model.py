@@ -313,9 +313,8 @@ class SDEVI(SeriesModel):
         self.log_r = nn.Parameter(torch.tensor(noise).log())
         # first, last and mean posterior means; the encoder's summary; for classification
         # each mode's energy too (see _summary)
-        self._energy = self.task == "classification"
         feature_dim = 3 * d * (2 if variant == "complex" else 1) + 2 * int(hidden_dim)
-        feature_dim += d if self._energy else 0
+        feature_dim += d if self._reads_energy else 0
         self._build_head(feature_dim, hidden_dim)
         self.init_args = {
             **self.series_args,
@@ -330,10 +329,14 @@ class SDEVI(SeriesModel):
             "noise_init": None if noise_init is None else noise,
         }
 
+    @property
+    def _reads_energy(self) -> bool:
+        """Whether the head reads each mode's energy (classification heads only)."""
+        return self.task == "classification"
+
     def _spread_time_scales(self, band: tuple[float, float]) -> None:
         r"""Exact inference starts its prior with time scales spread over what the data
-        resolve: rotation
-        block k (frequency :math:`\omega_k`) decays at :math:`\zeta\omega_k`,
+        resolve: rotation block k (frequency :math:`\omega_k`) decays at :math:`\zeta\omega_k`,
         :math:`\zeta` = ``DAMPING`` (underdamped, about one visible period per memory),
         an odd last coordinate at the band's lowest frequency; the diffusion gives each
         coordinate a stationary variance of 1 (:math:`\ell^2 = 2\,\mathrm{decay}`,
@@ -365,7 +368,7 @@ class SDEVI(SeriesModel):
         # classification heads from before the energy features read d fewer inputs (the
         # last ones): zero weights for them give the old head's outputs exactly
         key = prefix + "head.0.weight"
-        if self._energy and key in state_dict:
+        if self._reads_energy and key in state_dict:
             weight, width = state_dict[key], self.head[0].in_features
             if weight.shape[1] == width - self.latent_dim:
                 state_dict[key] = torch.cat(
@@ -681,13 +684,14 @@ class SDEVI(SeriesModel):
         w = valid.to(means.dtype)[..., None]
         last = (valid.sum(1) - 1).clamp(min=0)
         final = means[torch.arange(means.shape[0], device=means.device), last]
-        average = (means * w).sum(1) / w.sum(1).clamp(min=1)
+        count = w.sum(1).clamp(min=1)
+        average = (means * w).sum(1) / count
         parts = [means[:, 0], final, average, chain["summary"]]
-        if self._energy:
+        if self._reads_energy:
             # E_q |z_k|^2 averaged over the episode, per mode (log): how strongly each mode
             # moves, which the means at three times and the GRU states do not give
             # directly. Classification only: on the pendulum-image regression (the final
             # angle) it cost accuracy (non-linear 0.061 without, 0.114 with, 3 seeds)
             second = chain["means"].abs() ** 2 + chain["covs"].diagonal(dim1=-2, dim2=-1).real
-            parts.append(torch.log((second * w).sum(1) / w.sum(1).clamp(min=1) + 1e-6))
+            parts.append(torch.log((second * w).sum(1) / count + 1e-6))
         return torch.cat(parts, -1)
