@@ -1,7 +1,8 @@
 # simsci: the two commands of README.md are `make tour` and `make test`.
 #
 # `make venv` creates .venv and installs simsci editable with its extras (dev, plot, and
-# rl + minari so the Stable Baselines3 and Minari tests run rather than skip). If the Python
+# rl + minari so the Stable Baselines3 and Minari tests run rather than skip; and
+# neuraloperator's model classes, for the neuralop.* backbones' tests). If the Python
 # that creates it already has torch (a user's own CUDA build, say), the venv sees it
 # through --system-site-packages and keeps it; otherwise torch==2.13.0 is installed
 # (on this project's machines a CPU build of it lies on disk).
@@ -45,6 +46,12 @@ $(STAMP): pyproject.toml
 	fi
 	@$(PY) -c "import torch" >/dev/null 2>&1 || $(PY) -m pip install --no-compile "torch==2.13.0"
 	$(PY) -m pip install --no-compile -e ".[dev,plot,rl,minari]"
+# neuraloperator (the extra simsci[neuralop]) for the neuralop.* backbones and their tests,
+# with --no-deps: its declared requirements pull wandb and config tools used only by its
+# training scripts; its model classes need these three beside torch, numpy, h5py and
+# matplotlib
+	$(PY) -m pip install --no-compile --no-deps "neuraloperator==2.0.0" "tensorly==0.10.0" \
+	  "tensorly-torch==0.5.0" "opt_einsum==3.4.0"
 	@$(PY) -m compileall -q -j 0 -x '/tests/|/site-packages/pip/' \
 	  "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null 2>&1 || true
 	@touch $(STAMP)

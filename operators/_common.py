@@ -25,6 +25,7 @@ __all__ = [
     "Backbone",
     "check_finite",
     "check_input",
+    "count_parameters",
     "grid_coordinates",
     "make_activation",
 ]
@@ -123,6 +124,19 @@ def check_input(
     check_finite(x, what=f"{name} input")
 
 
+def count_parameters(module: nn.Module) -> int:
+    """Number of real parameters of ``module``: a complex parameter counts twice (re, im).
+
+    ``p.numel()`` counts a complex entry once, so models that keep complex spectral weights
+    (neuraloperator's) would look half their size next to ones that store them as real
+    pairs (simsci's FNO).
+
+    >>> count_parameters(nn.Linear(3, 2))
+    8
+    """
+    return sum(p.numel() * (2 if p.is_complex() else 1) for p in module.parameters())
+
+
 def grid_coordinates(
     grid: tuple[int, ...], *, periodic: bool, dtype: torch.dtype, device
 ) -> Tensor:
@@ -152,11 +166,12 @@ class Backbone(nn.Module):
     init_args: dict
 
     def num_parameters(self) -> int:
-        """Number of real parameters (complex spectral weights count twice: re and im)."""
-        return sum(p.numel() for p in self.parameters())
+        """Number of real parameters (:func:`count_parameters`: complex ones count twice)."""
+        return count_parameters(self)
 
     def _check(self, x: Tensor) -> None:
-        like = next(self.parameters(), None)
+        # the first real weight fixes dtype and device (complex ones are complex64 for float32)
+        like = next((p for p in self.parameters() if p.is_floating_point()), None)
         check_input(
             x, name=type(self).__name__, in_channels=self.in_channels, dim=self.dim, like=like
         )

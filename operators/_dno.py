@@ -63,17 +63,30 @@ Choices the task left open, and why:
   band-limited input are the same at every resolution. ``OperatorModel`` uses a
   quarter of the training grid (half its band; its module docstring gives the
   ablation); None keeps every mode.
-- **Feature standardisation** (``normalize="rms"``; ``OperatorModel``'s default): each
-  feature is divided by its RMS over batch and grid points (the batch's during training,
-  with gradient; a running estimate, ``momentum``, in evaluation), then scaled by the
-  learnable per-feature scale. The gain :math:`|n|^\beta` reaches :math:`10^4` on the
+- **Feature standardisation.** The gain :math:`|n|^\beta` reaches :math:`10^4` on the
   band of a 128-point grid at :math:`\beta = 2.25` (KdV's start), so unnormalised
   features of a rough field (a steepening shock) are orders of magnitude larger than
   the field: seen on KdV, rollout error 0.31-0.40 with them against 0.093 without
   features. Standardised, their size no longer depends on :math:`\beta` or on the
   roughness of the data, only their shape does, which is what :math:`\beta` should
-  choose. The RMS per grid point is the same at every resolution for band-limited
-  features.
+  choose. Two ways, both followed by the learnable per-feature scale:
+
+  ``normalize="spectrum"`` (``OperatorModel``'s default): :meth:`calibrate` stores the
+  training inputs' mean power per retained mode, :math:`P_c(k)`, and each feature is
+  divided by the RMS it has under that spectrum, :math:`(\sum_k P_c(k)|\nu(k)|^{2\beta})^{1/2}`
+  (Parseval): a smooth function of :math:`\beta` alone, the same in training and
+  evaluation and for every batch. So a feature's size still carries the input's
+  roughness: an autoregressive rollout whose own errors add high modes shows the
+  network larger features, as the training inputs with more high modes did.
+  An uncalibrated module calibrates on the first input it sees.
+
+  ``normalize="rms"`` (the default before): the RMS over batch and grid points (the
+  batch's in training, with gradient; a running estimate, ``momentum``, in evaluation).
+  The network then never sees a feature's size change in training (every batch is
+  scaled to 1) but does in evaluation, where the running estimate is fixed.
+
+  Both give an RMS per grid point that is the same at every resolution for
+  band-limited features.
 - **Range of beta**: :math:`\beta = lo + (hi - lo)\,\sigma(\theta)` with the logit
   :math:`\theta` as the parameter, initialised to
   :math:`\sigma^{-1}((\beta_0 - lo)/(hi - lo))` (``beta_init`` strictly inside the
@@ -133,14 +146,23 @@ import torch
 from torch import Tensor, nn
 
 from simsci.errors import unknown_name
-from simsci.operators._common import check_dim, check_input, positive_int
+from simsci.operators._common import check_dim, check_input, count_parameters, positive_int
 from simsci.train import import_model_class
 
 __all__ = ["DerivativeAugmented", "DerivativeFeatures"]
 
-NORMALIZE = ("none", "rms")
+NORMALIZE = ("none", "rms", "spectrum")
 KINDS = ("riesz", "directional")
 EXTENSIONS = ("even", "even-half")
+
+
+# the calibration spectrum's buffers and their shapes for (C, dim, E modes)
+_SPECTRUM_BUFFERS = {
+    "spectrum_power": lambda C, d, E: (C, E),
+    "spectrum_riesz_log": lambda C, d, E: (E,),
+    "spectrum_dir_log": lambda C, d, E: (d, E),
+    "spectrum_dir_mask": lambda C, d, E: (d, E),
+}
 
 
 def _float_pair(what: str, value) -> tuple[float, float]:
@@ -285,6 +307,11 @@ class DerivativeFeatures(nn.Module):
         self.normalize, self.momentum = normalize, float(momentum)
         # running RMS of each feature over samples and grid points (normalize="rms")
         self.register_buffer("running_rms", torch.ones(self.out_channels))
+        # the training inputs' mean power per retained mode (normalize="spectrum"; empty
+        # until calibrate()): power (C, E), and per mode the Riesz log|nu| and mask (E,),
+        # the directional log|nu_j| and mask (dim, E)
+        for name, shape in _SPECTRUM_BUFFERS.items():
+            self.register_buffer(name, torch.zeros(shape(self.in_channels, self.dim, 0)))
         if learn_scale:
             self.scale = nn.Parameter(scale)
         else:
@@ -459,7 +486,97 @@ class DerivativeFeatures(nn.Module):
                 out = out.narrow(axis, 0, n)
         if self.normalize == "rms":
             out = out / self._rms(out).view(1, -1, *ones)
+        elif self.normalize == "spectrum":
+            if not self.calibrated:
+                self.calibrate(x)  # a standalone module: the first input it sees
+            out = out * self._inverse_rms(beta).to(out.dtype).view(1, -1, *ones)
         return out * self.scale.view(1, -1, *ones)
+
+    # ----------------------------------------------------------------- calibration
+    @property
+    def calibrated(self) -> bool:
+        """Whether the training spectrum of ``normalize="spectrum"`` is set."""
+        return self.spectrum_power.numel() > 0
+
+    @torch.no_grad()
+    def calibrate(self, x: Tensor) -> DerivativeFeatures:
+        r"""Store the mean power spectrum of training inputs ``x`` ``(B, C, *grid)``.
+
+        With ``normalize="spectrum"`` each feature is divided by its expected RMS under
+        this spectrum, :math:`\big(\sum_k P_c(k)\,|\nu(k)|^{2\beta}\big)^{1/2}`
+        (Parseval; :math:`P_c(k)` the mean of :math:`|\hat u_c(k)|^2` over ``x``, band and
+        masks as in the features): a function of the orders only, the same in training
+        and evaluation and for every batch. Returns the module.
+        """
+        check_input(
+            x,
+            name="DerivativeFeatures.calibrate",
+            in_channels=self.in_channels,
+            dim=self.dim,
+            like=self.theta,
+        )
+        u = x if self.periodic else self._extend(x)
+        shape = tuple(u.shape[2:])
+        axes = tuple(range(-self.dim, 0))
+        dtype = torch.float64
+        # coefficients of the orthonormal Fourier basis: the mean square over the grid is
+        # the sum of |c_k|^2 over the full spectrum; rfftn keeps one of each conjugate pair
+        c = torch.fft.rfftn(u.to(dtype), dim=axes) / math.prod(shape)
+        m = shape[-1]
+        pair = torch.full((m // 2 + 1,), 2.0, dtype=dtype, device=x.device)
+        pair[0] = 1.0
+        if m % 2 == 0:
+            pair[-1] = 1.0
+        power = c.abs().pow(2).mean(0) * pair  # (C, *K)
+        nu = self._frequencies(shape, dtype, x.device)
+        riesz_log, riesz_mask = self._riesz_log(nu)
+        dir_log, dir_mask = self._directional_log(nu, shape)
+        keep = riesz_mask > 0
+        if self.max_modes is not None:
+            keep = keep & (
+                math.prod((v.abs() <= k).to(dtype) for v, k in zip(nu, self.max_modes)) > 0
+            )
+        flat = keep.flatten()
+        spectrum = {
+            "spectrum_power": power.flatten(1)[:, flat],
+            "spectrum_riesz_log": riesz_log.flatten()[flat],
+            "spectrum_dir_log": dir_log.real.flatten(1)[:, flat],
+            "spectrum_dir_mask": dir_mask.flatten(1)[:, flat],
+        }
+        for name, value in spectrum.items():
+            setattr(self, name, value.to(self.running_rms.dtype))
+        return self
+
+    def _inverse_rms(self, beta: Tensor) -> Tensor:
+        """``(F,)`` 1 / expected RMS of each feature under the calibration spectrum
+        (0 for a feature whose input channel has no power in the band: it is 0 itself)."""
+        C, n_ord, d = self.in_channels, self.n_orders, self.dim
+        power = self.spectrum_power.to(beta.dtype)  # (C, E)
+        parts, i = [], 0
+        if "riesz" in self.kinds:
+            b = beta[i : i + C * n_ord].view(C, n_ord, 1)
+            i += C * n_ord
+            gain = torch.exp(2 * b * self.spectrum_riesz_log.to(beta.dtype))  # (C, n_ord, E)
+            parts.append((power[:, None] * gain).sum(-1).flatten())
+        if "directional" in self.kinds:
+            b = beta[i : i + C * n_ord * d].view(C, n_ord, d, 1)
+            log, mask = (t.to(beta.dtype) for t in (self.spectrum_dir_log, self.spectrum_dir_mask))
+            gain = torch.exp(2 * b * log) * mask  # (C, n_ord, d, E)
+            parts.append((power[:, None, None] * gain).sum(-1).flatten())
+        ms = torch.cat(parts)
+        tiny = torch.finfo(ms.dtype).tiny ** 0.5
+        return torch.where(ms > tiny, ms.clamp_min(tiny).rsqrt(), torch.zeros_like(ms))
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # the calibration spectrum's length depends on the data: take the stored one's;
+        # a checkpoint from before normalize="spectrum" existed has none (kept empty)
+        for name in _SPECTRUM_BUFFERS:
+            value = state_dict.get(prefix + name)
+            if value is None:
+                state_dict[prefix + name] = getattr(self, name)
+            else:
+                setattr(self, name, torch.empty_like(value, device=self.running_rms.device))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def _rms(self, out: Tensor) -> Tensor:
         """Per-feature RMS over batch and grid: the batch's in training (with gradient;
@@ -495,6 +612,16 @@ def _first_floating(module: nn.Module) -> Tensor | None:
         if t.is_floating_point():
             return t
     return None
+
+
+def _follow(module: nn.Module, like: Tensor) -> None:
+    """Move ``module`` to ``like``'s device and its real tensors to ``like``'s dtype.
+    (``module.to(dtype=float32)`` would also cast complex weights, dropping their
+    imaginary parts.)"""
+    module.to(device=like.device)
+    for t in (*module.parameters(), *module.buffers()):
+        if t.is_floating_point() and t.dtype != like.dtype:
+            t.data = t.data.to(like.dtype)
 
 
 def _declared_in_channels(module: nn.Module) -> int | None:
@@ -651,7 +778,7 @@ class DerivativeAugmented(nn.Module):
             module = type(backbone)(**{**backbone.init_args, "in_channels": c + n_feat})
             like = _first_floating(backbone)
             if like is not None:
-                module.to(device=like.device, dtype=like.dtype)
+                _follow(module, like)
         elif own == c + n_feat:
             module = backbone  # built for the augmented input already: keep its weights
         else:
@@ -737,7 +864,7 @@ class DerivativeAugmented(nn.Module):
 
     def num_parameters(self) -> int:
         """Real parameters of backbone and features (complex ones count twice)."""
-        return sum(p.numel() * (2 if p.is_complex() else 1) for p in self.parameters())
+        return count_parameters(self)
 
     def betas(self) -> dict[str, Tensor]:
         """The features' orders, ``{name: 0-d tensor}`` (see DerivativeFeatures.betas)."""

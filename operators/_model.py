@@ -11,10 +11,13 @@ Two tasks, chosen from the data:
 
 ∂-NO defaults (``features="dno"``): Riesz and directional features with two learnable
 orders each, started at :math:`m/2` and :math:`3m/4` inside :math:`[0, m]` (``m`` the
-system's ``pde_order``; 2 when unknown), standardised by their RMS
-(``normalize="rms"``), band-limited to the lower half of the training grid's band
-(``max_modes = n_train / 4``). Why, from short runs (600 steps, one seed, rollout error
-over 10 steps at 128 points; plain FNO: Burgers nu=1e-3 0.085, KdV 0.151):
+system's ``pde_order``; 2 when unknown), standardised by the RMS they have under the
+training inputs' spectrum (``normalize="spectrum"``; :meth:`OperatorModel.from_data`
+calibrates it on the episodes it takes the normalisation from, and a model built
+otherwise calibrates on its first batch), band-limited to the lower half of the
+training grid's band (``max_modes = n_train / 4``). Why, from short runs (600 steps, one
+seed, rollout error over 10 steps at 128 points; plain FNO: Burgers nu=1e-3 0.085, KdV
+0.151; these runs used the batch's RMS, ``normalize="rms"``, the default before):
 
 - unstandardised features with gain :math:`|n|^\beta` up to :math:`10^4` wrecked
   training (KdV 0.31-0.40);
@@ -61,6 +64,7 @@ from torch import nn
 from simsci import data, systems
 from simsci.data import recorded_env_kwargs
 from simsci.operators._backbones import get as get_backbone
+from simsci.operators._common import count_parameters
 from simsci.operators._dno import DerivativeAugmented
 
 __all__ = ["OperatorModel", "evaluate_operator", "relative_l2"]
@@ -89,6 +93,12 @@ def _spectral_grad(u: torch.Tensor, dim: int) -> list[torch.Tensor]:
         uh = torch.fft.fft(u, dim=ax)
         out.append(torch.fft.ifft(uh * (1j * k.reshape(shape)), dim=ax).real)
     return out
+
+
+def _real_parameter(module: nn.Module) -> torch.Tensor:
+    """The first real parameter: the device and dtype inputs are cast to (a backbone's
+    complex spectral weights, e.g. neuraloperator's, must not set the input dtype)."""
+    return next(t for t in module.parameters() if t.is_floating_point())
 
 
 def _pde_order(system: str) -> int | None:
@@ -136,8 +146,9 @@ def _check_layout(
 
 
 class OperatorModel(nn.Module):
-    """A backbone (``fno``, ``deeponet``, ``unet``), optionally ∂-NO-augmented, as a
-    trainable field-to-field model. Build with :meth:`from_data`; see the module docstring.
+    """A backbone (``fno``, ``deeponet``, ``unet``, ``neuralop.fno``, ...), optionally
+    ∂-NO-augmented, as a trainable field-to-field model. Build with :meth:`from_data`;
+    see the module docstring.
 
     Args:
         task: "rollout" or "map". channels: names of the state channels C (rollout) or
@@ -280,7 +291,8 @@ class OperatorModel(nn.Module):
         return None
 
     def num_parameters(self) -> int:
-        return sum(p.numel() for p in self.parameters())
+        """Real parameters of the network (complex ones count twice: :func:`count_parameters`)."""
+        return count_parameters(self)
 
     def parameter_groups(self) -> list[dict]:
         """The ∂-NO orders in their own learning-rate group (see DerivativeAugmented)."""
@@ -372,11 +384,15 @@ class OperatorModel(nn.Module):
                 "n_orders": 2,
                 "beta_init": [m / 2, 3 * m / 4],
                 "beta_range": [0.0, m],
-                "normalize": "rms",
+                "normalize": "spectrum",
             }
             overrides["feature_kwargs"] = {**fkw, **dict(overrides.get("feature_kwargs") or {})}
         kwargs.update(overrides)
-        return cls(**kwargs)
+        model = cls(**kwargs)
+        # ∂-NO features standardised by the training inputs' spectrum (the same episodes
+        # as the normalisation statistics)
+        model.calibrate_features([traj[int(i)] for i in pick])
+        return model
 
     def _sub(self, x: torch.Tensor, factor: Sequence[int] | None = None) -> torch.Tensor:
         """Every s-th grid point of channels-last ``x`` (..., *grid, C)."""
@@ -441,8 +457,8 @@ class OperatorModel(nn.Module):
     def _last(self, x: torch.Tensor) -> torch.Tensor:
         return x.movedim(1, -1)
 
-    def step(self, history: torch.Tensor, action: torch.Tensor | None = None) -> torch.Tensor:
-        """One model step: ``history`` (B, h, *grid, C) physical units -> next frame."""
+    def _net_input(self, history: torch.Tensor, action: torch.Tensor | None) -> torch.Tensor:
+        """``history`` (B, h, *grid, C) physical -> the network's input (B, hC [+ A], *grid)."""
         z = self._norm(history)
         B = z.shape[0]
         zin = self._first(z.movedim(1, -2).reshape(B, *z.shape[2:-1], -1))  # (B, hC, *grid)
@@ -452,8 +468,31 @@ class OperatorModel(nn.Module):
             an = (action.to(z.dtype) - self.a_mean.to(z.dtype)) / self.a_std.to(z.dtype)
             an = an.reshape(B, self.action_dim, *([1] * self.dim)).expand(-1, -1, *z.shape[2:-1])
             zin = torch.cat([zin, an], dim=1)
-        dz = self._last(self.net(zin))
-        return self._denorm(z[:, -1] + dz)
+        return zin
+
+    def step(self, history: torch.Tensor, action: torch.Tensor | None = None) -> torch.Tensor:
+        """One model step: ``history`` (B, h, *grid, C) physical units -> next frame."""
+        dz = self._last(self.net(self._net_input(history, action)))
+        return self._denorm(self._norm(history[:, -1]) + dz)
+
+    @torch.no_grad()
+    def calibrate_features(self, items: list[dict]) -> None:
+        """Set the ∂-NO features' training spectrum (``normalize="spectrum"``) from
+        training episodes ``items`` (dicts of the model's data fields, as ``collate``
+        takes them): the network inputs of every window. No-op for other models."""
+        feats = getattr(self.net, "features", None)
+        if self.features != "dno" or getattr(feats, "normalize", None) != "spectrum":
+            return
+        batch = self.collate(items)
+        p = _real_parameter(self)
+        x = batch["inputs"].to(p.device, p.dtype)
+        if self.task == "map":
+            zin = self._first(self._norm(x)[..., self.inputs])
+        else:
+            acts = batch["actions"]
+            a = None if acts is None else acts[:, 0].to(p.device, p.dtype)
+            zin = self._net_input(x, a)
+        feats.calibrate(zin)
 
     def map(self, x: torch.Tensor) -> torch.Tensor:
         """Steady task: (B, *grid, C_all) physical -> (B, *grid, len(targets))."""
@@ -472,7 +511,7 @@ class OperatorModel(nn.Module):
         return loss
 
     def _batch_loss(self, batch: dict) -> tuple[torch.Tensor, dict]:
-        p = next(self.parameters())
+        p = _real_parameter(self)
         x = batch["inputs"].to(p.device, p.dtype)
         _check_finite(x, "operator input batch")
         if self.task == "map":
@@ -579,9 +618,9 @@ def evaluate_operator(
         index = index[:max_episodes]
     if len(index) == 0:
         raise ValueError(f"no episodes to evaluate (split {split!r})")
-    p = next(model.parameters())
+    p = _real_parameter(model)
     model = model.eval().to(device or p.device)
-    p = next(model.parameters())
+    p = _real_parameter(model)
     s = model.subsample
     if factors is None:
         factors = sorted({max(1, si // f) for si in s[:1] for f in (1, 2, 4)}, reverse=True)

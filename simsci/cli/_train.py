@@ -52,6 +52,7 @@ models (name, what it is, the kinds of file it reads):
 
 examples:
   simsci train operator --backbone fno --features dno --data data/burgers.h5 --out runs/dno
+  simsci train operator --backbone neuralop.fno --data data/burgers.h5 --out runs/nop
   simsci train latent_ode --data data/lorenz.h5 --out runs/lode --window 24 --epochs 20
   simsci train latent_ode --data data/lorenz.h5 --out runs/lode --resume
   simsci train gru_dt --data data/pendulum.h5 --task extrapolation --out runs/gru_extrap
@@ -185,7 +186,12 @@ def add_train(sub) -> None:
         "extrapolation, classification or regression (the last two read the episode field "
         "'label')",
     )
-    p.add_argument("--backbone", default=None, help="operator: fno, deeponet or unet")
+    p.add_argument(
+        "--backbone",
+        default=None,
+        help="operator: fno, deeponet, unet, or neuraloperator's neuralop.fno, neuralop.tfno, "
+        'neuralop.uno (pip install "simsci[neuralop]")',
+    )
     p.add_argument("--features", default=None, help="operator: none or dno (∂-NO features)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints/last.pt")
     add_no_progress(p)

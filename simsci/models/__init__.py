@@ -60,7 +60,8 @@ REGISTRY: dict[str, ModelEntry] = {
         trajectory_entry(  # neural operators and ∂-NO (simsci.operators)
             "operator",
             OperatorModel,
-            "neural operator on fields (--backbone fno, deeponet, unet; --features dno: ∂-NO)",
+            "neural operator on fields (--backbone fno, deeponet, unet, neuralop.fno, "
+            "neuralop.tfno, neuralop.uno; --features dno: ∂-NO)",
             ("field", "rollout"),
         ),
         trajectory_entry(

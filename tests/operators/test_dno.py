@@ -343,7 +343,8 @@ def test_names_orders_and_beta_init_layout(device):
 def test_frozen_orders_and_scales_are_buffers(device):
     f = feats(device, in_channels=1, dim=1, learn_beta=False, learn_scale=False)
     assert list(f.parameters()) == []
-    assert set(f.state_dict()) == {"theta", "scale", "running_rms"}
+    spectrum = {"spectrum_power", "spectrum_riesz_log", "spectrum_dir_log", "spectrum_dir_mask"}
+    assert set(f.state_dict()) == {"theta", "scale", "running_rms", *spectrum}
 
 
 def test_output_follows_device_and_dtype(device):
@@ -523,3 +524,58 @@ def test_rms_standardisation_train_and_eval():
     assert torch.isfinite(feats.theta.grad).all()
     with pytest.raises(ValueError, match="normalize"):
         DerivativeFeatures(1, 1, normalize="batch")
+
+
+def test_spectrum_standardisation_is_unit_rms_on_the_training_data_and_batch_free():
+    """normalize="spectrum": each feature divided by its RMS expected under the training
+    inputs' spectrum, a function of beta only: unit RMS on the calibration data for any
+    beta, the same output for a sample in any batch and in train or eval mode."""
+    torch.manual_seed(0)
+    x = torch.randn(64, 2, 64, dtype=torch.float64).cumsum(-1)  # rough, red spectrum
+    x = x - x.mean(-1, keepdim=True)
+    with torch.device("cpu"):
+        torch.set_default_dtype(torch.float64)
+        try:
+            f = DerivativeFeatures(
+                2,
+                1,
+                n_orders=2,
+                beta_init=[0.4, 1.7],
+                beta_range=(0, 3),
+                normalize="spectrum",
+                max_modes=16,
+            )
+        finally:
+            torch.set_default_dtype(torch.float32)
+    assert not f.calibrated
+    f.calibrate(x)
+    assert f.calibrated and f.spectrum_power.shape == (2, 16)
+    for beta in (0.1, 1.0, 2.5):
+        with torch.no_grad():
+            f.theta.fill_(math.log(beta / (3 - beta)))
+        rms = f(x).pow(2).mean(dim=(0, 2)).sqrt()
+        torch.testing.assert_close(rms, torch.ones_like(rms))
+    out = f(x)
+    torch.testing.assert_close(f(x[3:5]), out[3:5])  # no batch statistics
+    f.eval()
+    torch.testing.assert_close(f(x), out)
+    f.train()
+    f(x).pow(2).mean().backward()  # exactly 1 for any beta: the orders get no gradient
+    assert torch.isfinite(f.theta.grad).all() and f.theta.grad.abs().max() < 1e-10
+    (f(x) * x.repeat(1, 4, 1)).mean().backward()
+    assert f.theta.grad.abs().max() > 1e-6
+
+
+def test_spectrum_calibration_survives_the_state_dict_and_calibrates_on_first_use():
+    torch.manual_seed(0)
+    x = torch.randn(8, 1, 32, 32).cumsum(-1).cumsum(-2)
+    f = DerivativeFeatures(1, 2, beta_init=1.2, normalize="spectrum", periodic=False)
+    y = f(x)  # uncalibrated: the first input sets the spectrum
+    assert f.calibrated
+    g = DerivativeFeatures(**f.init_args)
+    g.load_state_dict(f.state_dict())  # a spectrum of another length than the empty one
+    torch.testing.assert_close(g(x), y)
+    old = {k: v for k, v in f.state_dict().items() if not k.startswith("spectrum")}
+    h = DerivativeFeatures(1, 2, beta_init=1.2, normalize="rms")
+    h.load_state_dict(old)  # checkpoints from before the spectrum buffers still load
+    assert not h.calibrated
