@@ -9,7 +9,10 @@
 - ``simsci/Surrogate-v0``: a trained simsci model standing in for the dynamics of the
   environment it learned (:class:`SurrogateEnv`);
 - ``simsci/Driving-v0``: an ego car on a procedural route through batched IDM/MOBIL
-  traffic (:class:`DrivingEnv`, Dict observations of padded lanes and agents);
+  traffic (:class:`DrivingEnv`, Dict observations of padded lanes and agents, or
+  ``observation="flat"``; physical actions, or ``action_scale="normalized"`` in [-1, 1]
+  for Stable Baselines3 and the like: :func:`physical_actions` / :func:`normalized_actions`
+  convert);
 - ``simsci/VectorWorld-v0``: the same ego, spaces and reward in a world a trained
   VectorWorld generates as it drives (:class:`VectorWorldEnv`: streamed lane tiles,
   ΔSim NPCs), so a driving policy can move between the two;
@@ -36,7 +39,14 @@ from __future__ import annotations
 import gymnasium
 
 from simsci.envs._core import Dynamics, SimsciEnv, SimsciVectorEnv
-from simsci.envs._driving import END_REASONS, DrivingEnv, DrivingVectorEnv, lane_keeping_policy
+from simsci.envs._driving import (
+    END_REASONS,
+    DrivingEnv,
+    DrivingVectorEnv,
+    lane_keeping_policy,
+    normalized_actions,
+    physical_actions,
+)
 from simsci.envs._driving_eval import evaluate as evaluate_driving
 from simsci.envs._minari import from_minari, to_minari
 from simsci.envs._ode import TASKS, ODEControlEnv, ODEControlVectorEnv, Task
@@ -66,6 +76,8 @@ __all__ = [
     "DrivingVectorEnv",
     "END_REASONS",
     "lane_keeping_policy",
+    "physical_actions",
+    "normalized_actions",
     "evaluate_driving",
     "VectorWorldEnv",
     "VectorWorldVectorEnv",

@@ -11,15 +11,28 @@ Description
     vectorization_mode="vector_entry_point")`` steps N egos as one tensor operation.
 
 Action space
-    ``Box([-8, -0.5], [4, 0.5])``: acceleration [m/s^2] and front-wheel steering angle
-    [rad]. Every action in the box is kinematically feasible (|a| <= 10.4 m/s^2, path
-    curvature <= 0.2 1/m). Out-of-box actions are clipped (``action_bounds="clip"``) or
-    rejected (``"error"``); NaN/inf is always an error.
+    ``action_scale="physical"`` (the default): ``Box([-8, -0.5], [4, 0.5])``,
+    acceleration [m/s^2] and front-wheel steering angle [rad]. Every action in the box
+    is kinematically feasible (|a| <= 10.4 m/s^2, path curvature <= 0.2 1/m).
+    ``action_scale="normalized"``: ``Box(-1, 1, (2,))``, mapped affinely onto that box
+    (-1 -> the lower bound, +1 -> the upper, 0 -> (-2 m/s^2, 0 rad): the centre of the
+    box, not zero acceleration) before the step, as Stable Baselines3 and most PPO/SAC
+    code expect (:func:`physical_actions` / :func:`normalized_actions` convert). Out-of-box
+    actions are clipped (``action_bounds="clip"``) or rejected (``"error"``) in the
+    scale the environment takes; NaN/inf is always an error. The ego's ``accel`` and
+    ``steer`` observations, the reward and ``info`` are physical under either scale.
+
+    Physical is the default because it is what v0 has always taken: checkpoints trained
+    on it (``simsci driving ppo``), :func:`lane_keeping_policy`, :func:`evaluate_driving
+    <simsci.envs.evaluate_driving>` and recorded rollouts all speak physical units, and a
+    rollout file (:class:`~simsci.envs.RecordEpisodes`, :func:`~simsci.envs.to_minari`)
+    stores the actions as the environment took them, stating the scale in its meta (its
+    ``action_space`` bounds, and ``env_kwargs["action_scale"]`` when it was given): a file
+    without the key is physical, whether written before the option existed or after.
 
 Observation space
-    A ``Dict`` of fixed-size padded arrays in the ego frame (x forward, y left), float32,
-    so every RL library (``gymnasium.wrappers.FlattenObservation`` for one flat vector)
-    and Minari can take it:
+    ``observation="dict"`` (the default): a ``Dict`` of fixed-size padded arrays in the
+    ego frame (x forward, y left), float32:
 
     - ``ego`` (8,): speed, acceleration, steering angle, lateral offset from the lane
       centre, heading error to the lane, lane width, speed limit, fraction of the route
@@ -28,6 +41,19 @@ Observation space
       length, width] (relative heading), ``agents_mask`` (num_agents,) 1 where real;
     - ``lanes`` (num_lanes, 20, 2): the nearest lane centrelines, 20 points each,
       ``lanes_mask`` (num_lanes,).
+
+    ``observation="flat"``: one float32 ``Box`` of ``D = 8 num_agents + 8 + 41
+    num_lanes`` entries (464 by default), the Dict's entries each flattened (C order) and
+    concatenated in the order of :data:`FLAT_ORDER`: ``agents`` (7 num_agents),
+    ``agents_mask`` (num_agents), ``ego`` (8), ``lanes`` (40 num_lanes), ``lanes_mask``
+    (num_lanes). That is gymnasium's order for the Dict (sorted keys), so the vector is
+    ``gymnasium.spaces.flatten`` of the Dict observation, as
+    ``gymnasium.wrappers.FlattenObservation`` gives it; the bounds are the entries'. RL
+    libraries take it without warnings (Stable Baselines3 reads the Dict's ``lanes``
+    (num_lanes, 20, 2) as an image), and :class:`~simsci.envs.RecordEpisodes` records it.
+    ``env.single_dict_observation_space`` (vector) / ``env.dict_observation_space``
+    (single) is the Dict either way (``gymnasium.spaces.unflatten`` turns one flat
+    observation back into it).
 
 Reward
     ``0.1 * progress`` (metres along the route this step) ``- 0.02 * (jerk / 10)^2``;
@@ -52,7 +78,8 @@ Info
 
 Version history
     v0: initial version. Later, without a change to dynamics or reward: ``info`` gains
-    ``end_reason``.
+    ``end_reason``; the keywords ``action_scale`` and ``observation`` (their defaults
+    are the v0 spaces).
 """
 
 from __future__ import annotations
@@ -60,6 +87,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import gymnasium
@@ -76,11 +104,35 @@ from simsci.envs._core import (
     reset_index,
 )
 
-__all__ = ["DrivingEnv", "DrivingVectorEnv", "ENV_ID", "END_REASONS", "lane_keeping_policy"]
+__all__ = [
+    "DrivingEnv",
+    "DrivingVectorEnv",
+    "ENV_ID",
+    "END_REASONS",
+    "ACTION_SCALES",
+    "OBSERVATIONS",
+    "FLAT_ORDER",
+    "lane_keeping_policy",
+    "physical_actions",
+    "normalized_actions",
+]
 
 ENV_ID = "simsci/Driving-v0"
 ACTION_LOW = np.array([-8.0, -0.5], dtype=np.float32)
 ACTION_HIGH = np.array([4.0, 0.5], dtype=np.float32)
+# the affine map between the normalised box [-1, 1]^2 and [ACTION_LOW, ACTION_HIGH]:
+# physical = centre + half_width * normalised (float32; exact at -1, 0 and +1)
+_ACTION_CENTRE = (ACTION_HIGH + ACTION_LOW) / 2
+_ACTION_HALF_WIDTH = (ACTION_HIGH - ACTION_LOW) / 2
+_NORMALIZED_LOW = np.full(2, -1.0, dtype=np.float32)
+_NORMALIZED_HIGH = np.full(2, 1.0, dtype=np.float32)
+#: ``action_scale``: the units of the actions the driving environments take
+ACTION_SCALES = ("physical", "normalized")
+#: ``observation``: the Dict of padded arrays, or one flat float32 vector of its entries
+OBSERVATIONS = ("dict", "flat")
+#: the order of the Dict entries in the flat observation: gymnasium's own for the Dict
+#: (sorted keys), so the flat vector equals ``gymnasium.spaces.flatten`` of the Dict one
+FLAT_ORDER = ("agents", "agents_mask", "ego", "lanes", "lanes_mask")
 EGO_FEATURES = (
     "speed",
     "accel",
@@ -139,6 +191,54 @@ def _dict_space(num_agents: int, num_lanes: int) -> gymnasium.spaces.Dict:
             "lanes_mask": gymnasium.spaces.Box(0.0, 1.0, (num_lanes,), f32),
         }
     )
+
+
+def flat_observation(obs: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The Dict observation ``obs`` (entries ``(n, ...)``) as ``(n, D)``: its entries
+    flattened and concatenated in :data:`FLAT_ORDER`."""
+    n = obs["ego"].shape[0]
+    return torch.cat([obs[k].reshape(n, -1) for k in FLAT_ORDER], dim=1)
+
+
+def physical_actions(actions):
+    """Normalised actions ``(..., 2)`` in [-1, 1] -> physical (acceleration [m/s^2],
+    steering [rad]): ``-1`` -> ``[-8, -0.5]``, ``+1`` -> ``[4, 0.5]``, affine between
+    (what ``action_scale="normalized"`` applies). numpy or torch in, the same out (float32
+    for numpy; a tensor keeps its dtype and device). No clipping."""
+    if isinstance(actions, torch.Tensor):
+        centre = torch.as_tensor(_ACTION_CENTRE, dtype=actions.dtype, device=actions.device)
+        half = torch.as_tensor(_ACTION_HALF_WIDTH, dtype=actions.dtype, device=actions.device)
+        return centre + half * actions
+    return _ACTION_CENTRE + _ACTION_HALF_WIDTH * np.asarray(actions, dtype=np.float32)
+
+
+def normalized_actions(actions):
+    """Physical actions ``(..., 2)`` (acceleration [m/s^2], steering [rad]) -> the
+    normalised scale of ``action_scale="normalized"``: the inverse of
+    :func:`physical_actions` (e.g. to drive :func:`lane_keeping_policy` in such an
+    environment). numpy or torch in, the same out. No clipping."""
+    if isinstance(actions, torch.Tensor):
+        centre = torch.as_tensor(_ACTION_CENTRE, dtype=actions.dtype, device=actions.device)
+        half = torch.as_tensor(_ACTION_HALF_WIDTH, dtype=actions.dtype, device=actions.device)
+        return (actions - centre) / half
+    return (np.asarray(actions, dtype=np.float32) - _ACTION_CENTRE) / _ACTION_HALF_WIDTH
+
+
+def check_driving_options(action_bounds, action_scale, observation) -> None:
+    """Validate the front-end keywords of both driving worlds (before the world is
+    built): ``action_bounds``, ``action_scale`` and ``observation``."""
+    from simsci.errors import unknown_name
+
+    if action_bounds not in ("clip", "error"):
+        raise ValueError(f"action_bounds must be 'clip' or 'error', got {action_bounds!r}")
+    for what, value, valid in (
+        ("action_scale", action_scale, ACTION_SCALES),
+        ("observation", observation, OBSERVATIONS),
+    ):
+        if not isinstance(value, str):
+            raise TypeError(f"{what} must be one of {', '.join(map(repr, valid))}, got {value!r}")
+        if value not in valid:
+            raise unknown_name(what, value, valid)
 
 
 def _to_ego_frame(x, y, ex, ey, eth):
@@ -446,7 +546,9 @@ def _batch_obs(obs: dict, fn) -> dict:
 class DrivingVectorEnv(gymnasium.vector.VectorEnv):
     """``num_envs`` egos in ``simsci/Driving-v0``, stepped as one batch (see the module
     docstring). ``array_backend``: "numpy" or "torch" (tensors on ``device``);
-    ``autoreset_mode``: gymnasium's "NextStep" (default) or "SameStep".
+    ``autoreset_mode``: gymnasium's "NextStep" (default) or "SameStep"; ``action_scale``:
+    "physical" (default) or "normalized" actions; ``observation``: "dict" (default, entries
+    ``(num_envs, ...)``) or "flat" (``(num_envs, D)``).
     """
 
     metadata: dict[str, Any] = {
@@ -472,13 +574,14 @@ class DrivingVectorEnv(gymnasium.vector.VectorEnv):
         num_lanes: int = 8,
         device=None,
         action_bounds: str = "clip",
+        action_scale: str = "physical",
+        observation: str = "dict",
         array_backend: str = "numpy",
         autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
         render_mode=None,
     ):
         mode = check_vector_options(num_envs, array_backend, autoreset_mode)
-        if action_bounds not in ("clip", "error"):
-            raise ValueError(f"action_bounds must be 'clip' or 'error', got {action_bounds!r}")
+        check_driving_options(action_bounds, action_scale, observation)
         self.render_mode = _check_render_mode(render_mode)
         self.world = _World(
             int(num_envs),
@@ -496,21 +599,54 @@ class DrivingVectorEnv(gymnasium.vector.VectorEnv):
             device=device,
         )
         self._finish_init(
-            ENV_ID, num_envs, num_agents, num_lanes, action_bounds, array_backend, mode
+            ENV_ID,
+            num_envs,
+            num_agents,
+            num_lanes,
+            action_bounds,
+            action_scale,
+            observation,
+            array_backend,
+            mode,
         )
 
     def _finish_init(
-        self, env_id, num_envs, num_agents, num_lanes, action_bounds, array_backend, mode
+        self,
+        env_id,
+        num_envs,
+        num_agents,
+        num_lanes,
+        action_bounds,
+        action_scale,
+        observation,
+        array_backend,
+        mode,
     ) -> None:
         """Spaces, autoreset state and spec around ``self.world`` (shared with
-        ``simsci/VectorWorld-v0``, whose world differs but whose spaces do not)."""
+        ``simsci/VectorWorld-v0``, whose world differs but whose spaces do not); the
+        keywords were checked by :func:`check_driving_options`."""
         self.num_envs = int(num_envs)
         self.action_bounds = action_bounds
+        self.action_scale = action_scale
+        self.observation = observation
         self.array_backend = array_backend
         self.autoreset_mode = mode
         self.metadata = {**type(self).metadata, "autoreset_mode": mode}
-        self.single_observation_space = _dict_space(num_agents, num_lanes)
-        self.single_action_space = gymnasium.spaces.Box(ACTION_LOW, ACTION_HIGH, dtype=np.float32)
+        self.single_dict_observation_space = _dict_space(num_agents, num_lanes)
+        if observation == "flat":
+            # gymnasium's flattening of the Dict: the bounds in the order of FLAT_ORDER
+            self.single_observation_space = gymnasium.spaces.flatten_space(
+                self.single_dict_observation_space
+            )
+        else:
+            self.single_observation_space = self.single_dict_observation_space
+        if action_scale == "normalized":
+            self._action_low, self._action_high = _NORMALIZED_LOW, _NORMALIZED_HIGH
+        else:
+            self._action_low, self._action_high = ACTION_LOW, ACTION_HIGH
+        self.single_action_space = gymnasium.spaces.Box(
+            self._action_low, self._action_high, dtype=np.float32
+        )
         self.observation_space = gymnasium.vector.utils.batch_space(
             self.single_observation_space, self.num_envs
         )
@@ -526,10 +662,33 @@ class DrivingVectorEnv(gymnasium.vector.VectorEnv):
             {
                 **self.world.config,
                 "action_bounds": action_bounds,
+                "action_scale": action_scale,
+                "observation": observation,
                 "array_backend": array_backend,
                 "autoreset_mode": mode.value,
             },
         )
+
+    def _observe(self):
+        """The world's observation in this environment's layout: the Dict of ``(n,
+        ...)`` tensors, or ``(n, D)`` (see :data:`FLAT_ORDER`)."""
+        obs = self.world.observe()
+        return flat_observation(obs) if self.observation == "flat" else obs
+
+    def _physical(self, actions, batch: int | None) -> torch.Tensor:
+        """``(n, 2)`` physical actions on the world's device from the user's actions
+        (``(2,)`` with ``batch`` None, else ``(batch, 2)``), checked and clipped in the
+        scale this environment takes."""
+        a = check_actions(
+            actions,
+            batch=batch,
+            low=self._action_low,
+            high=self._action_high,
+            mode=self.action_bounds,
+            device=self.world.device,
+            dtype=torch.float32,
+        )
+        return physical_actions(a) if self.action_scale == "normalized" else a
 
     def _out(self, x):
         if isinstance(x, dict):
@@ -558,21 +717,13 @@ class DrivingVectorEnv(gymnasium.vector.VectorEnv):
         self.world.reset(self._generator, index)
         self._autoreset[slice(None) if index is None else index] = False
         self._was_reset = True
-        return self._out(self.world.observe()), self._infos()
+        return self._out(self._observe()), self._infos()
 
     def step(self, actions):
         if not self._was_reset:
             raise gymnasium.error.ResetNeeded("call reset() before step() on a vector environment")
         w = self.world
-        a = check_actions(
-            actions,
-            batch=self.num_envs,
-            low=ACTION_LOW,
-            high=ACTION_HIGH,
-            mode=self.action_bounds,
-            device=w.device,
-            dtype=torch.float32,
-        )
+        a = self._physical(actions, self.num_envs)
         if self.autoreset_mode == AutoresetMode.NEXT_STEP:
             resetting = self._autoreset
             reward, term, trunc, coll, off = w.step(a)
@@ -584,7 +735,7 @@ class DrivingVectorEnv(gymnasium.vector.VectorEnv):
                 coll, off = coll & ~resetting, off & ~resetting
             self._autoreset = term | trunc
             infos = self._infos((coll, off))
-            obs = w.observe()
+            obs = self._observe()
         else:
             reward, term, trunc, coll, off = w.step(a)
             done = term | trunc
@@ -592,7 +743,7 @@ class DrivingVectorEnv(gymnasium.vector.VectorEnv):
             extra = {}
             if index.numel():
                 done_np = done.cpu().numpy()
-                final_obs = self._out(w.observe())
+                final_obs = self._out(self._observe())
                 final_info = self._infos((coll, off))
                 w.reset(self._generator, index)
                 extra = {
@@ -602,7 +753,7 @@ class DrivingVectorEnv(gymnasium.vector.VectorEnv):
                     "_final_info": done_np,
                 }
             infos = {**self._infos((coll, off)), **extra}
-            obs = w.observe()
+            obs = self._observe()
         dtype = torch.float32 if self.array_backend == "torch" else torch.float64
         return self._out(obs), self._out(reward.to(dtype)), self._out(term), self._out(trunc), infos
 
@@ -617,8 +768,10 @@ class DrivingVectorEnv(gymnasium.vector.VectorEnv):
 
 class DrivingEnv(gymnasium.Env):
     """One ego in ``simsci/Driving-v0`` (numpy in/out): a vector environment of one, so
-    the two cannot disagree. ``info``: route_s, distance, speed, t, collision, offroad,
-    and ``end_reason`` on the step that ends the episode (see the module docstring)."""
+    the two cannot disagree. ``action_scale``: "physical" (default) or "normalized"
+    actions; ``observation``: "dict" (default) or "flat" (one ``(D,)`` vector). ``info``:
+    route_s, distance, speed, t, collision, offroad, and ``end_reason`` on the step that
+    ends the episode (see the module docstring)."""
 
     metadata: dict[str, Any] = {"render_modes": ["rgb_array"], "render_fps": 10}
 
@@ -629,12 +782,20 @@ class DrivingEnv(gymnasium.Env):
         self.render_mode = _check_render_mode(render_mode)
         self._vec = self._vector_class()(1, render_mode=render_mode, **kwargs)
         self.observation_space = self._vec.single_observation_space
+        self.dict_observation_space = self._vec.single_dict_observation_space
         self.action_space = self._vec.single_action_space
+        self.action_scale = self._vec.action_scale
+        self.observation = self._vec.observation
         self._needs_reset = True
         own_spec(
             self,
             self._vec.spec.id,
-            {**self._vec.world.config, "action_bounds": self._vec.action_bounds},
+            {
+                **self._vec.world.config,
+                "action_bounds": self._vec.action_bounds,
+                "action_scale": self.action_scale,
+                "observation": self.observation,
+            },
         )
 
     @staticmethod
@@ -653,10 +814,13 @@ class DrivingEnv(gymnasium.Env):
         w.reset(self._vec._generator)
         self._vec._was_reset = True
         self._needs_reset = False
-        return self._single(w.observe()), self._single_info(w.info())
+        return self._single(self._vec._observe()), self._single_info(w.info())
 
-    def _single(self, obs):
-        return {k: v[0].cpu().numpy() for k, v in obs.items()}
+    @staticmethod
+    def _single(obs):
+        if isinstance(obs, dict):
+            return {k: v[0].cpu().numpy() for k, v in obs.items()}
+        return obs[0].cpu().numpy()
 
     @staticmethod
     def _single_info(info):
@@ -668,15 +832,7 @@ class DrivingEnv(gymnasium.Env):
                 "the episode has ended (terminated or truncated) or the environment was "
                 "never reset: call env.reset() before env.step()"
             )
-        a = check_actions(
-            action,
-            batch=None,
-            low=ACTION_LOW,
-            high=ACTION_HIGH,
-            mode=self._vec.action_bounds,
-            device=self._vec.world.device,
-            dtype=torch.float32,
-        )
+        a = self._vec._physical(action, None)
         w = self._vec.world
         reward, term, trunc, coll, off = w.step(a)
         t, tr = bool(term[0]), bool(trunc[0])
@@ -685,7 +841,7 @@ class DrivingEnv(gymnasium.Env):
         code = int(w.end_code[0])
         if code:
             info["end_reason"] = END_REASONS[code]
-        return self._single(w.observe()), float(reward[0]), t, tr, info
+        return self._single(self._vec._observe()), float(reward[0]), t, tr, info
 
     def render(self):
         """An ``(H, W, 3)`` uint8 top-down frame around the ego."""
@@ -706,8 +862,17 @@ def lane_keeping_policy(obs: dict, *, target_speed: float | None = None) -> np.n
     acceleration towards the speed limit behind the nearest observed car in its lane.
 
     The reference policy of the benchmarks and the baseline an RL agent should beat; it
-    does not change lanes, so on a road with a lane that ends it may stop.
+    does not change lanes, so on a road with a lane that ends it may stop. It reads the
+    Dict observation and gives physical actions (the defaults ``observation="dict"``,
+    ``action_scale="physical"``); in a normalised environment pass its actions through
+    :func:`normalized_actions`.
     """
+    if not isinstance(obs, Mapping):
+        raise TypeError(
+            "lane_keeping_policy reads the Dict observation (observation='dict'), got "
+            f"{type(obs).__name__}; unflatten a flat one first (one observation: "
+            "gymnasium.spaces.unflatten(env.dict_observation_space, obs))"
+        )
     ego = np.asarray(obs["ego"], dtype=np.float64)
     single = ego.ndim == 1
     ego = ego.reshape(-1, len(EGO_FEATURES))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from simsci.envs._driving import ENV_ID as DRIVING_ID
-from simsci.envs._driving import DrivingVectorEnv
+from simsci.envs._driving import DrivingVectorEnv, lane_keeping_policy
 from simsci.envs._vectorworld import ENV_ID as VECTORWORLD_ID
 from simsci.envs._vectorworld import VectorWorldVectorEnv
 
@@ -29,9 +29,23 @@ def evaluate(
     (``timeout``), the fraction without a collision or leaving the road (``safe``), and
     the mean distance driven [m] and return. In ``simsci/VectorWorld-v0`` also
     ``left_generated_lanes``: the fraction that left the road by driving past the end of
-    the generated lanes (``info["end_reason"]``; counted in ``offroad`` too)."""
+    the generated lanes (``info["end_reason"]``; counted in ``offroad`` too).
+
+    The policy sees the observations and gives the actions of the environment that
+    ``env_kwargs`` make (``observation="flat"``, ``action_scale="normalized"`` for a
+    policy trained so); :func:`~simsci.envs.lane_keeping_policy` needs the defaults."""
     if episodes < 1 or num_envs < 1:
         raise ValueError("episodes and num_envs must be >= 1")
+    conventions = {k: env_kwargs[k] for k in ("observation", "action_scale") if k in env_kwargs}
+    if policy is lane_keeping_policy and not conventions.items() <= {
+        ("observation", "dict"),
+        ("action_scale", "physical"),
+    }:
+        # it would read a flat vector as a Dict, or have its physical actions rescaled
+        raise ValueError(
+            "lane_keeping_policy reads the Dict observation and gives physical actions; "
+            f"evaluate it without {conventions} (the world is the same)"
+        )
     if env_id == DRIVING_ID:
         cls = DrivingVectorEnv
     elif env_id == VECTORWORLD_ID:

@@ -50,7 +50,9 @@ def to_sb3(env: SimsciVectorEnv):
     """Wrap a simsci vector environment (numpy backend) as an SB3 ``VecEnv``.
 
     The environment itself is not changed (module docstring). Dict observations
-    (``simsci/Driving-v0``: use ``PPO("MultiInputPolicy", ...)``) pass through; a
+    (``simsci/Driving-v0``'s default: use ``PPO("MultiInputPolicy", ...)``) pass
+    through; ``DrivingVectorEnv(n, observation="flat", action_scale="normalized")`` gives
+    the flat vector and [-1, 1] actions SB3 recommends (``PPO("MlpPolicy", ...)``). A
     finished driving episode's ``collision``/``offroad``/``distance`` are in its info,
     and every finished episode's return, length and time in ``info["episode"]``.
     """

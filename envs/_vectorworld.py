@@ -16,16 +16,20 @@ Description
     for benchmarks).
 
 Action space
-    ``Box([-8, -0.5], [4, 0.5])``: acceleration [m/s^2] and front-wheel steering angle
-    [rad], as ``simsci/Driving-v0``. Out-of-box actions are clipped
-    (``action_bounds="clip"``) or rejected (``"error"``); NaN/inf is always an error.
+    As ``simsci/Driving-v0``: ``Box([-8, -0.5], [4, 0.5])``, acceleration [m/s^2] and
+    front-wheel steering angle [rad] (``action_scale="physical"``, the default), or
+    ``Box(-1, 1, (2,))`` mapped affinely onto it (``action_scale="normalized"``). Out-of-box
+    actions are clipped (``action_bounds="clip"``) or rejected (``"error"``); NaN/inf is
+    always an error.
 
 Observation space
-    The ``Dict`` of ``simsci/Driving-v0``: ``ego`` (8,) [speed, acceleration, steering,
-    lateral offset, heading error, lane width, speed limit, route fraction], ``agents``
-    (num_agents, 7) + ``agents_mask``, ``lanes`` (num_lanes, 20, 2) + ``lanes_mask``, in
-    the ego frame. The lane is the nearest generated lane whose direction agrees with the
-    ego's heading; the route fraction is the distance driven over ``route_length``.
+    The ``Dict`` of ``simsci/Driving-v0`` (``observation="dict"``, the default): ``ego``
+    (8,) [speed, acceleration, steering, lateral offset, heading error, lane width, speed
+    limit, route fraction], ``agents`` (num_agents, 7) + ``agents_mask``, ``lanes``
+    (num_lanes, 20, 2) + ``lanes_mask``, in the ego frame; or its flat float32 vector
+    (``observation="flat"``, the same layout as ``simsci/Driving-v0``'s). The lane is the
+    nearest generated lane whose direction agrees with the ego's heading; the route
+    fraction is the distance driven over ``route_length``.
 
 Reward
     As ``simsci/Driving-v0``: ``0.1 * progress`` (metres along the lane this step) ``-
@@ -76,6 +80,7 @@ from simsci.envs._driving import (
     PROGRESS_REWARD,
     DrivingEnv,
     DrivingVectorEnv,
+    check_driving_options,
     ego_collisions,
     end_codes,
     observe_agents,
@@ -341,13 +346,14 @@ class VectorWorldVectorEnv(DrivingVectorEnv):
         tile_steps: int = 1,
         device=None,
         action_bounds: str = "clip",
+        action_scale: str = "physical",
+        observation: str = "dict",
         array_backend: str = "numpy",
         autoreset_mode="NextStep",
         render_mode=None,
     ):
         mode = check_vector_options(num_envs, array_backend, autoreset_mode)
-        if action_bounds not in ("clip", "error"):
-            raise ValueError(f"action_bounds must be 'clip' or 'error', got {action_bounds!r}")
+        check_driving_options(action_bounds, action_scale, observation)
         self.render_mode = _check_render_mode(render_mode)
         self.world = _Stream(
             int(num_envs),
@@ -364,7 +370,15 @@ class VectorWorldVectorEnv(DrivingVectorEnv):
             device=device,
         )
         self._finish_init(
-            ENV_ID, num_envs, num_agents, num_lanes, action_bounds, array_backend, mode
+            ENV_ID,
+            num_envs,
+            num_agents,
+            num_lanes,
+            action_bounds,
+            action_scale,
+            observation,
+            array_backend,
+            mode,
         )
 
 

@@ -55,15 +55,17 @@ example:
 
 ENV_PARAMS = """\
 --param sets a keyword of the environment: route_length (metres, default 5000),
-max_episode_steps (10 Hz steps, default 600 here), num_agents, max_vehicles, ...
+max_episode_steps (10 Hz steps, default 600 here), num_agents, max_vehicles,
+action_scale (physical or normalized), observation (dict or flat), ...
 (simsci.envs.DrivingVectorEnv, VectorWorldVectorEnv)."""
 
 PPO_DESCRIPTION = f"""\
 Train a PPO agent (Stable Baselines3, pip install "simsci[rl]") in simsci/Driving-v0
 (--env vectorworld: simsci/VectorWorld-v0, the generated world of --checkpoint) for
 --max-steps environment steps, then evaluate it on -n/--episodes episodes against the
-lane-keeping baseline. Writes OUT/ppo.zip, OUT/vecnormalize.pkl (its observation
-normalisation) and OUT/eval.json.
+lane-keeping baseline (which drives the Dict observation with physical actions
+whatever --param action_scale/observation say). Writes OUT/ppo.zip, OUT/vecnormalize.pkl
+(its observation normalisation) and OUT/eval.json.
 {ENV_PARAMS}
 
 example:
@@ -74,6 +76,8 @@ EVAL_DESCRIPTION = f"""\
 Evaluate a policy, lane-keeping, zero, or a PPO checkpoint (.zip of `simsci driving
 ppo`), in either world (a policy trained in one runs in the other): the fractions of
 episodes that succeeded, collided, left the road or timed out, mean distance and return.
+A checkpoint runs with the action scale and observation it was trained with (read from
+its spaces).
 {ENV_PARAMS}
 
 examples:
@@ -238,6 +242,41 @@ def _vector_env(args):
     return DrivingVectorEnv if args.env == "driving" else VectorWorldVectorEnv
 
 
+#: the environment keywords that choose how a policy sees and acts, and their defaults
+#: (lane keeping and the zero action drive those; a PPO checkpoint, what it learned on)
+CONVENTIONS = {"observation": "dict", "action_scale": "physical"}
+
+
+def _builtin_kwargs(kwargs: dict) -> dict:
+    """``kwargs`` for the lane-keeping and zero policies: the default conventions (the
+    world, and so the result, does not depend on them)."""
+    return {**kwargs, **CONVENTIONS}
+
+
+def _checkpoint_kwargs(model, kwargs: dict) -> dict:
+    """``kwargs`` with the conventions a PPO checkpoint was trained with, read from its
+    spaces (a Box observation: flat; a [-1, 1] action box: normalised); a --param that
+    says otherwise is an error."""
+    import numpy as np
+    from gymnasium import spaces
+
+    trained = {
+        "observation": "flat" if isinstance(model.observation_space, spaces.Box) else "dict",
+        "action_scale": (
+            "normalized"
+            if np.all(model.action_space.low == -1) and np.all(model.action_space.high == 1)
+            else "physical"
+        ),
+    }
+    for key, value in trained.items():
+        if kwargs.get(key, value) != value:
+            raise ValueError(
+                f"the checkpoint was trained with {key}={value}, not --param "
+                f"{key}={kwargs[key]}; drop that --param"
+            )
+    return {**kwargs, **trained}
+
+
 def _ppo(args) -> int:
     from simsci.envs import evaluate_driving, lane_keeping_policy, to_sb3
     from simsci.train import seed_everything
@@ -261,8 +300,10 @@ def _ppo(args) -> int:
     # small initial action noise, or the first policies steer off the road at once
     n_steps = max(8, min(256, args.max_steps // args.num_envs))
     batch = min(1024, n_steps * args.num_envs)
+    # the Dict observation needs SB3's multi-input policy, the flat one its plain MLP
+    flat = kwargs.get("observation", "dict") == "flat"
     model = PPO(
-        "MultiInputPolicy",
+        "MlpPolicy" if flat else "MultiInputPolicy",
         venv,
         n_steps=n_steps,
         batch_size=batch,
@@ -291,7 +332,7 @@ def _ppo(args) -> int:
         "train_seconds": round(seconds, 1),
         "env": {"id": ENV_IDS[args.env], **kwargs},
         "ppo": evaluate_driving(ppo_policy, **eval_kw, **kwargs),
-        "lane_keeping": evaluate_driving(lane_keeping_policy, **eval_kw, **kwargs),
+        "lane_keeping": evaluate_driving(lane_keeping_policy, **eval_kw, **_builtin_kwargs(kwargs)),
         "model": str(out / "ppo.zip"),
     }
     _emit(result, out / "eval.json")
@@ -306,8 +347,10 @@ def _eval(args) -> int:
     kwargs = _env_kwargs(args)
     target = args.policy
     if target == "lane-keeping":
+        kwargs = _builtin_kwargs(kwargs)
         policy = lane_keeping_policy
     elif target == "zero":
+        kwargs = _builtin_kwargs(kwargs)  # zero physical acceleration and steering
 
         def policy(obs):
             return np.zeros((len(obs["ego"]), 2), np.float32)
@@ -323,6 +366,7 @@ def _eval(args) -> int:
         from stable_baselines3 import PPO
 
         model = PPO.load(path, device=kwargs["device"])
+        kwargs = _checkpoint_kwargs(model, kwargs)
         stats = path.parent / "vecnormalize.pkl"  # written by `simsci driving ppo`
         norm = pickle.loads(stats.read_bytes()) if stats.is_file() else None
 

@@ -22,7 +22,8 @@ from simsci.cli._common import (
 DESCRIPTION = """\
 The gymnasium environments of simsci (import simsci.envs registers them):
 simsci/ODEControl-v0, simsci/PDEControl-v0, simsci/Surrogate-v0, simsci/Driving-v0
-(its Dict observations are not recorded here: see `simsci driving` for RL in it).
+(recorded here with --param observation=flat, one vector per step; `simsci driving`
+for RL in it).
 Run 'simsci env ACTION --help' for each action's options.
 
 examples:
@@ -111,7 +112,7 @@ def describe() -> str:
     )
     lines.append(
         f"{'simsci/Driving-v0':24s}an ego on a procedural route through IDM/MOBIL traffic "
-        "(Dict observations; simsci driving ppo|eval)"
+        "(Dict or observation=flat; simsci driving ppo|eval)"
     )
     known = {"simsci/ODEControl-v0", "simsci/PDEControl-v0", "simsci/Surrogate-v0"}
     missing = set(ENV_IDS) - known - {"simsci/Driving-v0"}

@@ -52,6 +52,28 @@ def test_eval_and_ppo(tmp_path, capsys):
     assert code == 0, err
 
 
+def test_ppo_on_flat_normalized_spaces_and_eval_reads_them_from_the_checkpoint(tmp_path, capsys):
+    pytest.importorskip("stable_baselines3")
+    env = ["--param", "max_episode_steps=10", "--param", "route_length=1500", "--num-envs", 2,
+           "--device", "cpu", "--episodes", 2]  # fmt: skip
+    sb3 = ["--param", "observation=flat", "--param", "action_scale=normalized"]
+    code, out, err = run(capsys, "driving", "ppo", "--max-steps", 32, "--out", tmp_path,
+                         *env, *sb3)  # fmt: skip
+    assert code == 0, err
+    res = json.loads(out)
+    assert res["env"]["action_scale"] == "normalized" and res["env"]["observation"] == "flat"
+    assert res["ppo"]["episodes"] == res["lane_keeping"]["episodes"] == 2
+    # the checkpoint's spaces say how it acts; a --param that disagrees is refused
+    code, out, err = run(capsys, "driving", "eval", tmp_path / "ppo.zip", *env)
+    assert code == 0, err
+    code, out, err = run(capsys, "driving", "eval", tmp_path / "ppo.zip", *env,
+                         "--param", "action_scale=physical")  # fmt: skip
+    assert code == 2 and "trained with action_scale=normalized" in err
+    # lane keeping drives its own conventions whatever --param says (the same world)
+    code, out, err = run(capsys, "driving", "eval", "lane-keeping", *env, *sb3)
+    assert code == 0, err
+
+
 def test_bad_input(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         run(capsys, "driving", "metrics")

@@ -233,6 +233,23 @@ def test_env_rejects_bad_actions():
         env.step(np.array([9.0, 0.0], np.float32))
 
 
+def test_flat_observation_and_normalized_actions_as_in_driving():
+    from simsci.envs import DrivingVectorEnv, VectorWorldVectorEnv
+    from simsci.envs._driving import flat_observation
+
+    sb3 = {"observation": "flat", "action_scale": "normalized"}
+    env = VectorWorldVectorEnv(2, checkpoint=FakeWorldModel(), **sb3)
+    ref = DrivingVectorEnv(2, num_roads=1, route_length=1000.0, **sb3)
+    assert env.single_observation_space == ref.single_observation_space
+    assert env.single_action_space == ref.single_action_space
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (2, 464) and obs.dtype == np.float32
+    np.testing.assert_array_equal(obs, flat_observation(env.world.observe()).numpy())
+    obs, *_ = env.step(np.array([[1.0, 0.0], [-1.0, 0.0]], np.float32))
+    ego = env.world.observe()["ego"]  # [speed, accel, ...]: the physical bounds applied
+    np.testing.assert_allclose(ego[:, 1].numpy(), [4.0, -8.0], rtol=1e-4)
+
+
 def test_vector_env_autoresets_and_evaluates():
     from simsci.envs import VectorWorldVectorEnv, evaluate_driving, lane_keeping_policy
 
