@@ -1,5 +1,6 @@
 """∂-NO vs the same backbone without derivative features: Burgers, KdV, Darcy and
-Navier-Stokes with FNO, Burgers with DeepONet and KdV with U-Net; 3 seeds each.
+Navier-Stokes with FNO, Burgers with DeepONet, KdV with U-Net, Burgers and KdV with
+neuraloperator's FNO (``neuralop.fno``); 3 seeds each.
 
 Claim checked: derivative features lower the error of a neural operator on every
 problem, and the learned orders beta sit below the PDE order m (the paper's finding).
@@ -83,6 +84,9 @@ BACKBONES = {
     },
     "deeponet": {1: {"width": 128, "depth": 3, "p": 64, "n_sensors": 64}},
     "unet": {1: {"width": 16, "levels": 3}, 2: {"width": 16, "levels": 2}},
+    # neuraloperator's FNO as its users build it (n_modes=16 keeps |k| <= 8, half of
+    # simsci's modes=16; issue 25 saw the ∂-NO rollout diverge with it)
+    "neuralop.fno": {1: {"width": 32, "modes": 16, "layers": 4}},
 }
 
 RUNS = [
@@ -93,6 +97,8 @@ RUNS = [
     ("burgers", "deeponet"),
     # U-Net needs grids divisible by 2**levels: Darcy's vertex grids (33, 65, 129) are odd
     ("kdv", "unet"),
+    ("burgers", "neuralop.fno"),
+    ("kdv", "neuralop.fno"),
 ]
 
 
@@ -114,8 +120,7 @@ def build(path, problem: str, backbone: str, features: str, width_scale: float =
     dim = len(traj.step_fields["x"].shape) - 1
     bkw = dict(BACKBONES[backbone][dim])
     bkw["width"] = int(round(bkw["width"] * width_scale))
-    if backbone in ("fno", "deeponet", "unet"):
-        bkw["periodic"] = spec["periodic"]
+    bkw["periodic"] = spec["periodic"]
     if backbone == "fno" and not spec["periodic"]:
         bkw["padding"] = 0.125
     fkw = {"periodic": spec["periodic"]}  # orders: OperatorModel's defaults from pde_order
