@@ -63,7 +63,7 @@ from simsci._io import check_parent_dir
 from simsci.data import Trajectories, TrajectoryWriter
 from simsci.data import open as open_trajectories
 from simsci.envs._record import jsonable, space_from_json, space_to_json
-from simsci.errors import UnknownNameError, unknown_name
+from simsci.errors import MissingExtraError, UnknownNameError, unknown_name
 
 __all__ = ["from_minari", "to_minari"]
 
@@ -78,7 +78,7 @@ def _minari():
     try:
         return importlib.import_module("minari")
     except ImportError as exc:
-        raise ImportError(
+        raise MissingExtraError(
             "converting to and from Minari datasets needs the optional package minari; "
             'install it with: pip install "simsci[minari]"'
         ) from exc

@@ -32,6 +32,7 @@ from gymnasium.vector import AutoresetMode
 
 from simsci.envs._core import SimsciVectorEnv
 from simsci.envs._driving import DrivingVectorEnv
+from simsci.errors import MissingExtraError
 
 __all__ = ["to_sb3"]
 
@@ -40,7 +41,7 @@ def _import_vec_env():
     try:
         from stable_baselines3.common.vec_env import VecEnv
     except ImportError as exc:  # pragma: no cover - depends on the installation
-        raise ImportError(
+        raise MissingExtraError(
             'to_sb3 needs Stable Baselines3: pip install "simsci[rl]" (or stable-baselines3)'
         ) from exc
     return VecEnv

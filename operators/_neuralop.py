@@ -49,7 +49,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from simsci.errors import unknown_name
+from simsci.errors import MissingExtraError, unknown_name
 from simsci.operators._common import Backbone, check_dim, per_axis, positive_int
 
 __all__ = ["INSTALL_HINT", "NeuralopFNO", "NeuralopTFNO", "NeuralopUNO", "import_neuralop"]
@@ -75,7 +75,7 @@ def import_neuralop():
     try:
         import neuralop.models
     except ImportError as exc:
-        raise ImportError(
+        raise MissingExtraError(
             f"the neuralop.* backbones need neuraloperator, which does not import here "
             f"({type(exc).__name__}: {exc}); install it: {INSTALL_HINT}"
         ) from exc

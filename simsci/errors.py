@@ -52,6 +52,11 @@ class TrainingError(SimsciError, RuntimeError):
     """Training cannot go on (a non-finite loss or gradient norm); names the step."""
 
 
+class MissingExtraError(SimsciError, ImportError):
+    """An optional package (an extra such as ``simsci[neuralop]``) is not installed; the
+    message says what to install. The CLI prints it as one line, not a traceback."""
+
+
 class UnknownNameError(SimsciError, ValueError):
     """A name that is not in a registry (a system, a solver method, a model...)."""
 

@@ -11,6 +11,7 @@ from simsci.bench._fronts import summarize
 from simsci.bench._pde_problem import FLOOR_FACTOR, PDEBenchProblem, res_label
 from simsci.bench._pde_run import _dtype_name, _res_str
 from simsci.bench._pde_spec import PDEBenchSpec
+from simsci.errors import MissingExtraError
 
 __all__ = ["report", "format_table", "plot_pareto"]
 
@@ -175,7 +176,7 @@ def plot_pareto(result: dict, path) -> Path:
         matplotlib.use("Agg", force=False)
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise ImportError(
+        raise MissingExtraError(
             f"plot_pareto needs matplotlib ({exc}); install it with pip install 'simsci[plot]'"
         ) from exc
     path = Path(path)

@@ -45,6 +45,7 @@ from simsci.cli._common import (
     deprecated_listing,
     warn_deprecated,
 )
+from simsci.errors import MissingExtraError
 
 _COMMANDS = (
     _generate,
@@ -142,7 +143,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("simsci: interrupted", file=sys.stderr)
         return 130
-    except (ValueError, TypeError, FileNotFoundError, RuntimeError, OSError) as exc:
+    except (
+        ValueError,
+        TypeError,
+        FileNotFoundError,
+        RuntimeError,
+        OSError,
+        MissingExtraError,  # an optional package to install: the message says which
+    ) as exc:
         if args.traceback:
             raise
         print(f"simsci: error: {exc}", file=sys.stderr)

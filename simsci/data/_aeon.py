@@ -48,7 +48,7 @@ import numpy as np
 
 from simsci._version import __version__
 from simsci.data._writer import TrajectoryWriter
-from simsci.errors import unknown_name
+from simsci.errors import MissingExtraError, unknown_name
 
 #: samples per second of the bundled sets whose rate their documentation gives
 SAMPLING_RATES = {"BasicMotions": 10.0, "JapaneseVowels": 1000.0 / 6.4}
@@ -60,7 +60,7 @@ def _aeon_data_dir() -> Path:
     try:
         import aeon.datasets as ad
     except ImportError as exc:
-        raise ImportError(f"{_MISSING} ({exc})") from exc
+        raise MissingExtraError(f"{_MISSING} ({exc})") from exc
     return Path(ad.__file__).parent / "data"
 
 

@@ -21,6 +21,7 @@ import math
 from pathlib import Path
 
 from simsci._io import atomic_path
+from simsci.errors import MissingExtraError
 
 LEAD = ("step", "epoch", "split", "lr", "time")
 
@@ -30,7 +31,7 @@ def tensorboard_writer_class():
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError as exc:
-        raise ImportError(
+        raise MissingExtraError(
             "TrainConfig(tensorboard=True) needs the tensorboard package, which is not "
             f"installed ({exc}); pip install 'simsci[tensorboard]' (or tensorboard), or set "
             "tensorboard=False (metrics.csv and metrics.jsonl are always written)"

@@ -67,6 +67,20 @@ def test_missing_neuralop_says_how_to_install(monkeypatch):
         get("neuralop.fno", in_channels=1, out_channels=1)
 
 
+def test_cli_says_in_one_line_what_to_install(monkeypatch, heat_file, tmp_path, capsys):
+    from simsci.errors import MissingExtraError
+
+    monkeypatch.setitem(sys.modules, "neuralop", None)
+    monkeypatch.setitem(sys.modules, "neuralop.models", None)
+    with pytest.raises(MissingExtraError):  # an ImportError that is also a SimsciError
+        get("neuralop.fno", in_channels=1, out_channels=1)
+    argv = ["train", "operator", "--backbone", "neuralop.fno", "--data", str(heat_file)]
+    code = main([*argv, "--out", str(tmp_path / "run"), "--max-steps", "1", "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err
+    assert err.startswith("simsci: error: the neuralop.* backbones need neuraloperator"), err
+
+
 def test_unknown_neuralop_name_lists_the_valid_ones():
     with pytest.raises(UnknownNameError, match=r"did you mean 'neuralop.fno'\?") as err:
         get("neuralop.fn0", in_channels=1, out_channels=1)
