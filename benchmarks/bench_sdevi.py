@@ -237,8 +237,8 @@ def _summary(runs: list[dict]) -> dict:
 
 #: the score each problem is ranked by (lower is better except accuracy) and its baselines
 _HEADLINE = {
-    "interpolation": ("interp_mse", ("locf_mse", "mean_mse")),
-    "extrapolation": ("extrap_mse", ("locf_mse", "mean_mse")),
+    "interpolation": ("interp_mse", ("locf_mse", "mean_mse", "linear_mse")),
+    "extrapolation": ("extrap_mse", ("locf_mse", "mean_mse", "linear_mse")),
     "classification": ("accuracy", ("majority_accuracy",)),
     "regression": ("label_nmse", ("label_mean_nmse",)),
 }

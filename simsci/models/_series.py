@@ -22,7 +22,10 @@ Choices, and why:
 - **Scores in normalised units**: squared errors divided by each channel's std, so
   channels of different scale weigh alike; the trivial baselines come with every score:
   ``locf_mse`` (the last visible value carried forward, the first one carried back) and
-  ``mean_mse`` (each episode's mean of its visible values per channel).
+  ``mean_mse`` (each episode's mean of its visible values per channel) and
+  ``linear_mse`` (linear interpolation in time between a channel's nearest visible
+  values, flat beyond them: on dense smooth data a strong baseline, e.g. it beat every
+  model of issue 26's first pass on the climate set).
 - **Predictive uncertainty**: models that give a variance report the Gaussian negative
   log-likelihood of the targets (``nll``, per value, normalised units) and the fraction
   inside the central 95% interval (``coverage95``).
@@ -123,6 +126,28 @@ def last_observation_carried(x: torch.Tensor, visible: torch.Tensor) -> torch.Te
     first = torch.where(visible, idx, L).flip(1).cummin(dim=1).values.flip(1)
     src = torch.where(last >= 0, last, first).clamp(max=L - 1)
     out = torch.gather(torch.where(visible, x, torch.zeros_like(x)), 1, src)
+    return torch.where(visible.any(1, keepdim=True), out, torch.full_like(out, math.nan))
+
+
+def linear_interpolation(x: torch.Tensor, visible: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """Linear-interpolation baseline: each entry interpolates linearly in time between
+    the nearest visible values of its channel before and after it; before the first
+    (after the last) visible value it takes that value. x, visible: (B, L, D); t: (B, L)
+    increasing per row. Channels never visible give NaN."""
+    L = x.shape[1]
+    idx = torch.arange(L, device=x.device)[None, :, None].expand_as(x)
+    prev = torch.where(visible, idx, -1).cummax(dim=1).values
+    nxt = torch.where(visible, idx, L).flip(1).cummin(dim=1).values.flip(1)
+    # a missing neighbour is replaced by the other one: flat beyond the ends
+    lo = torch.where(prev >= 0, prev, nxt).clamp(max=L - 1)
+    hi = torch.where(nxt < L, nxt, prev).clamp(min=0)
+    xv = torch.where(visible, x, torch.zeros_like(x))
+    x_lo, x_hi = torch.gather(xv, 1, lo), torch.gather(xv, 1, hi)
+    tt = t.to(x.dtype)[..., None].expand_as(x)
+    t_lo, t_hi = torch.gather(tt, 1, lo), torch.gather(tt, 1, hi)
+    gap = t_hi - t_lo
+    w = torch.where(gap > 0, (tt - t_lo) / torch.where(gap > 0, gap, 1.0), 0.0)
+    out = x_lo + w * (x_hi - x_lo)
     return torch.where(visible.any(1, keepdim=True), out, torch.full_like(out, math.nan))
 
 
@@ -511,6 +536,7 @@ class SeriesModel(nn.Module):
             f"{prefix}_mse": mse(mean),
             "locf_mse": mse(last_observation_carried(xz, visible)),
             "mean_mse": mse(episode_mean_carried(xz, visible)),
+            "linear_mse": mse(linear_interpolation(xz, visible, batch["t"])),
             "n_target": target.sum(),
         }
         if var is not None:

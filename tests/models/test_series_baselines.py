@@ -97,7 +97,7 @@ def test_predict_shapes_and_variance(pendulum, name, task):
     assert torch.allclose(mean, mean2) or name == "latent_sde"  # sampled paths
     scores = model.validation_step(batch)
     prefix = "interp" if task == "interpolation" else "extrap"
-    for key in (f"{prefix}_mse", "locf_mse", "mean_mse", "nll", "coverage95", "loss"):
+    for key in (f"{prefix}_mse", "locf_mse", "mean_mse", "linear_mse", "nll", "coverage95", "loss"):
         assert torch.isfinite(torch.as_tensor(scores[key])), key
     assert model.features(batch, observed_mask(batch)).shape == (6, model.feature_dim)
 
@@ -362,3 +362,20 @@ def test_simsci_train_series_baselines_with_a_task(pendulum, labelled, tmp_path,
         assert ckpt.task == task and ckpt.init_args["hidden_dim"] == 8
     code = main(["train", "operator", "--data", str(pendulum[0].path), "--task", "regression"])
     assert code == 2 and "--task" in capsys.readouterr().err
+
+
+def test_linear_interpolation_baseline_is_exact_on_lines_and_flat_beyond():
+    """linear_mse's predictor: exact on a linear signal at irregular times between
+    visible points, the nearest visible value beyond them, NaN for a channel never seen."""
+    from simsci.models._series import linear_interpolation
+
+    t = torch.tensor([[0.0, 0.3, 1.0, 1.1, 2.5, 4.0]], dtype=torch.float64)
+    x = torch.stack([2.0 * t - 1.0, -t, t], dim=-1)  # (1, 6, 3)
+    visible = torch.tensor([[0, 1, 0, 1, 1, 0]], dtype=torch.bool)[..., None].repeat(1, 1, 3)
+    visible[..., 2] = False  # channel 2 never visible
+    out = linear_interpolation(x, visible, t)
+    inside = slice(1, 5)
+    torch.testing.assert_close(out[0, inside, :2], x[0, inside, :2])  # exact between
+    torch.testing.assert_close(out[0, 0, :2], x[0, 1, :2])  # flat before the first
+    torch.testing.assert_close(out[0, 5, :2], x[0, 4, :2])  # and after the last
+    assert torch.isnan(out[..., 2]).all()
