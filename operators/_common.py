@@ -26,6 +26,7 @@ __all__ = [
     "check_finite",
     "check_input",
     "count_parameters",
+    "first_real",
     "grid_coordinates",
     "make_activation",
 ]
@@ -124,6 +125,15 @@ def check_input(
     check_finite(x, what=f"{name} input")
 
 
+def first_real(module: nn.Module) -> Tensor | None:
+    """The module's first real (floating) parameter, else its first real buffer, else
+    None: the dtype and device inputs follow (complex weights, e.g. neuraloperator's
+    complex64 spectral weights, must not set them)."""
+    return next(
+        (t for t in (*module.parameters(), *module.buffers()) if t.is_floating_point()), None
+    )
+
+
 def count_parameters(module: nn.Module) -> int:
     """Number of real parameters of ``module``: a complex parameter counts twice (re, im).
 
@@ -170,8 +180,7 @@ class Backbone(nn.Module):
         return count_parameters(self)
 
     def _check(self, x: Tensor) -> None:
-        # the first real weight fixes dtype and device (complex ones are complex64 for float32)
-        like = next((p for p in self.parameters() if p.is_floating_point()), None)
+        like = first_real(self)
         check_input(
             x, name=type(self).__name__, in_channels=self.in_channels, dim=self.dim, like=like
         )

@@ -146,7 +146,13 @@ import torch
 from torch import Tensor, nn
 
 from simsci.errors import unknown_name
-from simsci.operators._common import check_dim, check_input, count_parameters, positive_int
+from simsci.operators._common import (
+    check_dim,
+    check_input,
+    count_parameters,
+    first_real,
+    positive_int,
+)
 from simsci.train import import_model_class
 
 __all__ = ["DerivativeAugmented", "DerivativeFeatures"]
@@ -412,6 +418,14 @@ class DerivativeFeatures(nn.Module):
             out.append((n / ratio).view(view))
         return out
 
+    def _band(self, nu: list[Tensor]) -> Tensor | None:
+        """The 0/1 mask of the modes with |n_j| <= max_modes_j (wavenumbers of the original
+        domain; None without a band limit): the same features at every resolution that
+        resolves the band."""
+        if self.max_modes is None:
+            return None
+        return math.prod((v.abs() <= m).to(v.dtype) for v, m in zip(nu, self.max_modes))
+
     def _riesz_log(self, nu: list[Tensor]) -> tuple[Tensor, Tensor]:
         """``log|nu|`` (0 on the mean mode) and the 0/1 mask of the non-zero modes."""
         lmax = max(self.domain)
@@ -455,11 +469,7 @@ class DerivativeFeatures(nn.Module):
         C, n_ord, d = self.in_channels, self.n_orders, self.dim
         uhat = torch.fft.rfftn(u, dim=axes)  # (B, C, *K)
         nu = self._frequencies(shape, x.dtype, x.device)
-        band = None
-        if self.max_modes is not None:
-            # features band-limited to |n_j| <= max_modes_j (wavenumbers of the original
-            # domain): the same features at every resolution that resolves the band
-            band = math.prod((v.abs() <= m).to(v.dtype) for v, m in zip(nu, self.max_modes))
+        band = self._band(nu)
         beta = self.beta
         ones = [1] * d
         parts, i = [], 0
@@ -531,11 +541,8 @@ class DerivativeFeatures(nn.Module):
         nu = self._frequencies(shape, dtype, x.device)
         riesz_log, riesz_mask = self._riesz_log(nu)
         dir_log, dir_mask = self._directional_log(nu, shape)
-        keep = riesz_mask > 0
-        if self.max_modes is not None:
-            keep = keep & (
-                math.prod((v.abs() <= k).to(dtype) for v, k in zip(nu, self.max_modes)) > 0
-            )
+        band = self._band(nu)
+        keep = riesz_mask > 0 if band is None else (riesz_mask * band) > 0
         flat = keep.flatten()
         spectrum = {
             "spectrum_power": power.flatten(1)[:, flat],
@@ -607,13 +614,6 @@ def _is_simsci_backbone(module: nn.Module) -> bool:
     )
 
 
-def _first_floating(module: nn.Module) -> Tensor | None:
-    for t in (*module.parameters(), *module.buffers()):
-        if t.is_floating_point():
-            return t
-    return None
-
-
 def _follow(module: nn.Module, like: Tensor) -> None:
     """Move ``module`` to ``like``'s device and its real tensors to ``like``'s dtype.
     (``module.to(dtype=float32)`` would also cast complex weights, dropping their
@@ -681,7 +681,7 @@ class DerivativeAugmented(nn.Module):
         else:
             module, spec = self._adopt_external(backbone, in_channels, features)
         self.backbone = module
-        like = _first_floating(module)
+        like = first_real(module)
         if like is not None:
             self.features.to(device=like.device, dtype=like.dtype)
         self.dim = self.features.dim
@@ -776,7 +776,7 @@ class DerivativeAugmented(nn.Module):
         args = {**backbone.init_args, "in_channels": c}
         if own == c:
             module = type(backbone)(**{**backbone.init_args, "in_channels": c + n_feat})
-            like = _first_floating(backbone)
+            like = first_real(backbone)
             if like is not None:
                 _follow(module, like)
         elif own == c + n_feat:

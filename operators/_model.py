@@ -64,7 +64,7 @@ from torch import nn
 from simsci import data, systems
 from simsci.data import recorded_env_kwargs
 from simsci.operators._backbones import get as get_backbone
-from simsci.operators._common import count_parameters
+from simsci.operators._common import count_parameters, first_real
 from simsci.operators._dno import DerivativeAugmented
 
 __all__ = ["OperatorModel", "evaluate_operator", "relative_l2"]
@@ -93,12 +93,6 @@ def _spectral_grad(u: torch.Tensor, dim: int) -> list[torch.Tensor]:
         uh = torch.fft.fft(u, dim=ax)
         out.append(torch.fft.ifft(uh * (1j * k.reshape(shape)), dim=ax).real)
     return out
-
-
-def _real_parameter(module: nn.Module) -> torch.Tensor:
-    """The first real parameter: the device and dtype inputs are cast to (a backbone's
-    complex spectral weights, e.g. neuraloperator's, must not set the input dtype)."""
-    return next(t for t in module.parameters() if t.is_floating_point())
 
 
 def _pde_order(system: str) -> int | None:
@@ -339,16 +333,22 @@ class OperatorModel(nn.Module):
         if "split" in traj.episode_fields:
             train = np.flatnonzero(np.asarray(traj.column("split")) == 0)
         pick = train[np.linspace(0, len(train) - 1, min(64, len(train))).astype(int)]
-        if field == "x" and getattr(traj, "stats", None) and "x" in traj.stats:
+        has_stats = field == "x" and bool(getattr(traj, "stats", None)) and "x" in traj.stats
+        has_actions = traj.kind == "rollout" and "action" in traj.step_fields
+        # read once, and only when needed: the statistics the file lacks, the actions' and
+        # the ∂-NO features' calibration
+        need = not has_stats or has_actions or overrides.get("features") == "dno"
+        picked = [traj[int(i)] for i in pick] if need else []
+        if has_stats:
             mean = np.asarray(traj.stats["x"]["mean"], dtype=np.float64).reshape(-1)
             std = np.asarray(traj.stats["x"]["std"], dtype=np.float64).reshape(-1)
         else:
-            frames = np.concatenate([np.asarray(traj[int(i)][field]) for i in pick])
+            frames = np.concatenate([np.asarray(item[field]) for item in picked])
             flat = frames.reshape(-1, C)
             mean, std = flat.mean(0), flat.std(0)
         action_dim, amean, astd = 0, None, None
-        if traj.kind == "rollout" and "action" in traj.step_fields:
-            acts = np.concatenate([np.asarray(traj[int(i)]["action"]) for i in pick])
+        if has_actions:
+            acts = np.concatenate([np.asarray(item["action"]) for item in picked])
             acts = acts.reshape(len(acts), -1)
             acts = acts[np.isfinite(acts).all(1)]
             action_dim, amean, astd = acts.shape[1], acts.mean(0).tolist(), acts.std(0).tolist()
@@ -391,7 +391,7 @@ class OperatorModel(nn.Module):
         model = cls(**kwargs)
         # ∂-NO features standardised by the training inputs' spectrum (the same episodes
         # as the normalisation statistics)
-        model.calibrate_features([traj[int(i)] for i in pick])
+        model.calibrate_features(picked)
         return model
 
     def _sub(self, x: torch.Tensor, factor: Sequence[int] | None = None) -> torch.Tensor:
@@ -484,7 +484,7 @@ class OperatorModel(nn.Module):
         if self.features != "dno" or getattr(feats, "normalize", None) != "spectrum":
             return
         batch = self.collate(items)
-        p = _real_parameter(self)
+        p = first_real(self)
         x = batch["inputs"].to(p.device, p.dtype)
         if self.task == "map":
             zin = self._first(self._norm(x)[..., self.inputs])
@@ -511,7 +511,7 @@ class OperatorModel(nn.Module):
         return loss
 
     def _batch_loss(self, batch: dict) -> tuple[torch.Tensor, dict]:
-        p = _real_parameter(self)
+        p = first_real(self)
         x = batch["inputs"].to(p.device, p.dtype)
         _check_finite(x, "operator input batch")
         if self.task == "map":
@@ -618,9 +618,9 @@ def evaluate_operator(
         index = index[:max_episodes]
     if len(index) == 0:
         raise ValueError(f"no episodes to evaluate (split {split!r})")
-    p = _real_parameter(model)
+    p = first_real(model)
     model = model.eval().to(device or p.device)
-    p = _real_parameter(model)
+    p = first_real(model)
     s = model.subsample
     if factors is None:
         factors = sorted({max(1, si // f) for si in s[:1] for f in (1, 2, 4)}, reverse=True)

@@ -114,6 +114,16 @@ def task_masks(
     return observed, observed, torch.zeros_like(observed)
 
 
+def _visible_neighbours(visible: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For each entry of ``visible`` (B, L, D), the index of its channel's last visible
+    entry at or before it (-1 if none) and first at or after it (L if none)."""
+    L = visible.shape[1]
+    idx = torch.arange(L, device=visible.device)[None, :, None].expand_as(visible)
+    prev = torch.where(visible, idx, -1).cummax(dim=1).values
+    nxt = torch.where(visible, idx, L).flip(1).cummin(dim=1).values.flip(1)
+    return prev, nxt
+
+
 def last_observation_carried(x: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
     """Last-value baseline: each entry takes the last visible value of its channel.
 
@@ -121,9 +131,7 @@ def last_observation_carried(x: torch.Tensor, visible: torch.Tensor) -> torch.Te
     value (carried backward). Channels never visible give NaN.
     """
     L = x.shape[1]
-    idx = torch.arange(L, device=x.device)[None, :, None].expand_as(x)
-    last = torch.where(visible, idx, -1).cummax(dim=1).values
-    first = torch.where(visible, idx, L).flip(1).cummin(dim=1).values.flip(1)
+    last, first = _visible_neighbours(visible)
     src = torch.where(last >= 0, last, first).clamp(max=L - 1)
     out = torch.gather(torch.where(visible, x, torch.zeros_like(x)), 1, src)
     return torch.where(visible.any(1, keepdim=True), out, torch.full_like(out, math.nan))
@@ -135,9 +143,7 @@ def linear_interpolation(x: torch.Tensor, visible: torch.Tensor, t: torch.Tensor
     (after the last) visible value it takes that value. x, visible: (B, L, D); t: (B, L)
     increasing per row. Channels never visible give NaN."""
     L = x.shape[1]
-    idx = torch.arange(L, device=x.device)[None, :, None].expand_as(x)
-    prev = torch.where(visible, idx, -1).cummax(dim=1).values
-    nxt = torch.where(visible, idx, L).flip(1).cummin(dim=1).values.flip(1)
+    prev, nxt = _visible_neighbours(visible)
     # a missing neighbour is replaced by the other one: flat beyond the ends
     lo = torch.where(prev >= 0, prev, nxt).clamp(max=L - 1)
     hi = torch.where(nxt < L, nxt, prev).clamp(min=0)
