@@ -1,6 +1,7 @@
 """``simsci data info|check|import|export-minari|import-minari``: look at, validate and
 convert trajectory files (``import aeon NAME`` reads aeon's bundled classification sets,
-``import easytpp SRC`` EasyTPP's event sequences)."""
+``import easytpp SRC`` EasyTPP's event sequences, ``import anndata SRC.h5ad`` RNA-velocity
+data in scVelo's AnnData layout)."""
 
 from __future__ import annotations
 
@@ -73,12 +74,20 @@ IMPORT_DESCRIPTION = (
     "aeon's bundled files) into a kind='state' file of irregular, per-channel-masked "
     "sequences with class labels (--keep thins each channel); or EasyTPP's event "
     "sequences (a directory with train/dev/test .pkl or .json files, or one such file; "
-    "pickles are read with a restricted unpickler) into a kind='events' file.\n\n"
+    "pickles are read with a restricted unpickler) into a kind='events' file; or "
+    "RNA-velocity data, an AnnData .h5ad file with scVelo's 'unspliced' and 'spliced' "
+    "layers (optional 'velocity_u'/'velocity' layers and a cell-time obs column; needs "
+    "the optional package anndata), into one single-step episode per cell with x = [u, s] "
+    "and v = [du/dt, ds/dt], the layout of the grn_* data sets that 'simsci train gfg' "
+    "and 'simsci evaluate --task motifs' read (--network attaches the reference network "
+    "the motifs are scored against).\n\n"
     "examples:\n"
     "  simsci data import pdebench 1D_Burgers_Sols_Nu0.001.hdf5 data/burgers.h5 -n 100\n"
     "  simsci data import aeon BasicMotions data/basic_motions.h5 --keep 0.5\n"
     "  simsci data import aeon JapaneseVowels data/vowels.h5 --keep 0.7 --seed 1\n"
-    "  simsci data import easytpp data/taxi data/taxi_events.h5 --ties drop"
+    "  simsci data import easytpp data/taxi data/taxi_events.h5 --ties drop\n"
+    "  simsci data import anndata pancreas.h5ad data/pancreas.h5 --top-genes 20 "
+    "--unspliced-layer Mu --spliced-layer Ms --network collectri.csv"
 )
 
 
@@ -86,18 +95,20 @@ def add_import(dsub) -> None:
     imp = add_action(
         dsub,
         "import",
-        help="convert a PDEBench or The Well HDF5 file, an aeon classification set or "
-        "EasyTPP event sequences to the trajectory format",
+        help="convert a PDEBench or The Well HDF5 file, an aeon classification set, "
+        "EasyTPP event sequences or an AnnData file of RNA velocity to the trajectory format",
         description=IMPORT_DESCRIPTION,
         run=run_import,
     )
     imp.add_argument(
-        "layout", choices=["pdebench", "thewell", "aeon", "easytpp"], help="the source layout"
+        "layout",
+        choices=["pdebench", "thewell", "aeon", "easytpp", "anndata"],
+        help="the source layout",
     )
     imp.add_argument(
         "src",
         help="the source HDF5 file; for aeon, the dataset name (e.g. BasicMotions); for "
-        "easytpp, a directory of train/dev/test files or one file",
+        "easytpp, a directory of train/dev/test files or one file; for anndata, a .h5ad file",
     )
     imp.add_argument("dst", help="the trajectory file to write")
     add_episodes(
@@ -108,8 +119,10 @@ def add_import(dsub) -> None:
     )
     imp.add_argument("--compression", choices=["gzip", "lzf"], default=None, help=_COMPRESSION_HELP)
     add_no_progress(imp)
+    add_seed(imp, help="aeon: the validation split and the thinning (--keep); anndata: the split")
     _add_aeon_options(imp.add_argument_group("aeon only"))
     _add_easytpp_options(imp.add_argument_group("easytpp only"))
+    _add_anndata_options(imp.add_argument_group("anndata only"))
 
 
 def _add_aeon_options(aeon) -> None:
@@ -119,7 +132,6 @@ def _add_aeon_options(aeon) -> None:
         default=None,
         help="fraction of each channel's points kept, in (0, 1]; None keeps them all",
     )
-    add_seed(aeon, help="the validation split and the thinning (--keep)")
     aeon.add_argument(
         "--val-fraction",
         type=float,
@@ -161,6 +173,63 @@ def _add_easytpp_options(tpp) -> None:
         "--no-check-gaps",
         action="store_true",
         help="do not require time_since_last_event to match the differences of the times",
+    )
+
+
+def _add_anndata_options(ann) -> None:
+    genes = ann.add_mutually_exclusive_group()
+    genes.add_argument(
+        "--genes", default=None, metavar="G1,G2,...", help="the genes to import, in this order"
+    )
+    genes.add_argument(
+        "--top-genes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="import the N genes of largest spliced variance (default: every gene)",
+    )
+    ann.add_argument(
+        "--normalise",
+        choices=["none", "size_factor"],
+        default=None,
+        help="none (default): the layers as stored (scVelo's preprocessing normalises them "
+        "already); size_factor: divide each cell's u, s and v by its total counts / the median",
+    )
+    ann.add_argument(
+        "--velocity",
+        choices=["auto", "layers", "none"],
+        default=None,
+        help="import the velocity layers VKEY_u (du/dt) and VKEY (ds/dt): auto (default) "
+        "when both exist, layers requires them, none ignores them",
+    )
+    ann.add_argument("--vkey", default=None, help="the velocity layer's name (scVelo's vkey)")
+    ann.add_argument(
+        "--spliced-layer", default=None, help="the spliced layer (default spliced; Ms: moments)"
+    )
+    ann.add_argument(
+        "--unspliced-layer",
+        default=None,
+        help="the unspliced layer (default unspliced; Mu: moments)",
+    )
+    ann.add_argument(
+        "--time-key",
+        default=None,
+        help="the obs column of the cell time; auto (default): true_t, latent_time, "
+        "velocity_pseudotime or dpt_pseudotime when present; none: t = 0",
+    )
+    ann.add_argument(
+        "--network",
+        default=None,
+        metavar="FILE",
+        help="a reference network to score motifs against: .json (GeneNetwork.config() or "
+        "[[source, target, sign], ...]) or a .csv/.tsv edge list (source, target, sign)",
+    )
+    ann.add_argument(
+        "--split-fractions",
+        dest="split_fractions",
+        default=None,
+        metavar="TRAIN,VAL,TEST",
+        help="fractions of the cells in each split (default: 0.8,0.1,0.1)",
     )
 
 
@@ -225,6 +294,18 @@ def run_check(args) -> int:
 
 
 _AEON_OPTIONS = ("keep", "val_fraction", "sampling_rate", "extract_path")
+_ANNDATA_FLAGS = {
+    "genes": "--genes",
+    "top_genes": "--top-genes",
+    "normalise": "--normalise",
+    "velocity": "--velocity",
+    "vkey": "--vkey",
+    "spliced_layer": "--spliced-layer",
+    "unspliced_layer": "--unspliced-layer",
+    "time_key": "--time-key",
+    "network": "--network",
+    "split_fractions": "--split-fractions",
+}
 _EASYTPP_FLAGS = {
     "ties": "--ties",
     "max_events": "--max-events",
@@ -237,8 +318,19 @@ _EASYTPP_FLAGS = {
 def run_import(args) -> int:
     from simsci import data
 
+    ann_given = [flag for k, flag in _ANNDATA_FLAGS.items() if getattr(args, k, None) is not None]
+    if ann_given and args.layout != "anndata":
+        verb = "applies" if len(ann_given) == 1 else "apply"
+        raise ValueError(
+            f"{', '.join(ann_given)} {verb} to 'data import anndata' only, not to {args.layout}"
+        )
     aeon_opts = {k: getattr(args, k) for k in _AEON_OPTIONS if getattr(args, k) is not None}
-    if args.seed != 0:  # --seed defaults to 0 (aeon's own); another seed is aeon's only
+    if args.seed != 0 and args.layout not in ("aeon", "anndata"):  # 0 is the default
+        raise ValueError(
+            f"--seed applies to 'data import aeon' and 'data import anndata' only, not to "
+            f"{args.layout}"
+        )
+    if args.seed != 0 and args.layout == "aeon":
         aeon_opts["seed"] = args.seed
     tpp_given = [
         flag for k, flag in _EASYTPP_FLAGS.items() if getattr(args, k, None) not in (None, False)
@@ -261,6 +353,8 @@ def run_import(args) -> int:
         given = ", ".join(f"--{k.replace('_', '-')}" for k in aeon_opts)
         verb = "applies" if len(aeon_opts) == 1 else "apply"
         raise ValueError(f"{given} {verb} to 'data import aeon' only, not to {args.layout}")
+    if args.layout == "anndata":
+        return _run_import_anndata(args, data)
     if args.layout == "easytpp":
         if args.episodes is not None:
             raise ValueError(
@@ -288,6 +382,53 @@ def run_import(args) -> int:
         progress=not args.no_progress,
     )
     print(f"wrote {path}")
+    return 0
+
+
+def _anndata_options(args) -> dict:
+    """The keywords of import_anndata that the command line gave."""
+    opts = {}
+    if args.genes is not None:
+        opts["genes"] = [g.strip() for g in args.genes.split(",") if g.strip()]
+    if args.split_fractions is not None:
+        try:
+            opts["split"] = tuple(float(v) for v in args.split_fractions.split(","))
+        except ValueError:
+            raise ValueError(
+                "--split-fractions must be three comma-separated fractions train,val,test "
+                f"(e.g. 0.8,0.1,0.1), got {args.split_fractions!r}"
+            ) from None
+    if args.time_key is not None:
+        opts["time_key"] = None if args.time_key == "none" else args.time_key
+    renamed = {"spliced_layer": "spliced", "unspliced_layer": "unspliced"}
+    for key in ("top_genes", "normalise", "velocity", "vkey", "network", *renamed):
+        value = getattr(args, key)
+        if value is not None:
+            opts[renamed.get(key, key)] = value
+    return opts
+
+
+def _run_import_anndata(args, data) -> int:
+    if args.episodes is not None:
+        raise ValueError("-n/--episodes applies to pdebench/thewell; anndata imports every cell")
+    try:
+        path = data.import_anndata(
+            args.src,
+            args.dst,
+            seed=args.seed,
+            compression=args.compression,
+            **_anndata_options(args),
+        )
+    except ImportError as exc:
+        return _minari_missing(args, exc)
+    meta = data.open(path).meta
+    velocity = "with velocities" if "v" in meta["fields"] else "no velocities"
+    network = meta.get("network_source")
+    net = f", network: {network['edges_kept']} edges" if network else ""
+    print(
+        f"wrote {path} ({meta['source']['cells']} cells, {len(meta['genes'])} genes, "
+        f"{velocity}{net})"
+    )
     return 0
 
 

@@ -18,7 +18,9 @@ Check and describe: ``check_file(path)`` (every problem), ``info(path)`` (a summ
 training cannot use: ±inf, or NaN where it counts as observed).
 Import: ``import_pdebench``, ``import_thewell`` (PDE fields), ``import_aeon`` (aeon's
 classification sets as irregular sensor sequences; needs the optional package aeon),
-``import_easytpp`` (EasyTPP's event-sequence pickles/JSON as kind="events").
+``import_easytpp`` (EasyTPP's event-sequence pickles/JSON as kind="events"),
+``import_anndata`` (RNA-velocity data, scVelo's spliced/unspliced layers of an AnnData
+file, as gene-network snapshots GFG trains on; needs the optional package anndata).
 Rollouts: ``recorded_env_kwargs(meta)`` (the constructor keywords of the environment a
 kind="rollout" file recorded; ``simsci.envs.RecordEpisodes`` writes such files).
 For code that writes its own kinds: ``to_numpy`` (arrays, tensors, lists -> ndarray),
@@ -33,6 +35,7 @@ from __future__ import annotations
 import importlib
 
 from simsci.data._aeon import bundled_aeon_datasets, import_aeon
+from simsci.data._anndata import import_anndata
 from simsci.data._check import check_file, check_finite
 from simsci.data._easytpp import import_easytpp, is_easytpp_source
 from simsci.data._import import import_pdebench, import_thewell
@@ -69,6 +72,7 @@ __all__ = [
     "check_file",
     "check_finite",
     "import_aeon",
+    "import_anndata",
     "import_easytpp",
     "is_easytpp_source",
     "import_pdebench",
