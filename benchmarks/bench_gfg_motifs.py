@@ -12,19 +12,23 @@ Models (``simsci.models.GFG``, width 128, 2 hidden layers, ``--steps`` Adam step
 minibatches of 512 cells, lr 3e-3, cosine schedule):
 
 - ``tangent`` (GFG, latent dimension G: the slow manifold u ~ u*(s)), read out along the
-  learned manifold (d(ds_j/dt)/ds_i; ``simsci.models.gfg.motif_scores``), and
-  ``tangent-wide`` (latent dimension 2G - 1: the data are not exactly on the slow
-  manifold, cells are caught in transit);
+  learned manifold (d(ds_j/dt)/ds_i; ``simsci.models.gfg.motif_scores``), one
+  initialisation; ``tangent-ensemble``: the same from ``--restarts`` initialisations
+  (seed + 1000 k), the mean of their normalised read-outs (``motif_scores`` on the list);
+  each restart's own figure is recorded as ``tangent-restartK``;
 - ``ambient`` (plain neural ODE), read out as d(du_j/dt)/ds_i;
 - ``truth``: the true field's d(du_j/dt)/ds_i at the same cells (the ceiling, 1).
 
 Score: AUROC of the signed read-out over ordered gene pairs i != j
 (``simsci.datasets.score_network``: activation vs the rest by the score, repression vs
 the rest by minus the score, their mean ``auroc_signed``), on the test cells; medians
-over seeds. Target: >= 0.9 on toggle switch and repressilator.
+over seeds, and per seed. Target: >= 0.9 on toggle switch and repressilator for every
+seed (issue 29: 5 seeds).
 
-Usage: ``python benchmarks/bench_gfg_motifs.py [--seeds 3] [--steps 1500] [--jobs 2]
-[--quick] [--out PATH]``; writes benchmarks/results/gfg_motifs_cpu.json.
+Usage: ``python benchmarks/bench_gfg_motifs.py [--seeds 5] [--steps 1500] [--jobs 2]
+[--restarts 3] [--only NETWORK ...] [--quick] [--out PATH]``; writes
+benchmarks/results/gfg_motifs_cpu.json; finished (network, seed) runs are logged under
+runs/gfg_motifs and a rerun resumes from them.
 """
 
 from __future__ import annotations
@@ -35,11 +39,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _runner import RESULTS, ROOT, map_jobs, medians, quick, seed_jobs, write
+from _runner import RESULTS, ROOT, map_jobs, medians, quick, read_log, seed_jobs, write
 
 DATA = ROOT / "runs" / "gfg_bench_data"
 NETWORKS = ("grn_toggle", "grn_repressilator", "grn_random")
-MODELS = ("tangent", "tangent-wide", "ambient")
+MODELS = ("tangent", "tangent-ensemble", "ambient")
 
 
 def make_data(name: str, seed: int, cells: int) -> Path:
@@ -53,7 +57,7 @@ def make_data(name: str, seed: int, cells: int) -> Path:
 
 
 def run_one(args) -> dict:
-    name, seed, steps, cells = args
+    name, seed, steps, cells, restarts = args
     from simsci import data
     from simsci.datasets import network_from_config, score_network, true_motif_scores
     from simsci.models.gfg import GFG, episode_arrays, motif_scores
@@ -67,17 +71,15 @@ def run_one(args) -> dict:
         for e in train_eps
     ]
     x_test = torch.as_tensor(np.concatenate([e["x"] for e in episode_arrays(traj, "test")]))
-    G = x_test.shape[1] // 2
     out = {"truth": score_network(true_motif_scores(network, x_test.double()), adjacency)}
-    for label in MODELS:
-        torch.manual_seed(seed)
-        variant = "ambient" if label == "ambient" else "tangent"
-        extra = {"latent_dim": 2 * G - 1} if label == "tangent-wide" else {}
+
+    def fit(variant: str, init_seed: int, **extra):
+        torch.manual_seed(init_seed)
         model = GFG.from_data(traj, variant=variant, hidden_dim=128, **extra)
         batch = model.collate(items)
         opt = torch.optim.Adam(model.parameters(), lr=3e-3)
         sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
-        gen = torch.Generator().manual_seed(seed)
+        gen = torch.Generator().manual_seed(init_seed)
         start = time.perf_counter()
         for _ in range(steps):
             idx = torch.randint(0, len(batch["x"]), (512,), generator=gen)
@@ -85,51 +87,75 @@ def run_one(args) -> dict:
             model.training_step({k: v[idx] for k, v in batch.items()})["loss"].backward()
             opt.step()
             sched.step()
-        seconds = time.perf_counter() - start
         model.eval()
         val = {k: float(v) for k, v in model.validation_step(batch).items()}
+        return model, {**val, "train_seconds": time.perf_counter() - start}
+
+    def record(label, model, fitted):
         scores = motif_scores(model, x_test.float())
         out[label] = {
             **{k: float(v) for k, v in score_network(scores.numpy(), adjacency).items()},
-            "vel_rel": val["vel_rel"],
-            "train_seconds": seconds,
+            **{k: fitted[k] for k in ("vel_rel", "train_seconds") if k in fitted},
+            **({"recon": fitted["recon"]} if "recon" in fitted else {}),
         }
         print(
-            f"{name} seed {seed} {label:12s} auroc_signed {out[label]['auroc_signed']:.3f} "
-            f"sign acc {out[label]['sign_accuracy']:.3f} vel_rel {val['vel_rel']:.3g}",
+            f"{name} seed {seed} {label:16s} auroc_signed {out[label]['auroc_signed']:.3f} "
+            f"sign acc {out[label]['sign_accuracy']:.3f}",
             flush=True,
         )
+
+    # GFG from `restarts` initialisations (the first is the single-model figure); the
+    # ensemble reads out the mean of their normalised read-outs (motif_scores on a list)
+    charts = [fit("tangent", seed + 1000 * k) for k in range(restarts)]
+    record("tangent", *charts[0])
+    for k, (model, fitted) in enumerate(charts[1:], 1):
+        record(f"tangent-restart{k}", model, fitted)
+    if restarts > 1:
+        seconds = sum(f["train_seconds"] for _, f in charts)
+        record("tangent-ensemble", [m for m, _ in charts], {"train_seconds": seconds})
+    record("ambient", *fit("ambient", seed))
     return {"network": name, "seed": seed, "rows": out}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=1500)
     parser.add_argument("--cells", type=int, default=2000)
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--restarts", type=int, default=3, help="GFG initialisations")
+    parser.add_argument("--only", nargs="*", default=None, help="networks to run")
     parser.add_argument("--quick", action="store_true", help="1 seed, 100 steps, 300 cells")
     parser.add_argument("--out", default=str(RESULTS / "gfg_motifs_cpu.json"))
     args = parser.parse_args()
     quick(args, seeds=1, steps=100, cells=300)
     seeds, steps, cells = args.seeds, args.steps, args.cells
-    jobs = seed_jobs(NETWORKS, seeds, steps, cells)
+    networks = args.only or NETWORKS
+    jobs = seed_jobs(networks, seeds, steps, cells, args.restarts)
     start = time.perf_counter()
-    runs = map_jobs(run_one, jobs, workers=args.jobs, record_as=("network", "seed"))
+    log = ROOT / "runs" / "gfg_motifs" / f"log_{steps}_{cells}_{args.restarts}.jsonl"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    done = read_log(log, key=lambda r: (r["network"], r["seed"])) if log.exists() else []
+    done = [r for r in done if "error" not in r]  # a rerun resumes: finished jobs are kept
+    jobs = [j for j in jobs if (j[0], j[1]) not in {(r["network"], r["seed"]) for r in done}]
+    runs = done + map_jobs(run_one, jobs, workers=args.jobs, record_as=("network", "seed"), log=log)
     summary = {}
-    for name in NETWORKS:
+    for name in networks:
         mine = [r["rows"] for r in runs if r["network"] == name and "error" not in r]
         if not mine:
             continue
         keys = ("auroc_signed", "auroc_edge", "sign_accuracy")
-        summary[name] = {
-            label: medians((m[label] for m in mine), keys) for label in ("truth", *MODELS)
-        }
-        summary[name]["target_met"] = summary[name]["tangent"]["auroc_signed"] >= 0.9
+        labels = [label for label in ("truth", *MODELS) if label in mine[0]]
+        summary[name] = {label: medians((m[label] for m in mine), keys) for label in labels}
+        for label in labels:
+            summary[name][label]["per_seed"] = [m[label]["auroc_signed"] for m in mine]
+        best = "tangent-ensemble" if "tangent-ensemble" in labels else "tangent"
+        # the target is per seed: >= 0.9 on every one
+        summary[name]["target_met_every_seed"] = min(summary[name][best]["per_seed"]) >= 0.9
     result = {
         "benchmark": "gfg_motifs",
         "peer": "plain neural ODE (variant ambient), same harness; truth = the true field",
-        "config": {"seeds": seeds, "steps": steps, "cells": cells},
+        "config": {"seeds": seeds, "steps": steps, "cells": cells, "restarts": args.restarts},
         "summary": summary,
         "runs": runs,
         "wall_seconds": time.perf_counter() - start,

@@ -4,6 +4,7 @@ bad input)."""
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -13,8 +14,11 @@ from simsci.models.gfg import (
     GFG,
     TangentProjection,
     auroc,
+    corrupt,
     decoder_jacobian,
     finite_difference_velocity,
+    mlp_jvp,
+    motif_scores,
     project,
     projection_residual,
     projector,
@@ -33,6 +37,32 @@ def test_tangent_velocity_and_jacobian_match_autograd():
     J = torch.stack([torch.autograd.functional.jacobian(dec, z[b]) for b in range(5)])
     assert torch.allclose(decoder_jacobian(dec, z), J, atol=1e-12)
     assert torch.allclose(tangent_velocity(dec, z, w), (J @ w[..., None])[..., 0], atol=1e-12)
+
+
+def test_hand_written_jvp_matches_functorch_in_value_gradient_and_second_order():
+    # the SiLU MLP path of mlp_jvp is hand-written: it must equal torch.func.jvp, be
+    # differentiable (training) and differentiable again in forward mode (motif read-out)
+    dec = nn.Sequential(
+        nn.Linear(2, 16), nn.SiLU(), nn.Linear(16, 16), nn.SiLU(), nn.Linear(16, 6)
+    ).to(torch.float64)
+    z = torch.randn(5, 2, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(5, 2, dtype=torch.float64)
+    out, tangent = mlp_jvp(dec, z, w)
+    ref_out, ref_tangent = torch.func.jvp(dec, (z,), (w,))
+    assert torch.allclose(out, ref_out, atol=1e-13)
+    assert torch.allclose(tangent, ref_tangent, atol=1e-13)
+    g = torch.autograd.grad(tangent.square().sum(), z)[0]
+    g_ref = torch.autograd.grad(ref_tangent.square().sum(), z)[0]
+    assert torch.allclose(g, g_ref, atol=1e-12)
+    dz = torch.randn_like(z)
+    second = torch.func.jvp(lambda zz: mlp_jvp(dec, zz, w)[1], (z.detach(),), (dz,))[1]
+    second_ref = torch.func.jvp(
+        lambda zz: torch.func.jvp(dec, (zz,), (w,))[1], (z.detach(),), (dz,)
+    )[1]
+    assert torch.allclose(second, second_ref, atol=1e-12)
+    # any other decoder goes through torch.func.jvp and gives the same contract
+    tanh = nn.Sequential(nn.Linear(2, 8), nn.Tanh(), nn.Linear(8, 6)).to(torch.float64)
+    assert torch.allclose(mlp_jvp(tanh, z, w)[1], torch.func.jvp(tanh, (z,), (w,))[1], atol=1e-13)
 
 
 def test_projector_is_the_orthogonal_projector_onto_the_columns():
@@ -179,6 +209,54 @@ def test_model_rejects_bad_input():
     with pytest.raises(ValueError, match="known_manifold"):
         GFG(6, variant="known")
     assert MODELS["gfg"] is GFG
+
+
+def test_graded_corruptions_leave_the_states_by_their_size_and_keep_the_motion():
+    rng = np.random.default_rng(0)
+    t = np.linspace(0.0, 1.0, 11)
+    episodes = [
+        {"t": t, "x": np.stack([np.cos(t + p), np.sin(t + p), 0 * t], -1) + rng.normal(size=3)}
+        for p in range(4)
+    ]
+    states = np.concatenate([e["x"] for e in episodes])
+    spread = np.sqrt(((states - states.mean(0)) ** 2).sum(-1).mean())
+    moved = corrupt(episodes, "offset", size=0.1, seed=1)
+    for e, m in zip(episodes, moved, strict=True):
+        shift = m["x"] - e["x"]
+        assert np.allclose(shift, shift[0])  # one constant shift: the velocities are kept
+        assert np.isclose(np.linalg.norm(shift[0]), 0.1 * spread)
+    noisy = np.concatenate(
+        [
+            m["x"] - e["x"]
+            for e, m in zip(episodes, corrupt(episodes, "noise", size=0.1, seed=1), strict=True)
+        ]
+    )
+    assert 0.07 * spread < np.sqrt((noisy**2).sum(-1).mean()) < 0.13 * spread
+    assert np.array_equal(
+        corrupt(episodes, "noise", seed=3)[0]["x"], corrupt(episodes, "noise", seed=3)[0]["x"]
+    )
+    with pytest.raises(ValueError, match="size"):
+        corrupt(episodes, "offset", size=-1.0)
+    with pytest.raises(ValueError, match="corruption"):
+        corrupt(episodes, "ofset")
+
+
+def test_motif_read_out_of_restarts_is_the_mean_of_normalised_read_outs():
+    torch.manual_seed(0)
+    models = [GFG(6, latent_dim=3, hidden_dim=8) for _ in range(2)]
+    x = torch.randn(20, 6)
+
+    def normalised(m):
+        s = motif_scores(m, x)
+        return s / s[~torch.eye(3, dtype=torch.bool)].square().mean().sqrt()
+
+    both = motif_scores(models, x)
+    assert both.shape == (3, 3)
+    assert torch.allclose(both, (normalised(models[0]) + normalised(models[1])) / 2, atol=1e-6)
+    # one restart alone: its read-out, scale removed (the ranking a score uses is kept)
+    assert torch.allclose(motif_scores(models[:1], x), normalised(models[0]), atol=1e-6)
+    with pytest.raises(ValueError, match="empty"):
+        motif_scores([], x)
 
 
 def test_auroc_counts_ties_half():

