@@ -32,6 +32,18 @@ simsci method on the problem's default grid (``--quick``: the smoke-run sizes) w
 py-pde side by side on its default grids: what ``simsci bench pde`` did with py-pde
 installed before the peer moved out of the package.
 
+Timing: every run is the median of ``--repeat`` calls (3, also with ``--quick``) with
+the spread of the calls recorded; the fronts are built from the medians, and a
+comparison whose front a run's spread crosses is flagged unstable (printed, and
+``unstable`` in the JSON): on a shared machine one slow call no longer drops a run
+from a front and swings the speed-up (:mod:`simsci.bench._fronts`).
+
+``--quick`` is a smoke run sized by py-pde's compilation, which is most of its wall
+time (numba, ~10-30 s per stepper on two cores; each py-pde grid and solver compiles
+its own): Burgers only (``--problems`` adds Kuramoto-Sivashinsky, whose quick sizes
+give no overlapping errors anyway), ETDRK4 on three grids at one step, py-pde's RKF45
+on one grid, 2 trajectories.
+
 Usage: ``python benchmarks/bench_pde_pypde.py [--quick] [--device cpu|cuda] [--n 8]
 [--problems burgers,kuramoto_sivashinsky]``. Writes
 ``benchmarks/results/pde_pypde.json`` (``--out`` to change). Needs py-pde
@@ -62,8 +74,9 @@ PROBLEMS = {
                  tolerances=[1e-6]),
         ),
         (
-            dict(t_end=0.2, resolutions=[48, 64, 96], dts={"etdrk4": [2e-3, 1e-3]}),
-            dict(resolutions=[128, 256], dts=[], tolerances=[1e-6]),
+            # one step size: at these grids the error is spatial (equal for 1e-3)
+            dict(t_end=0.2, resolutions=[48, 64, 96], dts={"etdrk4": [2e-3]}),
+            dict(resolutions=[256], dts=[], tolerances=[1e-6]),
         ),
     ),
     "kuramoto_sivashinsky": (
@@ -116,7 +129,18 @@ def describe(problem: str, result: dict) -> str:
         if not sp["overlap"]:
             lines.append(f"{head} {sp['note']}")
             continue
-        lines.append(f"{head} time at equal error")
+        spread = sp.get("geomean_spread")
+        lines.append(
+            f"{head} time at equal error (geomean {sp['geomean']:.3g}x"
+            + (f", {spread[0]:.3g}-{spread[1]:.3g}x over the timing spread" if spread else "")
+            + ")"
+        )
+        if sp.get("unstable"):
+            lines.append(
+                "    UNSTABLE: the timing spread of "
+                + ", ".join(f"{r['solver']} {r['resolution']}" for r in sp["unstable_runs"])
+                + " crosses its front"
+            )
         for e, ta, tb, r in zip(sp["errors"], sp["seconds_a"], sp["seconds_b"], sp["speedup"]):
             lines.append(
                 f"      error {e:8.2e}: ETDRK4 {ta:9.3g} s/traj, py-pde {tb:9.3g} s/traj -> "
@@ -138,12 +162,12 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     parser.add_argument("--device", default="cpu", help="device of the simsci side")
     parser.add_argument("--n", type=int, default=None, help="trajectories (default 8; quick 2)")
-    parser.add_argument("--repeat", type=int, default=None, help="timed calls (median)")
+    parser.add_argument("--repeat", type=int, default=3, help="timed calls (median)")
     parser.add_argument("--out", default=None, help="JSON path (default results/pde_pypde.json)")
     parser.add_argument(
         "--problems",
-        default=",".join(PROBLEMS),
-        help="comma-separated (default: the claim's; any PDE py-pde can express)",
+        default=None,
+        help="comma-separated (default: the claim's, --quick: burgers; any PDE py-pde can express)",
     )
     args = parser.parse_args()
     try:
@@ -152,7 +176,7 @@ def main() -> int:
         print(f"bench_pde_pypde needs py-pde ({exc}): pip install 'simsci[compare]'")
         return 1
     n = args.n or (2 if args.quick else 8)
-    repeat = args.repeat or (1 if args.quick else 3)
+    repeat = args.repeat
     out = {
         "benchmark": "pde_pypde",
         "claim": ">= 10x faster than py-pde at equal error (ETDRK4, Burgers and KS)",
@@ -160,7 +184,7 @@ def main() -> int:
         "load_average_before": os.getloadavg(),
         "problems": {},
     }
-    problems = args.problems.split(",")
+    problems = (args.problems or ("burgers" if args.quick else ",".join(PROBLEMS))).split(",")
     missing = [p for p in problems if p not in PYPDE_EQUATIONS]
     if missing:
         reason = {p: PyPDEPeer().status(p)["reason"] for p in missing}
@@ -174,7 +198,7 @@ def main() -> int:
         print(describe(problem, result), flush=True)
         out["problems"][problem] = {
             "comparisons": comparison_rows(result),
-            **{k: result[k] for k in ("params", "settings", "reference", "fronts")},
+            **{k: result[k] for k in ("params", "settings", "reference", "fronts", "crossings")},
             "pypde": result["peers"]["py-pde"],
             "runs": result["runs"],
             "wall_seconds": result["wall_seconds"],

@@ -6,8 +6,10 @@ Benchmarks compare against a named peer in the same run and report medians and r
 use these helpers so every result file has the same shape.
 
 ``pde_benchmark(problem)`` runs every solver of a registered PDE over resolutions and
-step sizes, scores each against a fine reference and times it; ``pareto_front``,
-``matched_speedup`` and ``matched_error`` compare solvers at matched accuracy;
+step sizes, scores each against a fine reference and times it (median of repeats, with
+their spread); ``pareto_front`` (from the medians), ``front_crossings`` (runs whose spread
+crosses their front: an unstable comparison), ``matched_speedup`` and ``matched_error``
+compare solvers at matched accuracy;
 ``format_table`` and ``plot_pareto`` report a result (see :mod:`simsci.bench._pde`).
 The library calls no peer package: a peer (``PDEPeer``, e.g. py-pde in
 ``benchmarks/pypde_peer.py``) is handed in with ``pde_benchmark(..., peers=[...])``
@@ -20,6 +22,7 @@ from simsci.bench._pde import (
     PDEPeer,
     default_setup,
     format_table,
+    front_crossings,
     matched_error,
     matched_speedup,
     pareto_front,
@@ -49,6 +52,7 @@ __all__ = [
     "PDEBenchProblem",
     "PDEPeer",
     "pareto_front",
+    "front_crossings",
     "matched_speedup",
     "matched_error",
     "restrict_periodic",

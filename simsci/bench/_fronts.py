@@ -4,6 +4,15 @@ A run is on its solver's front when no other run of that solver is both faster a
 accurate (by more than 1%). Solvers are compared *at equal error* along their fronts
 (:func:`matched_speedup`) or at equal time (:func:`matched_error`), never by raw time
 ratios of runs with different accuracies (:mod:`simsci.bench._pde` has the method).
+
+Timings are noisy on a shared machine, and one slow timing of a coarse run can drop it
+from a front and turn a speed-up into "no overlap" (a Burgers sweep gave that once and
+2,100x once). So a run's time is the *median* of its repeats (``seconds_per_trajectory``)
+with the spread of the repeats beside it (``seconds_min``, ``seconds_max``), the fronts
+are built from the medians, and :func:`front_crossings` finds the runs whose spread
+crosses their front (on it at one end of the spread, off it at the other): a speed-up
+that rests on such a front is flagged ``unstable`` (:func:`summarize`), and its range
+over the spreads is reported beside it (``geomean_spread``).
 """
 
 from __future__ import annotations
@@ -13,7 +22,7 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-__all__ = ["pareto_front", "matched_speedup", "matched_error", "summarize"]
+__all__ = ["pareto_front", "front_crossings", "matched_speedup", "matched_error", "summarize"]
 
 #: families whose solvers are this library's (every other family is a peer's)
 OWN_FAMILIES = ("simsci", "model")
@@ -22,8 +31,20 @@ OWN_FAMILIES = ("simsci", "model")
 def _point(item) -> tuple[float, float]:
     if isinstance(item, Mapping):
         return float(item["error"]), float(item["seconds_per_trajectory"])
-    error, seconds = item
-    return float(error), float(seconds)
+    return float(item[0]), float(item[1])
+
+
+def _spread(item) -> tuple[float, float]:
+    """(fastest, slowest) time of a point's repeats: a run dict's ``seconds_min`` /
+    ``seconds_max``, a tuple's third and fourth entries, else the median twice."""
+    if isinstance(item, Mapping):
+        seconds = float(item["seconds_per_trajectory"])
+        lo, hi = item.get("seconds_min"), item.get("seconds_max")
+        return (seconds if lo is None else float(lo), seconds if hi is None else float(hi))
+    if len(item) >= 4:
+        return float(item[2]), float(item[3])
+    seconds = float(item[1])
+    return seconds, seconds
 
 
 def _usable(item) -> bool:
@@ -40,25 +61,63 @@ def _usable(item) -> bool:
 def pareto_front(points: Iterable, *, rtol: float = 0.01) -> list:
     """The accuracy-cost Pareto front of ``points``, fastest first.
 
-    ``points``: ``(error, seconds)`` pairs or run dicts (``error``,
-    ``seconds_per_trajectory``; runs not ``status == "ok"`` or not ``scored`` are left
-    out). Going from the fastest point to slower ones, a point is kept when its error is
-    below that of every faster point by more than the relative ``rtol`` (errors within
-    1% are the same accuracy: two solvers whose error is spatial give equal errors to
-    many digits, and a slower copy would put a vertical step into the front). Returns
-    the kept items (same type), sorted by time ascending, hence error descending.
+    ``points``: ``(error, seconds)`` pairs (``(error, median, fastest, slowest)``
+    tuples too) or run dicts (``error``, ``seconds_per_trajectory``: the median of the
+    repeats; runs not ``status == "ok"`` or not ``scored`` are left out). Going from
+    the fastest point to slower ones, a point is kept when its error is below that of
+    every faster point by more than the relative ``rtol`` (errors within 1% are the
+    same accuracy: two solvers whose error is spatial give equal errors to many digits,
+    and a slower copy would put a vertical step into the front). Returns the kept items
+    (same type), sorted by time ascending, hence error descending.
     """
+    _check_rtol(rtol)
+    items = [p for p in points if _usable(p)]
+    return [items[i] for i in _front_indices([_point(p) for p in items], rtol)]
+
+
+def _check_rtol(rtol) -> None:
     if not (0 <= rtol < 1):
         raise ValueError(f"rtol must lie in [0, 1), got {rtol!r}")
-    items = [p for p in points if _usable(p)]
-    items.sort(key=lambda p: (_point(p)[1], _point(p)[0]))
+
+
+def _front_indices(points: list[tuple[float, float]], rtol: float) -> list[int]:
+    """Indices of the front of (error, seconds) pairs, fastest first (the rule of
+    :func:`pareto_front`)."""
+    order = sorted(range(len(points)), key=lambda i: (points[i][1], points[i][0]))
     front, best = [], math.inf
-    for item in items:
-        error = _point(item)[0]
-        if error < best * (1 - rtol):
-            front.append(item)
-            best = error
+    for i in order:
+        if points[i][0] < best * (1 - rtol):
+            front.append(i)
+            best = points[i][0]
     return front
+
+
+def front_crossings(points: Iterable, *, rtol: float = 0.01) -> list:
+    """The points whose timing spread crosses their front (see the module docstring).
+
+    ``points`` as for :func:`pareto_front`, with spreads: run dicts with
+    ``seconds_min`` and ``seconds_max`` or ``(error, median, fastest, slowest)``
+    tuples (a point without a spread has none). The front is built from the medians;
+    a point crosses it when its membership is not the same in three cases: every point
+    at its median, the point at its fastest and all others at their slowest (its best
+    case), the point at its slowest and all others at their fastest (its worst case).
+    Returns those points (same type), in input order; empty: the front stands whatever
+    the repeats' spread.
+    """
+    _check_rtol(rtol)
+    items = [p for p in points if _usable(p)]
+    errors = [_point(p)[0] for p in items]
+    medians = [_point(p)[1] for p in items]
+    spreads = [_spread(p) for p in items]
+    on_median = set(_front_indices(list(zip(errors, medians)), rtol))
+    out = []
+    for i, item in enumerate(items):
+        best = [(e, spreads[i][0] if j == i else spreads[j][1]) for j, e in enumerate(errors)]
+        worst = [(e, spreads[i][1] if j == i else spreads[j][0]) for j, e in enumerate(errors)]
+        cases = {i in on_median, i in _front_indices(best, rtol), i in _front_indices(worst, rtol)}
+        if len(cases) > 1:
+            out.append(item)
+    return out
 
 
 def _interp_loglog(xs: np.ndarray, ys: np.ndarray, at: np.ndarray) -> np.ndarray:
@@ -85,9 +144,11 @@ def matched_speedup(front_a, front_b, *, levels: int = 3) -> dict | None:
     reduced to their front first). :math:`\\log t` is interpolated linearly in
     :math:`\\log e` along each front, at ``levels`` errors spaced geometrically over the
     overlap of the two fronts' error ranges (one level when the overlap is one point).
-    Returns ``{"errors", "seconds_a", "seconds_b", "speedup", "geomean"}`` (lists of
-    floats, ``geomean`` the geometric mean of ``speedup``), or None when the error
-    ranges do not overlap (then no matched comparison exists).
+    Returns ``{"errors", "seconds_a", "seconds_b", "speedup", "geomean",
+    "geomean_spread"}`` (lists of floats, ``geomean`` the geometric mean of ``speedup``,
+    ``geomean_spread`` its value with A's fronts at its points' slowest repeats and B's
+    at their fastest, and the reverse: the range the timing spread allows), or None
+    when the error ranges do not overlap (then no matched comparison exists).
     """
     levels = _check_levels(levels)
     a = np.array([_point(p) for p in pareto_front(front_a)]).reshape(-1, 2)
@@ -102,12 +163,18 @@ def matched_speedup(front_a, front_b, *, levels: int = 3) -> dict | None:
     ta = _interp_loglog(a[:, 0], a[:, 1], errors)
     tb = _interp_loglog(b[:, 0], b[:, 1], errors)
     ratio = tb / ta
+    # the same comparison with A at its slowest and B at its fastest, and vice versa
+    sa = np.array([_spread(p) for p in pareto_front(front_a)]).reshape(-1, 2)
+    sb = np.array([_spread(p) for p in pareto_front(front_b)]).reshape(-1, 2)
+    low = _interp_loglog(b[:, 0], sb[:, 0], errors) / _interp_loglog(a[:, 0], sa[:, 1], errors)
+    high = _interp_loglog(b[:, 0], sb[:, 1], errors) / _interp_loglog(a[:, 0], sa[:, 0], errors)
     return {
         "errors": errors.tolist(),
         "seconds_a": ta.tolist(),
         "seconds_b": tb.tolist(),
         "speedup": ratio.tolist(),
         "geomean": float(np.exp(np.log(ratio).mean())),
+        "geomean_spread": [float(np.exp(np.log(low).mean())), float(np.exp(np.log(high).mean()))],
     }
 
 
@@ -208,15 +275,19 @@ def _matched(a: str, b: str, curves: dict, levels: int) -> dict:
 
 
 def summarize(result: dict, *, levels: int = 3) -> dict:
-    """``fronts`` and ``speedups`` of a result's runs (recomputed from ``runs``).
+    """``fronts``, ``crossings`` and ``speedups`` of a result's runs (recomputed from
+    ``runs``).
 
     Every pair of curves is compared, except two of the same peer family (a peer's
     solvers against each other are not this benchmark's question). A solver whose every
     successful run is at the reference floor has no front; it gets a lower bound
-    against each other curve instead (:func:`_bound`).
+    against each other curve instead (:func:`_bound`). ``crossings``: per curve, the
+    runs whose timing spread crosses its front (:func:`front_crossings`); a speed-up
+    involving such a curve has ``unstable: True`` and names them (``unstable_runs``).
     """
     runs = result["runs"]
     solvers, fronts, curves, family = _curves(runs)
+    crossings = {name: front_crossings(_candidates(runs, name, family)) for name in curves}
 
     def same_peer(a, b):
         return family[a] == family[b] and family[a] not in OWN_FAMILIES
@@ -231,12 +302,32 @@ def summarize(result: dict, *, levels: int = 3) -> dict:
         speedups += [_bound(a, fastest, b, curves[b], levels) for b in names if not same_peer(a, b)]
     for i, a in enumerate(names):
         speedups += [_matched(a, b, curves, levels) for b in names[i + 1 :] if not same_peer(a, b)]
+    for entry in speedups:
+        crossing = [
+            {"solver": r["solver"], **_front_row(r)}
+            for name in (entry["solver"], entry["versus"])
+            for r in crossings.get(name, [])
+        ]
+        entry["unstable"] = bool(crossing)
+        if crossing:
+            entry["unstable_runs"] = crossing
     return {
         "fronts": {s: [_front_row(r) for r in f] for s, f in fronts.items()},
+        "crossings": {s: [_front_row(r) for r in c] for s, c in crossings.items() if c},
         "speedups": speedups,
     }
 
 
+def _candidates(runs: list[dict], curve: str, family: dict[str, str]) -> list[dict]:
+    """The runs a curve's front is built from (a solver's, or a peer family's union)."""
+    if curve.endswith(" (best)"):
+        return [r for r in runs if r["family"] == family[curve]]
+    return [r for r in runs if r["solver"] == curve]
+
+
 def _front_row(run: dict) -> dict:
-    keys = ("resolution", "dt", "tolerance", "error", "error_all", "seconds_per_trajectory")
+    keys = (
+        "resolution", "dt", "tolerance", "error", "error_all", "seconds_per_trajectory",
+        "seconds_min", "seconds_max",
+    )  # fmt: skip
     return {k: run[k] for k in keys if k in run}

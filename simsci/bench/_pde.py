@@ -63,7 +63,8 @@ the coarse size: exact, no interpolation error).
 synchronised, median of ``repeat`` calls after one untimed warm-up call (which also
 builds the cached ETDRK4/IMEX coefficients for that step size and supplies the output
 that is scored), divided by ``n``: ``seconds_per_trajectory`` *at batch size n*
-(``batches`` adds curves timed in smaller chunks, e.g. ``[batch 1]``). A peer times
+(``batches`` adds curves timed in smaller chunks, e.g. ``[batch 1]``), with the spread
+of the ``repeat`` calls beside it (``seconds_min``, ``seconds_max``). A peer times
 its runs through the same helper (:meth:`PDEBenchProblem.timed`: a scored warm-up
 call, then the median of ``repeat``); py-pde integrates one trajectory at a time.
 
@@ -82,9 +83,14 @@ nonlinear terms grow) is recorded with ``status="blew_up"``.
 
 **Pareto front and matched accuracy.** A run is on its solver's front when no other run
 of that solver is both faster and more accurate (by more than 1%: equal errors to a few
-digits are the same accuracy). The speed-up of solver A over solver B
-is :math:`t_B(e)/t_A(e)` at equal error :math:`e`, where :math:`t_S(e)` interpolates
-:math:`\log t` piecewise linearly in :math:`\log e` along S's front; it is reported at
+digits are the same accuracy), by the *median* times: one slow call on a shared machine
+does not drop a run from the front. Where a run's spread crosses its front (it would be
+on it at one end of its spread and off it at the other, :func:`front_crossings`), the
+speed-ups that rest on that front are flagged ``unstable`` with the runs named, and
+each speed-up carries its range over the spreads (``geomean_spread``). The speed-up of
+solver A over solver B is :math:`t_B(e)/t_A(e)` at equal error :math:`e`, where
+:math:`t_S(e)` interpolates :math:`\log t` piecewise linearly in :math:`\log e` along S's
+front; it is reported at
 ``levels`` (default 3) errors spaced geometrically over the *overlap* of the two fronts'
 error ranges and never extrapolated. No overlap, no speed-up: raw time ratios of runs
 with different accuracies are never reported. ``matched_error`` does the same with the
@@ -151,7 +157,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
-from simsci.bench._fronts import matched_error, matched_speedup, pareto_front
+from simsci.bench._fronts import front_crossings, matched_error, matched_speedup, pareto_front
 from simsci.bench._pde_problem import PDEBenchProblem, PDEPeer
 from simsci.bench._pde_report import format_table, plot_pareto, report
 from simsci.bench._pde_run import make_problem, plan_runs, reference, run_all
@@ -167,6 +173,7 @@ __all__ = [
     "default_setup",
     "pde_benchmark",
     "pareto_front",
+    "front_crossings",
     "matched_speedup",
     "matched_error",
     "restrict_periodic",

@@ -73,7 +73,9 @@ def _settings(spec: PDEBenchSpec, ic_note: str) -> dict:
         "channels and trajectories (error_all: all output times after the initial one; "
         "error_max: worst trajectory)",
         "time": f"median of {repeat} warm calls, device synchronised, divided by the "
-        f"batch of {n} (peers: as they run, e.g. one trajectory at a time)",
+        f"batch of {n} (peers: as they run, e.g. one trajectory at a time); the fronts "
+        "are built from the medians, seconds_min / seconds_max give the spread of the "
+        "calls, and a speed-up whose front a run's spread crosses is flagged unstable",
     }
 
 
@@ -111,7 +113,7 @@ def _table_head(result: dict) -> list[str]:
         f"time: {s['time']}",
         "",
         f"{'solver':24s} {'resolution':>10s} {'dt/tol':>9s} {'error':>9s} {'err(all t)':>10s} "
-        f"{'s/traj':>9s}  front",
+        f"{'s/traj':>9s} {'spread':>7s}  front",
     ]
 
 
@@ -119,6 +121,11 @@ def _table_runs(result: dict) -> list[str]:
     on_front = {
         (sv, str(r["resolution"]), r.get("dt"), r.get("tolerance"))
         for sv, rows in result["fronts"].items()
+        for r in rows
+    }
+    crossing = {
+        (sv, str(r["resolution"]), r.get("dt"), r.get("tolerance"))
+        for sv, rows in result.get("crossings", {}).items()
         for r in rows
     }
     lines, skipped = [], []
@@ -133,10 +140,12 @@ def _table_runs(result: dict) -> list[str]:
         )
         key = (run["solver"], str(run["resolution"]), run.get("dt"), run.get("tolerance"))
         mark = "*" if key in on_front else ("(floor)" if not run.get("scored", True) else "")
+        if key in crossing:
+            mark += " (spread crosses the front)"
         lines.append(
             f"{run['solver']:24s} {_res_str(run['resolution']):>10s} {step:>9s} "
             f"{_fmt(run['error']):>9s} {_fmt(run['error_all']):>10s} "
-            f"{_fmt(run['seconds_per_trajectory'], '.3g'):>9s}  {mark}"
+            f"{_fmt(run['seconds_per_trajectory'], '.3g'):>9s} {_spread_pct(run):>7s}  {mark}"
         )
     if skipped:
         lines += ["", "not run / failed:"]
@@ -147,6 +156,14 @@ def _table_runs(result: dict) -> list[str]:
                 + (f" ({run['note']})" if run.get("note") else "")
             )
     return lines
+
+
+def _spread_pct(run: dict) -> str:
+    """The repeats' spread, (slowest - fastest) / median, in percent."""
+    lo, hi, mid = run.get("seconds_min"), run.get("seconds_max"), run["seconds_per_trajectory"]
+    if lo is None or hi is None or not mid:
+        return "-"
+    return f"{100 * (hi - lo) / mid:.0f}%"
 
 
 def _table_speedups(result: dict) -> list[str]:
@@ -161,9 +178,24 @@ def _table_speedups(result: dict) -> list[str]:
         ge = ">= " if sp.get("bound") else ""
         at = ", ".join(f"{ge}{r:.3g}x at {e:.1e}" for r, e in zip(sp["speedup"], sp["errors"]))
         tail = " [bound: every run of the first at the reference floor]" if ge else ""
+        spread = sp.get("geomean_spread")
+        if spread and spread[0] != spread[1]:
+            tail += f" [spread {spread[0]:.3g}-{spread[1]:.3g}x]"
         lines.append(
             f"  {sp['solver']} vs {sp['versus']}: {at} (geomean {sp['geomean']:.3g}x){tail}"
         )
+        if sp.get("unstable"):
+            runs = ", ".join(
+                f"{r['solver']} {_res_str(r['resolution'])}"
+                + (f" dt={r['dt']:.3g}" if r.get("dt") is not None else "")
+                + (f" tol={r['tolerance']:.0e}" if r.get("tolerance") is not None else "")
+                for r in sp["unstable_runs"]
+            )
+            lines.append(
+                f"    UNSTABLE: the timing spread of {runs} crosses its front: the repeats "
+                "disagree on which runs are on it (rerun with more --repeat, on a quieter "
+                "machine)"
+            )
     return lines
 
 

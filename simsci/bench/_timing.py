@@ -32,8 +32,17 @@ class Timing:
     def minimum(self) -> float:
         return min(self.times)
 
+    @property
+    def maximum(self) -> float:
+        return max(self.times)
+
     def as_dict(self) -> dict:
-        return {"median_s": self.median, "min_s": self.minimum, "runs": list(self.times)}
+        return {
+            "median_s": self.median,
+            "min_s": self.minimum,
+            "max_s": self.maximum,
+            "runs": list(self.times),
+        }
 
 
 def time_call(

@@ -78,6 +78,7 @@ class TrueProcessTPP(EventModel):
             )
         self.init_args = {**self.event_args, "process": process}
         self._batch = None
+        self._events = None
 
     @classmethod
     def from_data(cls, trajectories, *, window=None, task=None, **overrides):
@@ -94,56 +95,83 @@ class TrueProcessTPP(EventModel):
     def history(self, batch):
         # the "state" after event j is the batch row and j: the process reads the history
         self._batch = batch
+        self._events = None  # the process's view of the batch, built on first use
         B, L = batch["t"].shape
         rows = torch.arange(B, dtype=torch.float64)[:, None].expand(B, L)
         cols = torch.arange(L, dtype=torch.float64)[None].expand(B, L)
         return torch.stack([rows, cols], -1)
 
-    def _params(self, b):
-        if self._batch is not None and "params" in self._batch:
-            return self._batch["params"][b].cpu().numpy()
-        return None
+    def _sequences(self):
+        """The batch's sequences as one :class:`~simsci.processes.SequenceBatch`: the
+        process's per-sequence state is built once per batch, and every intensity query
+        of the harness (likelihood, prediction grid, thinning) is one numpy pass."""
+        if self._events is None:
+            batch = self._batch
+            if batch is None:
+                raise RuntimeError(
+                    "TrueProcessTPP.intensity reads the sequences of the last history(batch) "
+                    "call: call history(batch) first"
+                )
+            params = batch["params"].cpu().numpy() if "params" in batch else None
+            self._events = self.process.batch(
+                batch["t"].cpu().numpy(),
+                batch["mark"].cpu().numpy(),
+                batch["length"].cpu().numpy(),
+                params,
+            )
+        return self._events
 
     def intensity(self, H, t_last, tau):
-        batch = self._batch
-        out = np.zeros((*tau.shape, self.num_marks))
-        t = batch["t"].cpu().numpy()
-        m = batch["mark"].cpu().numpy()
-        Hn = H.cpu().numpy()
-        tl = t_last.cpu().numpy()
-        tq = tau.double().cpu().numpy() * self.time_scale
-        for i in range(H.shape[0]):
-            for j in range(H.shape[1]):
-                b, e = int(Hn[i, j, 0]), int(Hn[i, j, 1])
-                # padded positions repeat the last event: the history ends at the last one
-                e = min(e, int(batch["length"][b]) - 1)
-                q = tl[i, j] + tq[i, j]
-                # nudge queries at the last event just past it: the history includes it
-                q = np.maximum(q, np.nextafter(tl[i, j], np.inf))
-                out[i, j] = self.process.intensity(
-                    q, t[b, : e + 1], m[b, : e + 1], params=self._params(b)
-                )
-        return torch.as_tensor(out * self.time_scale, dtype=torch.float32, device=tau.device)
+        seqs = self._sequences()
+        Hn = H.detach().cpu().numpy()
+        rows = Hn[..., 0].astype(np.int64)
+        # padded positions repeat the last event: the history ends at the last one
+        ends = np.minimum(Hn[..., 1].astype(np.int64), seqs.lengths[rows] - 1)
+        tl = t_last.detach().cpu().numpy().astype(np.float64)[..., None]
+        q = tl + tau.detach().double().cpu().numpy() * self.time_scale
+        # nudge queries at the last event just past it: the history includes it
+        q = np.maximum(q, np.nextafter(tl, np.inf))
+        G = q.shape[-1]
+        lam = seqs.intensity(q.ravel(), np.repeat(rows.ravel(), G), np.repeat(ends.ravel() + 1, G))
+        out = lam.reshape(*q.shape, self.num_marks) * self.time_scale
+        return torch.as_tensor(out, dtype=torch.float32, device=tau.device)
 
     def extend_state(self, H_last, t_last, tau, mark, group):
-        return None
+        """(row, j + 1) after one more event at ``t_last + tau`` (model units): the event
+        is written into the batch's sequences after event j (:meth:`SequenceBatch.append`,
+        overwriting an earlier candidate of a row that was not accepted), so thinning
+        grows the sequences in place instead of rebuilding the batch per event."""
+        seqs = self._sequences()
+        H = H_last.detach().cpu().numpy().copy()
+        rows = H[:, 0].astype(np.int64)
+        ends = np.minimum(H[:, 1].astype(np.int64), seqs.lengths[rows] - 1)
+        # the time exactly as the harness computes it (t_abs)
+        t_new = (t_last + tau.double() * self.time_scale).detach().cpu().numpy()
+        ok = t_new > seqs.times[rows, ends]  # a zero gap in float64 adds no event
+        seqs.append(rows[ok], t_new[ok], mark.detach().cpu().numpy()[ok], at=ends[ok] + 1)
+        H[ok, 1] = ends[ok] + 1
+        return torch.as_tensor(H, dtype=H_last.dtype, device=H_last.device)
 
     def log_likelihood_terms(self, batch):
-        terms = super().log_likelihood_terms(batch)
-        # the exact log-likelihood per sequence replaces the quadrature's
-        t, m = batch["t"].cpu().numpy(), batch["mark"].cpu().numpy()
-        exact = torch.zeros_like(terms["event"])
-        comp = torch.zeros_like(terms["compensator"])
-        for b in range(t.shape[0]):
-            n = int(batch["length"][b])
-            if n < 2:
-                continue
-            end = float(batch["t_end"][b]) if "t_end" in batch else t[b, n - 1]
-            ll = self.process.log_likelihood(
-                t[b, :n], m[b, :n], t_start=t[b, 0], t_end=end, params=self._params(b)
-            )
-            # the sequence's total goes on its last scored event, in data units
-            exact[b, n - 1] = ll
-        terms["event"] = exact
-        terms["compensator"] = comp
-        return terms
+        """The exact log-likelihood per sequence (the process's own: closed-form
+        compensators where they exist) replaces the harness's quadrature: each
+        sequence's total sits on its last scored event, in data units (float32, as the
+        harness's terms), the compensator terms are zero."""
+        H = self.history(batch)
+        scored = batch["valid"].clone()
+        scored[:, 0] = False
+        t = batch["t"].cpu().numpy()
+        n = batch["length"].cpu().numpy().astype(np.int64)
+        rows = np.arange(len(n))
+        end = batch["t_end"].cpu().numpy() if "t_end" in batch else t[rows, n - 1]
+        ll = self._sequences().log_likelihood(t_start=t[:, 0], t_end=end)
+        exact = np.zeros(t.shape)
+        some = n >= 2  # sequences of one event score nothing
+        exact[rows[some], n[some] - 1] = ll[some]
+        event = torch.as_tensor(exact, dtype=torch.float32, device=batch["t"].device)
+        return {
+            "event": event,
+            "compensator": torch.zeros_like(event),
+            "scored": scored,
+            "H": H,
+        }

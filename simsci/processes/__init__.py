@@ -9,17 +9,19 @@ Event processes (kind "events") are not vector fields, so they have their own re
 beside :data:`simsci.systems.SYSTEMS`: ``PROCESSES``, ``get_process(name, **params)``,
 ``process_from_config(meta["process"])`` (the process that made a file) and
 ``register_process``. Each :class:`PointProcess` samples exactly and gives its exact
-intensity and log-likelihood (:mod:`._base`): :class:`PoissonProcess`,
-:class:`HawkesProcess`, :class:`SelfCorrectingProcess` (closed-form compensators,
-:mod:`._exact`), :class:`PopulationCoupledProcess` and :class:`MobilityProcess`
-(individuals coupled to a population rhythm, compensators by quadrature,
-:mod:`._population`). ``write_event_file`` writes sequences as one kind="events" file.
+intensity and log-likelihood (:mod:`._base`), one sequence at a time or many at once
+(``process.batch(times, marks, lengths, params)``, a :class:`SequenceBatch`):
+:class:`PoissonProcess`, :class:`HawkesProcess`, :class:`SelfCorrectingProcess`
+(closed-form compensators, :mod:`._exact`), :class:`PopulationCoupledProcess` and
+:class:`MobilityProcess` (individuals coupled to a population rhythm, compensators by
+quadrature, :mod:`._population`). ``write_event_file`` writes sequences as one kind="events" file.
 The data sets made from them are in :mod:`simsci.datasets`.
 """
 
 from simsci.processes._base import (
     PROCESSES,
     PointProcess,
+    SequenceBatch,
     check_sequence,
     get_process,
     process_from_config,
@@ -42,6 +44,7 @@ from simsci.processes._population import (
 __all__ = [
     "PROCESSES",
     "PointProcess",
+    "SequenceBatch",
     "register_process",
     "get_process",
     "process_from_config",

@@ -179,6 +179,12 @@ Design choices, and why:
   they are analytic between events, where Gauss-Legendre converges geometrically;
   the error is measured and tested against a much finer rule. ``log_likelihood`` and
   ``cumulative_intensity`` take ``order`` and ``max_piece`` for such checks.
+- **Many sequences at once.** ``process.batch(...)`` builds every row's latent path
+  (population) or reads the last check-in (mobility) once, evaluates the scored events
+  and the quadrature nodes of all rows together (the same pieces and nodes as the
+  per-sequence rule) and updates the latent path in place when thinning appends an
+  event: the true-process scorer's 5-20 s per test split were a Python loop over
+  sequences and events.
 - **Absolute time.** The population state depends on the calendar, so windows start
   at absolute times; a model that sees only gaps cannot know the phase.
 - **Everything per sequence in params.** The intensity of a sequence needs its group
@@ -240,22 +246,32 @@ def quadrature_nodes(edges, *, order: int = QUAD_ORDER, max_piece: float = MAX_P
     """Nodes (M,), weights (M,) and interval index (M,) of a Gauss-Legendre rule on each
     interval ``[edges[i], edges[i+1]]`` (edges (B+1,) non-decreasing), cut into
     ``ceil(length / max_piece)`` equal pieces of ``order`` nodes each."""
+    _check_rule(order, max_piece)
+    edges = np.asarray(edges, dtype=np.float64)
+    return _pieces(edges[:-1], edges[1:], int(order), max_piece)
+
+
+def _check_rule(order, max_piece) -> None:
     if isinstance(order, bool) or int(order) != order or order < 1:
         raise ValueError(f"order must be an integer >= 1, got {order!r}")
     if not (isinstance(max_piece, (int, float)) and math.isfinite(max_piece) and max_piece > 0):
         raise ValueError(f"max_piece must be a finite number > 0 (hours), got {max_piece!r}")
-    edges = np.asarray(edges, dtype=np.float64)
-    lengths = np.diff(edges)
+
+
+def _pieces(starts: np.ndarray, ends: np.ndarray, order: int, max_piece: float):
+    """:func:`quadrature_nodes` on the intervals [starts[i], ends[i]] (any, not only
+    consecutive: the intervals of many sequences at once)."""
+    lengths = ends - starts
     counts = np.maximum(1, np.ceil(lengths / max_piece).astype(np.int64))
     interval = np.repeat(np.arange(len(lengths)), counts)
     first = np.cumsum(counts) - counts
     piece = np.arange(int(counts.sum())) - first[interval]
     h = lengths[interval] / counts[interval]
-    start = edges[:-1][interval] + piece * h
-    x, w = _gl_rule(int(order))
+    start = starts[interval] + piece * h
+    x, w = _gl_rule(order)
     nodes = (start[:, None] + h[:, None] * x).ravel()
     weights = (h[:, None] * w).ravel()
-    return nodes, weights, np.repeat(interval, int(order))
+    return nodes, weights, np.repeat(interval, order)
 
 
 def _rng(seed) -> np.random.Generator:
@@ -335,6 +351,53 @@ class _QuadratureProcess(PointProcess):
 
     @abc.abstractmethod
     def _log_rates(self, ctx, tq: np.ndarray) -> np.ndarray: ...
+
+    @abc.abstractmethod
+    def _batch_prepare(self, batch):
+        """The per-row context of a :class:`~simsci.processes.SequenceBatch` (its
+        ``params`` checked row by row)."""
+        ...
+
+    @abc.abstractmethod
+    def _batch_log_rates(self, batch, tq, rows, before) -> np.ndarray:
+        """(Q, K) log-intensities at ``tq`` of row ``rows`` given its first ``before``
+        events (those strictly before each query): ``_log_rates`` for many rows."""
+        ...
+
+    def _batch_intensity(self, batch, q, rows, before):
+        return np.exp(self._batch_log_rates(batch, q, rows, before))
+
+    def _batch_log_likelihood(
+        self, batch, t_start, t_end, *, order: int = QUAD_ORDER, max_piece: float = MAX_PIECE
+    ):
+        """:meth:`log_likelihood` of every row: the scored events and the quadrature
+        nodes of all rows evaluated together (same nodes, same rule)."""
+        _check_rule(order, max_piece)
+        t, valid = batch.times, batch.valid
+        B = batch.size
+        scored = valid & (t > t_start[:, None])
+        sb, sj = np.nonzero(scored)
+        # an event's history is the events before it: the first j of its row
+        events = self._batch_log_rates(batch, t[sb, sj], sb, sj)[
+            np.arange(len(sb)), batch.marks[sb, sj]
+        ]
+        total = np.bincount(sb, weights=events, minlength=B)
+        # the breakpoints t_start < scored events < t_end of every row, flattened
+        keep = np.concatenate([np.ones((B, 1), bool), scored, np.ones((B, 1), bool)], axis=1)
+        points = np.concatenate([t_start[:, None], t, t_end[:, None]], axis=1)
+        fr, fc = np.nonzero(keep)
+        flat = points[fr, fc]
+        same = fr[:-1] == fr[1:]  # consecutive breakpoints of one row: an interval
+        irow = fr[:-1][same]
+        nodes, weights, interval = _pieces(flat[:-1][same], flat[1:][same], int(order), max_piece)
+        nrow = irow[interval]
+        rates = np.empty(len(nodes))
+        for a in range(0, len(nodes), batch.CHUNK):
+            sl = slice(a, a + batch.CHUNK)
+            before = batch.before(nodes[sl], nrow[sl])
+            rates[sl] = np.exp(self._batch_log_rates(batch, nodes[sl], nrow[sl], before)).sum(1)
+        per_interval = np.bincount(interval, weights=weights * rates, minlength=len(irow))
+        return total - np.bincount(irow, weights=per_interval, minlength=B)
 
     def intensity(self, t_query, times, marks, params=None) -> np.ndarray:
         """:math:`\\lambda_k(t_q-)` (Q, K) given the events of ``times`` strictly before
@@ -618,6 +681,45 @@ class PopulationCoupledProcess(_QuadratureProcess):
             dt = tq[has] - times[idx[has]]
             dev[has] = x[idx[has]] * np.exp(-dt[:, None] * self.decay)
         return self._log_rates_latent(tq, m + dev, g)
+
+    def _batch_prepare(self, batch):
+        """Groups (B,), random effects (B, d) and x_j = h(t_j+) - m (B, L, d): the
+        recursion of :meth:`_prepare` over the event index, across the rows."""
+        if batch.params is None:
+            self.split_params(None)  # the error that says which params are needed
+        B, d = batch.size, self.latent_dim
+        g = np.zeros(B, dtype=np.int64)
+        effect = np.zeros((B, d))
+        for b in range(B):
+            g[b], effect[b] = self.split_params(batch.params[b])
+        t, m = batch.times, batch.marks
+        x = np.zeros((*t.shape, d))
+        prev = np.zeros((B, d))
+        gaps = np.diff(t, axis=1, prepend=t[:, :1])
+        decays = np.exp(-gaps[..., None] * self.decay)
+        for j in range(t.shape[1]):
+            prev = prev * decays[:, j] + self.jumps[m[:, j]]
+            x[:, j] = prev
+        return x, g, effect
+
+    def _batch_update(self, batch, rows, cols):
+        """x at the appended events: one step of :meth:`_prepare`'s recursion."""
+        x, t = batch.state[0], batch.times
+        prev = np.where((cols > 0)[:, None], x[rows, np.maximum(cols - 1, 0)], 0.0)
+        gap = t[rows, cols] - t[rows, np.maximum(cols - 1, 0)]
+        x[rows, cols] = (
+            prev * np.exp(-gap[:, None] * self.decay) + self.jumps[batch.marks[rows, cols]]
+        )
+
+    def _batch_log_rates(self, batch, tq, rows, before):
+        x, g, effect = batch.state
+        dev = np.zeros((len(tq), self.latent_dim))
+        has = before > 0
+        if has.any():
+            r, idx = rows[has], before[has] - 1
+            dt = tq[has] - batch.times[r, idx]
+            dev[has] = x[r, idx] * np.exp(-dt[:, None] * self.decay)
+        return self._log_rates_latent(tq, effect[rows] + dev, g[rows])
 
     def _log_rates_latent(self, t, h, g) -> np.ndarray:
         """log λ (Q, K) at times t (Q,) for latents h (Q, d) and groups g."""
@@ -958,6 +1060,22 @@ class MobilityProcess(_QuadratureProcess):
         else:
             state, since = np.full(len(tq), HOME), np.full(len(tq), np.inf)
         return self._log_rates_state(tq, state, np.full(len(tq), act), since)
+
+    def _batch_prepare(self, batch):
+        """The activity of every row (its home and work ids checked)."""
+        if batch.params is None:
+            self.split_params(None)
+        return np.array([self.split_params(p)[2] for p in batch.params], dtype=np.float64)
+
+    def _batch_update(self, batch, rows, cols):
+        pass  # the rates read the last event directly: no state to update
+
+    def _batch_log_rates(self, batch, tq, rows, before):
+        has = before > 0
+        safe = np.maximum(before - 1, 0)
+        state = np.where(has, batch.marks[rows, safe], HOME)
+        since = np.where(has, tq - batch.times[rows, safe], np.inf)
+        return self._log_rates_state(tq, state, batch.state[rows], since)
 
     def location_log_prob(self, marks, loc_ids, params) -> np.ndarray:
         """log P(location j | venue type k, previous location) (L,) per check-in: the

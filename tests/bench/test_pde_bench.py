@@ -12,6 +12,7 @@ from torch import nn
 from simsci.bench import (
     default_setup,
     format_table,
+    front_crossings,
     matched_error,
     matched_speedup,
     pareto_front,
@@ -103,6 +104,95 @@ def test_no_overlap_no_speedup():
     assert m["errors"] == pytest.approx([1e-3]) and m["speedup"] == pytest.approx([4.0])
     with pytest.raises(ValueError, match="levels must be a positive integer"):
         matched_speedup(a, b, levels=0)
+
+
+# ------------------------------------------------- medians, spreads, stability
+def _run(solver, error, times, n=1, **extra):
+    """A run dict timed like the benchmark: median of the repeats, their spread."""
+    t = np.asarray(times) / n
+    return {
+        "solver": solver, "family": solver.split(":")[0], "error": error,
+        "seconds_per_trajectory": float(np.median(t)), "seconds_min": float(t.min()),
+        "seconds_max": float(t.max()), "status": "ok", "scored": True, **extra,
+    }  # fmt: skip
+
+
+def test_the_front_is_built_from_medians_so_one_slow_call_keeps_a_run_on_it():
+    """The coarse run had one slow call (a busy machine): by its minimum or its last
+    call it would leave the front; by the median it stays."""
+    coarse = _run("a", 1e-2, [0.010, 0.011, 0.300])  # one 30x outlier
+    mid = _run("a", 1e-3, [0.050, 0.052, 0.051])
+    fine = _run("a", 1e-4, [0.200, 0.210, 0.190])
+    assert pareto_front([fine, coarse, mid]) == [coarse, mid, fine]
+    # what a single timing (the slow one) would have said: the coarse run drops out
+    single = [{**coarse, "seconds_per_trajectory": 0.300}, mid, fine]
+    assert pareto_front(single) == [mid, fine]
+    # the benchmark's own record: median and spread of time_call's repeats
+    from simsci.bench import Timing
+    from simsci.bench._pde_problem import _per_trajectory
+
+    rec = _per_trajectory(Timing((0.04, 0.02, 0.6)), 2)
+    assert rec["seconds_per_trajectory"] == pytest.approx(0.02)
+    assert (rec["seconds_min"], rec["seconds_max"]) == pytest.approx((0.01, 0.3))
+
+
+def test_front_crossings_are_the_runs_whose_spread_decides_their_membership():
+    # (error, median, fastest, slowest)
+    a = (1e-2, 1.0, 0.9, 1.1)
+    b = (5e-3, 2.0, 1.9, 2.1)
+    c = (2e-3, 4.0, 3.8, 4.3)
+    # d is less accurate than b and slower by its median, but its fastest call beats
+    # b's slowest: the spread crosses the front
+    d = (4e-3 * 2, 2.2, 1.5, 2.4)
+    assert pareto_front([a, b, c]) == [a, b, c]
+    assert front_crossings([a, b, c]) == []
+    assert pareto_front([a, b, c, d]) == [a, b, c]
+    assert front_crossings([a, b, c, d]) == [d]
+    # a tight spread: the same medians, no crossing
+    d_tight = (d[0], 2.2, 2.15, 2.25)
+    assert front_crossings([a, b, c, d_tight]) == []
+    # front points that a more accurate run can overtake within the spreads: c at its
+    # slowest (4.3) falls behind e at its fastest (4.0), e at its slowest (6.0) behind
+    # f at its fastest (4.5); f, the most accurate, stays on the front either way
+    e = (1e-3, 5.0, 4.0, 6.0)
+    f = (9e-4, 5.5, 4.5, 6.5)
+    assert pareto_front([a, b, c, e, f]) == [a, b, c, e, f]
+    assert front_crossings([a, b, c, e, f]) == [c, e]
+    # points without a spread (pairs) never cross
+    assert front_crossings([(x[0], x[1]) for x in (a, b, c, d)]) == []
+    with pytest.raises(ValueError, match="rtol"):
+        front_crossings([a], rtol=-0.1)
+
+
+def test_an_unstable_comparison_is_flagged_and_a_stable_one_not():
+    """summarize: the speed-up over a front whose run's spread crosses it is marked
+    unstable, names the run, and carries its range over the spreads."""
+    from simsci.bench._fronts import summarize
+
+    a = [_run("simsci:x", e, t) for e, t in ((1e-2, [1.0, 1.0, 1.0]), (1e-3, [4.0, 4.1, 3.9]))]
+    b = [
+        _run("peer:y", 1e-2, [9.0, 10.0, 11.0]),
+        _run("peer:y", 1e-3, [90.0, 100.0, 110.0]),
+    ]
+    stable = summarize({"runs": a + b}, levels=2)
+    (sp,) = stable["speedups"]
+    assert sp["unstable"] is False and "unstable_runs" not in sp
+    assert sp["geomean"] == pytest.approx(math.sqrt(10 * 100 / 4))
+    lo, hi = sp["geomean_spread"]
+    assert lo < sp["geomean"] < hi
+    assert lo == pytest.approx(math.sqrt(9 * 90 / 4.1)) and hi == pytest.approx(
+        math.sqrt(11 * 110 / 3.9)
+    )
+    assert stable["crossings"] == {}
+    # a third run of B: off its front by the median, on it at its fastest
+    shaky = _run("peer:y", 5e-3, [30.0, 105.0, 120.0], resolution=64)
+    unstable = summarize({"runs": a + b + [shaky]}, levels=2)
+    (sp,) = unstable["speedups"]
+    assert sp["unstable"] is True
+    keys = ("resolution", "error", "seconds_per_trajectory", "seconds_min", "seconds_max")
+    assert sp["unstable_runs"] == [{"solver": "peer:y", **{k: shaky[k] for k in keys}}]
+    assert [r["error"] for r in unstable["fronts"]["peer:y"]] == [1e-2, 1e-3]  # by medians
+    assert list(unstable["crossings"]) == ["peer:y"]
 
 
 # -------------------------------------------------------------- restriction

@@ -176,3 +176,38 @@ def test_pypde_runs_side_by_side_with_the_same_initial_conditions():
     # py-pde's second-order centred differences on the same band-limited fields:
     # doubling the grid divides its error by about 4
     assert 3.0 < e32 / e64 < 5.0 and e64 < 1e-2
+
+
+@pytest.mark.slow  # numba compiles two py-pde steppers: ~20 s
+def test_pypde_compiles_each_stepper_once_per_configuration(monkeypatch):
+    """A second benchmark call on the same grid and equation reuses the compiled
+    steppers (numba's compile is most of a short run's wall time): no new compile,
+    the same errors."""
+    pytest.importorskip("pde")
+    from pde.solvers import RungeKuttaSolver
+
+    peers = load_benchmark_module("pypde_peer")
+    built = []
+    make = RungeKuttaSolver.make_stepper
+
+    def counting(self, state, dt=None):
+        built.append((self.adaptive, dt))
+        return make(self, state, dt=dt)
+
+    monkeypatch.setattr(RungeKuttaSolver, "make_stepper", counting)
+
+    def run():
+        result = pde_benchmark(
+            "heat", methods=["etdrk4"], resolutions=[32], dts=[0.05], t_end=0.2, n=2,
+            repeat=2, peers=[peers.PyPDEPeer(resolutions=[32], dts=(1e-3,), tolerances=(1e-8,))],
+        )  # fmt: skip
+        return [r for r in result["runs"] if r["family"] == "py-pde"]
+
+    first = run()
+    assert len(built) == 2  # rk4 at one step, rkf45 at one tolerance
+    second = run()
+    assert len(built) == 2  # nothing compiled again
+    assert [r["error"] for r in first] == [r["error"] for r in second]
+    assert all(r["status"] == "ok" for r in first)
+    (entry,) = peers._COMPILED.values()
+    assert len(entry["steppers"]) == 2

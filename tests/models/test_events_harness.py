@@ -16,6 +16,7 @@ from simsci.models._events import (
     EventModel,
     evaluate_events,
     event_file_kwargs,
+    event_items,
     gauss_legendre,
     generation_distances,
 )
@@ -113,6 +114,86 @@ def test_gauss_legendre_compensator_on_the_true_hawkes_intensity(hawkes):
     terms1 = EventModel.log_likelihood_terms(coarse, batch)
     gap = (terms1["compensator"] - terms["compensator"]).abs().max()
     assert float(gap) > 1e-3
+
+
+#: every kind of true process, each as a small file: (builder, options)
+TRUE_KINDS = {
+    "poisson_events": dict(marks=2, t_end=15.0),
+    "hawkes": dict(marks=2, t_end=15.0),
+    "self_correcting": dict(marks=2, t_end=15.0),
+    "population_events": dict(window_hours=24.0, span_days=7.0),
+    "mobility": dict(days=2.0),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(TRUE_KINDS))
+def true_file(request, tmp_path_factory):
+    out = tmp_path_factory.mktemp("truth") / f"{request.param}.h5"
+    return make_dataset(request.param, 24, out=out, seed=1, **TRUE_KINDS[request.param])
+
+
+def _loop_intensity(model, batch, H, t_last, tau):
+    """The true process's intensity one sequence and event at a time (what
+    TrueProcessTPP.intensity computed before it was vectorised)."""
+    t, m = batch["t"].numpy(), batch["mark"].numpy()
+    out = np.zeros((*tau.shape, model.num_marks))
+    tq = tau.double().numpy() * model.time_scale
+    for i in range(H.shape[0]):
+        for j in range(H.shape[1]):
+            b, e = int(H[i, j, 0]), int(H[i, j, 1])
+            e = min(e, int(batch["length"][b]) - 1)
+            tl = float(t_last[i, j])
+            q = np.maximum(tl + tq[i, j], np.nextafter(tl, np.inf))
+            params = batch["params"][b].numpy() if "params" in batch else None
+            out[i, j] = model.process.intensity(q, t[b, : e + 1], m[b, : e + 1], params=params)
+    return torch.as_tensor(out * model.time_scale, dtype=torch.float32)
+
+
+def test_true_process_is_the_per_sequence_loop_on_every_kind(true_file):
+    """TrueProcessTPP, vectorised over the batch, against the per-sequence loop: the
+    log-likelihood of each sequence (to float tolerance), the intensities on the
+    likelihood's and the prediction's grids (to float32 rounding), hence the scores."""
+    traj = data.open(true_file)
+    model = TrueProcessTPP.from_data(traj)
+    items = event_items(traj, None)
+    batch = model.collate(items)
+    terms = model.log_likelihood_terms(batch)
+    n = batch["length"].numpy()
+    proc = model.process
+    for b, it in enumerate(items):
+        end = float(batch["t_end"][b]) if "t_end" in batch else float(it["t"][-1])
+        params = batch["params"][b].numpy() if "params" in batch else None
+        t = batch["t"][b, : n[b]].numpy()
+        m = batch["mark"][b, : n[b]].numpy()
+        want = proc.log_likelihood(t, m, t_start=t[0], t_end=end, params=params) if n[b] > 1 else 0
+        assert float(terms["event"][b].sum()) == pytest.approx(want, rel=1e-6, abs=1e-6)
+    assert float(terms["compensator"].abs().sum()) == 0.0
+    H = terms["H"]
+    t_last = batch["t"][:, :-1]
+    for tau in (
+        torch.cat([batch["dt"][:, 1:, None] * model.gl_nodes, batch["dt"][:, 1:, None]], -1),
+        (model.horizon * torch.linspace(0, 1, 16) ** 2).expand(*t_last.shape, 16),
+    ):
+        got = model.intensity(H[:, :-1], t_last, tau)
+        want = _loop_intensity(model, batch, H[:, :-1], t_last, tau)
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=0)
+
+
+def test_true_process_thinning_grows_the_sequences_in_place(hawkes, monkeypatch):
+    """Sampling with extend_state (events appended to the batch's sequences) gives
+    the sequences the harness's rebuild path gives (extend_state None: history
+    recomputed on the grown batch), draw for draw."""
+    traj, _ = hawkes
+    model = TrueProcessTPP.from_data(traj)
+    batch = model.collate(items_of(traj)[:12])
+    ends = batch["t"][torch.arange(12), batch["length"] - 1] + 3.0
+    fast = model.sample(batch, ends, generator=torch.Generator().manual_seed(5))
+    monkeypatch.setattr(TrueProcessTPP, "extend_state", lambda self, *args: None)
+    slow = model.sample(batch, ends, generator=torch.Generator().manual_seed(5))
+    assert sum(len(s["t"]) for s in fast) > 12
+    for a, b in zip(fast, slow):
+        np.testing.assert_array_equal(a["t"], b["t"])
+        np.testing.assert_array_equal(a["mark"], b["mark"])
 
 
 def test_gauss_legendre_rule_integrates_polynomials():
