@@ -14,13 +14,25 @@ float32). Each step is timed (median over repeats after warm-up); throughput is
 N / median step time in environment steps per second. SyncVectorEnv at large N takes
 seconds per step, so it gets fewer repeats (``--sync-repeat``).
 
-Usage: ``python benchmarks/bench_envs.py [--quick] [--device cpu|cuda]``. Writes
-``benchmarks/results/envs_<device>.json``.
+Two more figures (issue 27). At N = 1, ``single_step_s``: the median ``step`` of one
+environment made by ``gymnasium.make`` and unwrapped (what a user debugging with one
+environment pays, without gymnasium's checking wrappers). And ``random_reset``: a
+batch of 1024 Burgers sub-environments with ``params="random"``, the median step right
+after one sub-environment was reset (``reset_mask``: it draws a new parameter row)
+beside the median step without a reset -- the price of new parameter rows.
+
+``--clock cpu`` times with the thread's CPU time instead of the wall clock (CPU only;
+everything here runs on the main thread): on a machine shared with other work the wall
+clock also counts the time the process waited for a core, the CPU time does not.
+
+Usage: ``python benchmarks/bench_envs.py [--quick] [--device cpu|cuda] [--clock cpu]
+[--sizes 1 1024]``. Writes ``benchmarks/results/envs_<device>.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 
@@ -101,16 +113,55 @@ def step_timer(env, seed: int):
     return step
 
 
+CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
+_clock = time.perf_counter
+
+
+def timed(fn, *, repeat: int, warmup: int, device) -> float:
+    """Median seconds of ``fn`` over ``repeat`` calls after ``warmup``: simsci.bench's
+    ``time_call`` on the wall clock, the same loop on the thread's CPU time otherwise."""
+    if _clock is time.perf_counter:
+        return time_call(fn, repeat=repeat, warmup=warmup, device=device).median
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        start = _clock()
+        fn()
+        times.append(_clock() - start)
+    return float(np.median(times))
+
+
+def single_timer(env, seed: int):
+    """Step one environment; a new episode when one ends (reset not timed)."""
+    env.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    space = env.action_space
+    action = rng.uniform(space.low, space.high, size=space.shape).astype(np.float32)
+
+    def step():
+        if env.step(action)[2:4] != (False, False):
+            env.reset()
+
+    return step
+
+
 def measure(env_id, kwargs, n, device, repeat, sync_repeat, sync_max):
     vec = gymnasium.make_vec(env_id, num_envs=n, vectorization_mode="vector_entry_point", **kwargs)
-    t_vec = time_call(step_timer(vec, 0), repeat=repeat, warmup=3, device=device).median
+    t_vec = timed(step_timer(vec, 0), repeat=repeat, warmup=3, device=device)
     vec.close()
     row = {"num_envs": n, "batched_step_s": t_vec, "batched_steps_per_s": n / t_vec}
+    if n == 1:
+        one = gymnasium.make(env_id, **kwargs).unwrapped
+        row["single_step_s"] = timed(
+            single_timer(one, 0), repeat=max(repeat, 200), warmup=20, device=device
+        )
+        one.close()
     if n <= sync_max:
         t0 = time.perf_counter()
         sync = gymnasium.make_vec(env_id, num_envs=n, vectorization_mode="sync", **kwargs)
         row["sync_build_s"] = round(time.perf_counter() - t0, 2)
-        t_sync = time_call(step_timer(sync, 0), repeat=sync_repeat, warmup=1, device=device).median
+        t_sync = timed(step_timer(sync, 0), repeat=sync_repeat, warmup=1, device=device)
         sync.close()
         row.update(
             sync_step_s=t_sync,
@@ -118,6 +169,39 @@ def measure(env_id, kwargs, n, device, repeat, sync_repeat, sync_max):
             speedup=t_sync / t_vec,
         )
     return row
+
+
+def measure_random_reset(device, n: int, repeat: int) -> dict:
+    """Burgers with per-episode random parameters: the median step with and without a
+    reset of one sub-environment just before it (a new parameter row)."""
+    kwargs = {"task": "burgers-stabilize", "params": "random", "device": str(device)}
+    vec = gymnasium.make_vec(
+        "simsci/PDEControl-v0", num_envs=n, vectorization_mode="vector_entry_point", **kwargs
+    )
+    vec.reset(seed=0)
+    space = vec.action_space
+    actions = np.random.default_rng(0).uniform(space.low, space.high, size=space.shape)
+    actions = actions.astype(np.float32)
+    rng = np.random.default_rng(1)
+
+    def after_reset():
+        mask = np.zeros(n, bool)
+        mask[rng.integers(n)] = True
+        vec.reset(options={"reset_mask": mask})  # untimed: only the step after it
+        t0 = _clock()
+        vec.step(actions)
+        return _clock() - t0
+
+    plain = timed(lambda: vec.step(actions), repeat=repeat, warmup=2, device=device)
+    after = float(np.median([after_reset() for _ in range(repeat)]))
+    vec.close()
+    return {
+        "num_envs": n,
+        "kwargs": kwargs,
+        "step_s": plain,
+        "step_after_one_reset_s": after,
+        "reset_extra_s": after - plain,
+    }
 
 
 def main() -> None:
@@ -129,12 +213,36 @@ def main() -> None:
     parser.add_argument("--sync-repeat", type=int, default=3)
     parser.add_argument("--sync-max", type=int, default=4096, help="largest N run with sync")
     parser.add_argument("--only", default=None, help="substring of the env labels to run")
+    parser.add_argument(
+        "--random-reset", action="store_true", help="also the random-params reset cost"
+    )
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall")
+    parser.add_argument("--sizes", type=int, nargs="+", default=None, help="N to run")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
+    if args.clock == "cpu" and device.type != "cpu":
+        parser.error("--clock cpu times CPU work; a GPU run needs the wall clock")
+    global _clock
+    _clock = CLOCKS[args.clock]
     sizes = (1, 64) if args.quick else (1, 64, 1024, 4096)
-    result = {"sizes": list(sizes), "envs": {}}
+    sizes = tuple(args.sizes) if args.sizes else sizes
+    # the 2-core machine is shared: say how busy it was
+    result = {
+        "sizes": list(sizes),
+        "clock": args.clock,
+        "envs": {},
+        "load_average_start": os.getloadavg(),
+    }
+    if args.random_reset:
+        row = measure_random_reset(device, 64 if args.quick else 1024, 5 if args.quick else 10)
+        result["random_reset"] = row
+        print(
+            f"random params, {row['num_envs']} envs: step {row['step_s'] * 1e3:.1f} ms, "
+            f"after one reset {row['step_after_one_reset_s'] * 1e3:.1f} ms",
+            flush=True,
+        )
     for label, env_id, kwargs in env_cases(device):
         if args.only and args.only not in label:
             continue
@@ -143,9 +251,11 @@ def main() -> None:
             row = measure(env_id, kwargs, n, device, args.repeat, args.sync_repeat, args.sync_max)
             rows.append(row)
             ratio = f"{row['speedup']:7.1f}x" if "speedup" in row else "      -"
+            single = f"  single {row['single_step_s'] * 1e3:.3f} ms" if n == 1 else ""
             print(
                 f"{label:38s} N={n:5d}  batched {row['batched_steps_per_s']:12.0f} steps/s  "
-                f"sync {row.get('sync_steps_per_s', float('nan')):10.0f} steps/s  {ratio}",
+                f"sync {row.get('sync_steps_per_s', float('nan')):10.0f} steps/s  {ratio}"
+                f"{single}",
                 flush=True,
             )
         shown = {
@@ -153,6 +263,7 @@ def main() -> None:
             for k, v in kwargs.items()
         }
         result["envs"][label] = {"id": env_id, "kwargs": shown, "rows": rows}
+    result["load_average_end"] = os.getloadavg()
     out = args.out or RESULTS / f"envs_{device.type}.json"
     print(f"wrote {write_result(out, result, device=device)}")
 

@@ -152,6 +152,8 @@ def check_actions(action, *, batch: int | None, low, high, mode: str, device, dt
     """
     A = low.shape[0]
     expected = (A,) if batch is None else (batch, A)
+    if not isinstance(action, torch.Tensor) and _on_cpu(device) and dtype in _NUMPY_DTYPES:
+        return _check_actions_numpy(action, expected, batch, low, high, mode, dtype)
     if isinstance(action, torch.Tensor):
         if action.dtype == torch.bool or action.is_complex():
             raise TypeError(f"actions must be real numbers, got a {action.dtype} tensor")
@@ -195,6 +197,59 @@ def check_actions(action, *, batch: int | None, low, high, mode: str, device, dt
     if mode == "clip":
         a = torch.maximum(torch.minimum(a, high_t), low_t)
     return a
+
+
+_NUMPY_DTYPES = {torch.float32: np.float32, torch.float64: np.float64}
+
+
+def _on_cpu(device) -> bool:
+    return (device.type if isinstance(device, torch.device) else torch.device(device).type) == "cpu"
+
+
+def _check_actions_numpy(action, expected, batch, low, high, mode, dtype) -> torch.Tensor:
+    """:func:`check_actions` for numpy-like actions bound for the CPU: the same checks,
+    casts and clipping in numpy (the same numbers and the same errors), then one tensor.
+
+    A small numpy operation costs a fraction of a small torch one, and a single
+    environment's step is made of small operations, so this is most of its action
+    check's cost saved."""
+    arr = np.asarray(action)
+    if arr.dtype.kind not in "fiu":
+        raise TypeError(
+            f"actions must be real numbers (float or int), got dtype {arr.dtype} "
+            f"({type(action).__name__}); pass a float array of shape {expected}"
+        )
+    if arr.shape != expected:
+        what = "the action" if batch is None else f"the actions of {batch} sub-environments"
+        raise ValueError(
+            f"{what} must have shape {expected} (the action space is Box{expected[-1:]}), "
+            f"got shape {arr.shape}"
+        )
+    np_dtype = _NUMPY_DTYPES[dtype]
+    if arr.dtype != np_dtype:
+        # a value beyond float32 becomes inf, as in torch's cast, silently: the finite
+        # check below reports it
+        with np.errstate(over="ignore"):
+            arr = arr.astype(np_dtype)
+    a = np.ascontiguousarray(arr).reshape(-1, expected[-1])
+    low_c, high_c = low.astype(np_dtype), high.astype(np_dtype)
+    if not np.isfinite(a).all():
+        bad_nan = np.flatnonzero(~np.isfinite(a).all(axis=1)).tolist()
+        where = "" if batch is None else f" of sub-environment(s) {bad_nan[:10]}"
+        raise ValueError(f"the action{where} contains NaN or inf: actions must be finite numbers")
+    if mode == "error":
+        outside = ((a < low_c) | (a > high_c)).any(axis=1)
+        if outside.any():
+            bad = np.flatnonzero(outside).tolist()
+            row = a[bad[0]].tolist()
+            where = "" if batch is None else f" of sub-environment {bad[0]} ({len(bad)} in all)"
+            raise ValueError(
+                f"the action{where} {row} lies outside the action space [{low.tolist()}, "
+                f"{high.tolist()}]; scale it into the bounds, or make the environment with "
+                "action_bounds='clip' to clip silently"
+            )
+        return torch.from_numpy(a)
+    return torch.from_numpy(np.maximum(np.minimum(a, high_c), low_c))
 
 
 def check_dtype(dtype) -> torch.dtype:
@@ -338,16 +393,24 @@ class _Batch:
         with torch.no_grad():
             new = dyn.advance(old, self.params, action, generator)
             flat = new.reshape(new.shape[0], -1)
-            finite = torch.isfinite(flat).all(dim=1)
-            failed = ~finite
             if math.isfinite(dyn.state_bound):
-                failed = failed | (flat.abs() > dyn.state_bound).any(dim=1)
-            # a non-finite state is replaced by the last finite one (observations stay
-            # inside the observation space); its reward is the failure reward
-            shape = (-1,) + (1,) * (new.dim() - 1)
-            new = torch.where(finite.reshape(shape), new, old)
+                # |x| <= bound is False for NaN and inf too: one test covers both rules
+                failed = ~(flat.abs() <= dyn.state_bound).all(dim=1)
+            else:
+                failed = ~torch.isfinite(flat).all(dim=1)
+            # On the CPU a look at the flags costs nothing, and most steps fail nowhere:
+            # skip the repairs then (on a GPU that look would stall the queue; always
+            # repair there, which gives the same numbers)
+            repair = new.device.type != "cpu" or bool(failed.any())
+            if repair:
+                # a non-finite state is replaced by the last finite one (observations stay
+                # inside the observation space); its reward is the failure reward
+                finite = torch.isfinite(flat).all(dim=1)
+                shape = (-1,) + (1,) * (new.dim() - 1)
+                new = torch.where(finite.reshape(shape), new, old)
             reward = dyn.reward(old, action, new, self.params)
-            reward = torch.where(failed, torch.full_like(reward, dyn.failure_reward), reward)
+            if repair:
+                reward = reward.masked_fill(failed, dyn.failure_reward)
         self.state = new
         self.steps += 1
         if dyn.max_episode_steps is None:
@@ -425,9 +488,12 @@ class SimsciEnv(_Common, gymnasium.Env):
         self._seeded_once = False
 
     def _info(self) -> dict:
+        batch = self._batch
+        # the batch's time (steps * dt in float64) and state, read without indexing
+        # tensors: a batch of one, and each small torch call costs more than numpy's
         return {
-            "t": float(self._batch.time()[0]),
-            "state": self._batch.state[0].detach().to("cpu", torch.float64).numpy(),
+            "t": float(batch.steps.item()) * batch.dyn.dt,
+            "state": batch.state.detach().to("cpu", torch.float64).numpy()[0],
         }
 
     def reset(self, *, seed=None, options=None):
@@ -441,7 +507,7 @@ class SimsciEnv(_Common, gymnasium.Env):
             raise ValueError(f"reset options are not supported, got {sorted(options)}")
         self._batch.reset(self._generator)
         self._needs_reset = False
-        return self._observe()[0].cpu().numpy(), self._info()
+        return self._observe().cpu().numpy()[0], self._info()
 
     def step(self, action):
         if self._needs_reset:
@@ -460,10 +526,10 @@ class SimsciEnv(_Common, gymnasium.Env):
             dtype=dyn.dtype,
         )
         reward, terminated, truncated = self._batch.step(a, self._generator)
-        term, trunc = bool(terminated[0]), bool(truncated[0])
+        term, trunc = bool(terminated.item()), bool(truncated.item())
         self._needs_reset = term or trunc
-        obs = self._observe()[0].cpu().numpy()
-        return obs, float(reward[0]), term, trunc, self._info()
+        obs = self._observe().cpu().numpy()[0]
+        return obs, float(reward.item()), term, trunc, self._info()
 
     def render(self):
         """An ``(H, W, 3)`` uint8 frame of the current state (``render_mode="rgb_array"``)."""

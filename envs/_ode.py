@@ -10,9 +10,12 @@ with the action :math:`u \in [u_{lo}, u_{hi}]^A` held constant over each control
 interval ``dt`` (zero-order hold). *Additive* control uses the actuator matrix
 :math:`B` (``D x A``, one column per actuated state); *parametric* control shifts
 parameters through the gain matrix :math:`G` (``P x A``). Integration:
-:func:`simsci.odeint` (fixed-step ``rk4`` with ``substeps`` steps per interval) for
-ODEs, :func:`simsci.sdeint` (``euler``/``srk`` with ``substeps`` steps and a Brownian
-motion seeded from the environment's generator) for SDEs.
+:func:`simsci.odeint`'s fixed-step solve (``rk4`` with ``substeps`` steps per
+interval; any fixed-step method, adaptive ones are refused) for ODEs, run through
+:class:`simsci.integrate.FixedStepSolver`, which checks and plans the interval once
+and then takes exactly odeint's steps (the multistep Adams methods call odeint each
+interval); :func:`simsci.sdeint` (``euler``/``srk`` with ``substeps`` steps and a
+Brownian motion seeded from the environment's generator) for SDEs.
 
 Tasks (``TASKS``; every field can be overridden by a keyword of the environment):
 
@@ -88,7 +91,7 @@ from simsci.envs._core import (
     fixed_params,
 )
 from simsci.errors import unknown_name
-from simsci.integrate import ODE_METHODS, SDE_METHODS
+from simsci.integrate import FIXED_STEP_METHODS, ODE_METHODS, SDE_METHODS, FixedStepSolver
 
 __all__ = ["TASKS", "Task", "ODEControlDynamics", "ODEControlEnv", "ODEControlVectorEnv"]
 
@@ -322,6 +325,14 @@ def _integrator(sys_, method: str | None) -> str:
     method = method or "rk4"
     if method not in ODE_METHODS:
         raise unknown_name("ODE method", method, ODE_METHODS)
+    if ODE_METHODS[method].adaptive:
+        # checked here, once, rather than failing inside odeint on the first step
+        fixed = [name for name, info in ODE_METHODS.items() if not info.adaptive]
+        raise ValueError(
+            f"ODEControl integrates each control interval in `substeps` fixed steps; "
+            f"method {method!r} is adaptive (it picks its own steps). Use a fixed-step "
+            f"method: {', '.join(fixed)}"
+        )
     return method
 
 
@@ -365,6 +376,8 @@ class ODEControlDynamics(Dynamics):
         self._spec = spec
         self._setup_observation(spec)
         self._t_span = torch.tensor([0.0, self.dt], dtype=torch.float64)
+        self._solver = self._fixed_step_solver()
+        self._field_checked = False
 
     # ----------------------------------------------------------------- set-up
     def _setup_controls(self, spec, actuated, controlled_params, action_low, action_high):
@@ -426,6 +439,18 @@ class ODEControlDynamics(Dynamics):
             self.observation_high = np.full(self.state_shape, np.inf, dtype=np.float32)
             self.obs_names = tuple(self.system.state_names)
 
+    def _fixed_step_solver(self) -> FixedStepSolver | None:
+        """The control interval's solve, checked and planned once (None: a multistep
+        method or a stochastic system, which go through odeint/sdeint each step).
+
+        A single environment's step is a handful of RK steps on a batch of one, where
+        odeint's per-call checks and set-up cost more than the arithmetic; this solver
+        runs the same steps, bit for bit, without them."""
+        if self.system.is_sde or self.method not in FIXED_STEP_METHODS:
+            return None
+        h = self.dt / self.substeps
+        return FixedStepSolver(self.method, self._t_span, h, dtype=self.dtype, device=self.device)
+
     # ----------------------------------------------------------------- pieces
     def _targets(self, params: torch.Tensor) -> torch.Tensor:
         if self._target_override is not None:
@@ -462,6 +487,8 @@ class ODEControlDynamics(Dynamics):
         if self._G is not None:
             p = p + action @ self._G.T
         additive = action @ self._B.T if self._B is not None else None
+        if self._solver is not None:
+            return self._advance_fixed(state, p, additive)
         h = self.dt / self.substeps
         t = self._t_span
         if self.system.is_sde:
@@ -478,6 +505,29 @@ class ODEControlDynamics(Dynamics):
                 field, state, t, method=self.method, step_size=h, check_finite=False
             )
         return out[:, -1]
+
+    def _advance_fixed(self, state, p, additive):
+        """One interval by the planned fixed-step solver: what odeint computes, through a
+        closure instead of a module (``_ControlledField.forward``'s arithmetic). The
+        field's output is checked once, on the first interval: the system and dtype
+        cannot change afterwards."""
+        drift = self.system.drift
+
+        def bare(t, x):
+            return drift(t, x, p)
+
+        if not self._field_checked:
+            # the drift's own output, before the actuators are added to it (a wrong
+            # shape then reads as the system's fault, not as a broadcasting error)
+            self._solver.check(bare, state)
+            self._field_checked = True
+        if additive is None:
+            return self._solver(bare, state)
+
+        def field(t, x):
+            return drift(t, x, p) + additive
+
+        return self._solver(field, state)
 
     def observe(self, state):
         return state if self._spec.observe is None else self._spec.observe(state)

@@ -7,12 +7,16 @@ including different start and end times, are solved in ONE batched call on the u
 all times and gathered back. Device and dtype follow y0.
 
 ``ODE_METHODS`` and ``SDE_METHODS`` say what each method is and supports; a call is
-checked against them before any work is done. ``lti_transition(A, b, L, dt)`` gives
-the exact Gaussian transition of a linear SDE over ``dt`` (one matrix exponential,
-``expm``), shared by the exact SDE simulator and SDEVI. Solver failures raise
-:class:`simsci.errors.SolverError` naming the failing samples and the time.
+checked against them before any work is done. ``FixedStepSolver(method, t, step_size)``
+is odeint's fixed-step solve with the checks and the step grid done once, for callers
+that solve the same interval many times (an environment's control step).
+``lti_transition(A, b, L, dt)`` gives the exact Gaussian transition of a linear SDE over
+``dt`` (one matrix exponential, ``expm``), shared by the exact SDE simulator and SDEVI.
+Solver failures raise :class:`simsci.errors.SolverError` naming the failing samples and
+the time.
 """
 
+from simsci.integrate._fixed import FIXED_STEP_METHODS, FixedStepSolver
 from simsci.integrate._grid import build_grid
 from simsci.integrate._linear import expm, lti_transition
 from simsci.integrate._methods import (
@@ -30,6 +34,8 @@ from simsci.integrate._sdeint import sdeint
 __all__ = [
     "odeint",
     "sdeint",
+    "FixedStepSolver",
+    "FIXED_STEP_METHODS",
     "ODE_METHODS",
     "SDE_METHODS",
     "MethodInfo",

@@ -95,6 +95,7 @@ from simsci.systems._steppers import (
     PDEStepper,
     etdrk4_coefficients,
     get_stepper,
+    returns_fresh,
     rk4_stable_radius,
 )
 
@@ -356,6 +357,7 @@ class PDESystem(System):
         if len(self.resolution) != d or len(self.domain) != d:
             raise ValueError(f"{self.name}: resolution and domain need {d} entries")
         self._cache: dict = {}
+        self._pools: dict = {}
         self._grids: dict = {}
 
     # ------------------------------------------------------------ validation
@@ -466,16 +468,19 @@ class PDESystem(System):
         """
         return []
 
+    @returns_fresh
     def nonlinear_hat(self, t, v: torch.Tensor, p: torch.Tensor, grid: PeriodicGrid):
-        """Dealiased spectrum of :math:`\\mathcal N` from the state's spectrum ``v``."""
+        """Dealiased spectrum of :math:`\\mathcal N` from the state's spectrum ``v``
+        (always a new tensor, so the steppers may add a source into it in place)."""
         terms = self.nonlinear_terms(t, grid.to_physical(v), p)
         if not terms:
             return torch.zeros_like(v)
         out = None
         for beta, F in terms:
-            # one multiplication applies the derivative and the 2/3 rule together
-            Fh = grid.to_spectral(F) * grid.cached_symbol(beta, dealias=True)
-            out = Fh if out is None else out + Fh
+            # one multiplication applies the derivative and the 2/3 rule together, in
+            # place on the transform's new output (its backward keeps no copy of it)
+            Fh = grid.to_spectral(F).mul_(grid.cached_symbol(beta, dealias=True))
+            out = Fh if out is None else out.add_(Fh)
         return out
 
     def nonlinear_fd(self, t, u: torch.Tensor, p: torch.Tensor, grid: PeriodicGrid):
@@ -541,6 +546,18 @@ class PDESystem(System):
             self._cache[key] = value
         return value
 
+    def _row_pool(self, key) -> _RowPool:
+        """The per-row coefficient pool of ``key`` (kept apart from the whole-set cache,
+        whose one-row entries would otherwise push it out; the last few are kept)."""
+        pools = self._pools
+        pool = pools.pop(key, None)
+        if pool is None:
+            pool = _RowPool()
+            if len(pools) >= _POOLS:
+                pools.pop(next(iter(pools)))
+        pools[key] = pool  # most recently used last
+        return pool
+
     def _gather(self, coeffs, uniq, inverse, grid):
         if uniq.shape[0] == 1:
             return coeffs
@@ -559,14 +576,25 @@ class PDESystem(System):
 
     def _coefficients(self, method: str, h: float, p: torch.Tensor, grid: PeriodicGrid):
         """The stepper's coefficients for step ``h`` and parameters ``p`` ``(B, P)``: built
-        once per distinct parameter rows (cached), then selected per sample."""
+        once per distinct parameter row (cached), then selected per sample.
+
+        One shared row (the common case) is cached as it is and broadcasts. Several rows
+        go through a per-row pool (:class:`_RowPool`): only rows it has not seen are
+        computed, so a batch whose rows change a few at a time (an environment
+        resetting some sub-environments with new random parameters) pays for those
+        few, not for the whole batch again."""
         stepper = get_stepper(method)
         uniq, inverse = self._rows(p)
-        key = (method, float(f"{h:.14g}"), uniq.tobytes(), uniq.shape, grid.resolution,
-               grid.domain, str(grid.device), grid.dtype)  # fmt: skip
-        coeffs = self._cached(key, lambda: stepper.coefficients(self, h, uniq, grid))
-        index = None if uniq.shape[0] == 1 else torch.as_tensor(inverse, device=grid.device)
-        return stepper.select(coeffs, index, grid)
+        hkey = float(f"{h:.14g}")
+        where = (grid.resolution, grid.domain, str(grid.device), grid.dtype)
+        if uniq.shape[0] == 1:
+            key = (method, hkey, uniq.tobytes(), uniq.shape, *where)
+            coeffs = self._cached(key, lambda: stepper.coefficients(self, h, uniq, grid))
+            return stepper.select(coeffs, None, grid)
+        pool = self._row_pool((method, hkey, *where))
+        slots = pool.slots(uniq, lambda rows: stepper.coefficients(self, h, rows, grid))
+        index = torch.as_tensor(slots[inverse], device=grid.device)
+        return stepper.select(pool.coeffs, index, grid)
 
     # ------------------------------------------------------------ stability
     def stable_dt(self, params=None, method: str | None = None, *, u0=None) -> float:
@@ -899,6 +927,96 @@ class PDESystem(System):
             t_ok = float(times[i + 1])
             frames.append(stepper.leave(state, grid))
         return frames
+
+
+# ------------------------------------------------------------- per-row coefficients
+#: bound on one pool's tensors: past it the pool keeps only the rows in use
+_POOL_BYTES = 64 * 2**20
+#: pools kept per system (one per method, step and grid in use)
+_POOLS = 4
+
+
+def _tensors(tree) -> list[torch.Tensor]:
+    """The tensors of a stepper's coefficient structure (nested tuples/lists), in order."""
+    if isinstance(tree, torch.Tensor):
+        return [tree]
+    if isinstance(tree, (tuple, list)):
+        return [x for item in tree for x in _tensors(item)]
+    return []
+
+
+def _replace(tree, tensors):
+    """``tree`` with its tensors replaced, in order, by those of the iterator ``tensors``."""
+    if isinstance(tree, torch.Tensor):
+        return next(tensors)
+    if isinstance(tree, (tuple, list)):
+        return type(tree)(_replace(item, tensors) for item in tree)
+    return tree
+
+
+class _RowPool:
+    """A stepper's coefficients for many parameter rows, one slot per distinct row.
+
+    ``coeffs`` has the structure ``stepper.coefficients`` returns, each tensor with one
+    slot per row along its first axis (rows the pool has not filled are never
+    selected). ``slots(rows, build)`` returns the slot of each of ``rows`` ``(R, P)``,
+    calling ``build`` once, on the rows it has not seen; a pool past
+    :data:`_POOL_BYTES` is rebuilt with only the rows asked for (copied, not
+    recomputed), so memory stays bounded whatever the number of rows over time.
+    """
+
+    def __init__(self):
+        self.coeffs = None
+        self._slot: dict[bytes, int] = {}
+        self._size = 0
+        self._capacity = 0
+
+    def slots(self, rows: np.ndarray, build) -> np.ndarray:
+        keys = [row.tobytes() for row in rows]
+        missing = [i for i, k in enumerate(keys) if k not in self._slot]
+        if missing:
+            new = build(rows[missing])
+            self._make_room(len(missing), keys, new)
+            self._put(new, [keys[i] for i in missing])
+        return np.fromiter((self._slot[k] for k in keys), dtype=np.int64, count=len(keys))
+
+    def _put(self, new, keys: list[bytes]) -> None:
+        start = self._size
+        for pooled, fresh in zip(_tensors(self.coeffs), _tensors(new)):
+            pooled[start : start + len(keys)] = fresh
+        self._slot.update((k, start + j) for j, k in enumerate(keys))
+        self._size += len(keys)
+
+    def _make_room(self, m: int, keys: list[bytes], new) -> None:
+        """Capacity for ``m`` more rows: grow (doubling) within the bound, else keep only
+        the rows in ``keys`` that the pool already holds."""
+        fresh = _tensors(new)
+        if not fresh:  # a stepper without coefficients: nothing to store
+            self.coeffs, self._capacity = new, self._size + m
+            return
+        row_bytes = sum(t[0].numel() * t.element_size() for t in fresh)
+        if self.coeffs is not None and self._size + m <= self._capacity:
+            return
+        if self.coeffs is not None and (self._size + m) * row_bytes > _POOL_BYTES:
+            keep = [k for k in keys if k in self._slot]
+            index = torch.as_tensor(
+                [self._slot[k] for k in keep], dtype=torch.long, device=fresh[0].device
+            )
+            kept = [t.index_select(0, index) for t in _tensors(self.coeffs)]
+            self._slot = {k: j for j, k in enumerate(keep)}
+            self._size = len(keep)
+        else:
+            kept = None if self.coeffs is None else [t[: self._size] for t in _tensors(self.coeffs)]
+        needed = self._size + m
+        capacity = max(needed, min(2 * needed, _POOL_BYTES // row_bytes))
+        tensors = []
+        for j, t in enumerate(fresh):
+            pooled = t.new_empty((capacity, *t.shape[1:]))
+            if kept is not None and self._size:
+                pooled[: self._size] = kept[j]
+            tensors.append(pooled)
+        self.coeffs = _replace(new, iter(tensors))
+        self._capacity = capacity
 
 
 def _check_times(t) -> np.ndarray:

@@ -268,6 +268,7 @@ def test_out_of_bounds_actions_clip_or_raise():
         ({"dtype": "float16"}, ValueError, "float32"),
         ({"action_bounds": "wrap"}, ValueError, "clip"),
         ({"method": "rk5"}, UnknownNameError, "rk4"),
+        ({"method": "dopri5"}, ValueError, "adaptive"),
     ],
 )
 def test_bad_construction_arguments(kwargs, error, match):
@@ -462,3 +463,138 @@ def test_a_non_autonomous_system_is_refused():
             ODEControlEnv("regulate", system="_test_forced")
     finally:
         del systems.SYSTEMS["_test_forced"]
+
+
+# ------------------------------------------------------------------ the lean fixed step
+LEAN_CASES = [
+    {"task": "pendulum-swingup"},
+    {"task": "lorenz63-stabilize"},
+    {"task": "lotka-volterra-target", "params": "random"},  # parametric control, failures
+    {"task": "rigid-body-intermediate-axis"},
+    {"task": "regulate", "system": "lorenz96", "system_options": {"dim": 6}},
+    {"task": "pendulum-swingup", "dtype": "float32"},
+    {"task": "pendulum-swingup", "method": "midpoint", "substeps": 3},
+]
+
+
+def _vector_rollout(kwargs, n, lean, device, steps=150):
+    env = ODEControlVectorEnv(n, device=device, **kwargs)
+    if not lean:
+        env.dynamics._solver = None  # every interval through simsci.odeint, as before
+    out = list(env.reset(seed=7))
+    rng = np.random.default_rng(0)
+    space = env.action_space
+    for _ in range(steps):
+        obs, reward, term, trunc, info = env.step(rng.uniform(space.low, space.high))
+        out += [obs, reward, term, trunc, info["state"]]
+    return out[:1] + out[2:]
+
+
+@pytest.mark.parametrize("kwargs", LEAN_CASES)
+def test_lean_step_equals_the_odeint_step_bit_for_bit(kwargs, device):
+    """The fixed-step path (checked once, no odeint call per step) gives the trajectories
+    of the odeint path bit for bit: observations, rewards, flags, states, through
+    failures and autoresets."""
+    assert ODEControlEnv(**kwargs).dynamics._solver is not None
+    lean = _vector_rollout(kwargs, 5, True, device)
+    checked = _vector_rollout(kwargs, 5, False, device)
+    for a, b in zip(lean, checked):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    one = ODEControlEnv(device=device, **kwargs)
+    ref = ODEControlEnv(device=device, **kwargs)
+    ref.dynamics._solver = None
+    rng = np.random.default_rng(1)
+    for env in (one, ref):
+        env.reset(seed=3)
+    for _ in range(120):
+        a = rng.uniform(one.action_space.low, one.action_space.high).astype(np.float32)
+        x, y = one.step(a), ref.step(a)
+        assert np.array_equal(x[0], y[0]) and x[1:4] == y[1:4]
+        assert np.array_equal(x[4]["state"], y[4]["state"]) and x[4]["t"] == y[4]["t"]
+        if x[2] or x[3]:
+            assert np.array_equal(one.reset()[0], ref.reset()[0])
+
+
+def test_lean_step_only_for_single_step_fixed_methods():
+    assert ODEControlEnv().dynamics._solver.method == "rk4"
+    assert ODEControlEnv(method="explicit_adams").dynamics._solver is None  # multistep
+    sde = ODEControlEnv("lorenz63-stabilize", system="stochastic_lorenz")
+    assert sde.dynamics._solver is None  # Brownian increments: sdeint
+
+
+def test_lean_step_checks_the_field_once():
+    """A drift of the wrong shape is still a clear error on the first step (the check
+    odeint made on every step runs once)."""
+
+    @systems.register
+    class Bad(systems.System):
+        name = "_test_bad_drift"
+        state_names = ("x", "v")
+        param_names = ("w",)
+        default_params = {"w": 1.0}
+
+        def drift(self, t, x, p):
+            return torch.cat([x, x[:, :1]], -1)  # (B, 3) for a (B, 2) state
+
+        def _sample_initial(self, n, generator, device):
+            return torch.zeros(n, 2, dtype=torch.float64, device=device)
+
+    try:
+        env = ODEControlEnv("regulate", system="_test_bad_drift")
+        env.reset(seed=0)
+        with pytest.raises(ValueError, match="shape and dtype of y"):
+            env.step(np.zeros(2, np.float32))
+    finally:
+        del systems.SYSTEMS["_test_bad_drift"]
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("as_tensor", [False, True])
+def test_non_finite_actions_still_raise_on_every_step(bad, as_tensor):
+    env = ODEControlEnv("lorenz63-stabilize")
+    env.reset(seed=0)
+    for _ in range(3):
+        env.step(np.zeros(3, np.float32))
+    action = np.array([0.0, bad, 0.0], np.float32)
+    with pytest.raises(ValueError, match="NaN or inf"):
+        env.step(torch.from_numpy(action) if as_tensor else action)
+    vec = ODEControlVectorEnv(3, "lorenz63-stabilize")
+    vec.reset(seed=0)
+    actions = np.zeros((3, 3), np.float64)
+    actions[2, 1] = bad
+    with pytest.raises(ValueError, match=r"sub-environment\(s\) \[2\]"):
+        vec.step(torch.from_numpy(actions) if as_tensor else actions)
+
+
+def test_numpy_and_torch_action_checks_agree():
+    """check_actions checks numpy actions for the CPU in numpy (cheaper for one env):
+    the same tensors and the same errors as its torch path."""
+    from simsci.envs._core import check_actions
+
+    low, high = np.array([-1.0, 0.0], np.float32), np.array([1.0, 2.0], np.float32)
+    rng = np.random.default_rng(0)
+    nan_rows = rng.uniform(-3, 3, (4, 2))
+    nan_rows[1, 0] = np.nan
+    inputs = [
+        rng.uniform(-3, 3, (4, 2)).astype(np.float32),
+        rng.uniform(-3, 3, (4, 2)),
+        rng.integers(-3, 3, (4, 2)),
+        np.array([[1e300, 0.0]] * 4),  # finite in float64, inf once cast to float32
+        nan_rows,
+        rng.uniform(-3, 3, (3, 2)),  # wrong shape
+    ]
+    for dtype in (torch.float32, torch.float64):
+        for arr in inputs:
+            for mode in ("clip", "error"):
+                kw = dict(batch=4, low=low, high=high, mode=mode, device="cpu", dtype=dtype)
+                got = []
+                for x in (arr, torch.from_numpy(arr)):
+                    try:
+                        got.append(check_actions(x, **kw))
+                    except (TypeError, ValueError) as err:
+                        got.append(f"{type(err).__name__}: {err}")
+                if isinstance(got[0], str):
+                    assert got[0] == got[1]
+                else:
+                    assert got[0].dtype == got[1].dtype == dtype
+                    assert torch.equal(got[0], got[1])

@@ -11,6 +11,7 @@ from gymnasium.utils.env_checker import check_env
 
 import simsci.envs  # noqa: F401  (registers the ids)
 from simsci import systems
+from simsci.envs import _pde
 from simsci.envs._pde import PDE_TASKS, PDEControlDynamics, PDEControlEnv, PDEControlVectorEnv
 from simsci.errors import SolverError, UnknownNameError
 
@@ -267,6 +268,63 @@ def test_random_params_vary_per_episode_inside_the_task_range():
     _, _, _, _, info2 = fixed.step(np.zeros(8, np.float32))
     expected = _exact_heat_step(info["state"][:, 0], f, 0.05, 1.0, fixed.dt)
     np.testing.assert_allclose(info2["state"][:, 0], expected, atol=1e-13)
+
+
+def _vector_rollout(env, steps, seed=0):
+    out = list(env.reset(seed=seed))[:1]
+    rng = np.random.default_rng(seed)
+    for _ in range(steps):
+        obs, reward, term, trunc, infos = env.step(rng.uniform(-1, 1, env.action_space.shape))
+        out += [obs, reward, term, trunc, infos["state"], env._batch.params]
+    return out
+
+
+@pytest.mark.parametrize("params", ["default", "random"])
+def test_blocked_solve_equals_one_solve_bit_for_bit(params):
+    """On the CPU a large batch is solved in blocks of rows (cache-sized); every
+    sub-environment's trajectory is the one the whole batch in one solve gives."""
+    kw = dict(params=params, max_episode_steps=3)  # autoresets draw new parameter rows
+    whole = PDEControlVectorEnv(10, "burgers-stabilize", **kw)
+    # rows whose spectra (65 complex128 modes) fill the block
+    assert whole.dynamics._rows_per_block == _pde._CPU_BLOCK_BYTES // (65 * 16)
+    whole.dynamics._rows_per_block = None
+    blocked = PDEControlVectorEnv(10, "burgers-stabilize", **kw)
+    blocked.dynamics._rows_per_block = 3  # 10 rows: four blocks, of 3, 3, 2 and 2
+    for a, b in zip(_vector_rollout(whole, 8), _vector_rollout(blocked, 8)):
+        a, b = (x.numpy() if isinstance(x, torch.Tensor) else x for x in (a, b))
+        assert np.array_equal(a, b)
+
+
+def test_random_params_build_coefficients_only_for_new_rows(monkeypatch):
+    """A reset of a few sub-environments draws new parameter rows; only those rows'
+    ETDRK4 coefficients are computed, not the whole batch's again."""
+    env = PDEControlVectorEnv(16, "burgers-stabilize", params="random")
+    env.reset(seed=0)
+    stepper = systems.get_stepper("etdrk4")
+    built, real = [], type(stepper).coefficients
+
+    def spy(self, system, h, rows, grid):
+        built.append(rows.shape[0])
+        return real(self, system, h, rows, grid)
+
+    monkeypatch.setattr(type(stepper), "coefficients", spy)
+    a = np.zeros((16, 8), np.float32)
+    env.step(a)
+    env.step(a)
+    assert built == [16]  # once, at the first step: the rows did not change
+    mask = np.zeros(16, bool)
+    mask[[3, 11]] = True
+    env.reset(options={"reset_mask": mask})
+    env.step(a)
+    assert built == [16, 2]
+    # each sub-environment's next field is the one it gets stepped alone with its row
+    before, rows = env._batch.state.clone(), env._batch.params.clone()
+    after = env.step(a)[4]["state"]
+    for i in (3, 5, 11):
+        one = PDEControlEnv("burgers-stabilize", params="random")
+        one.reset(seed=0)
+        one._batch.state, one._batch.params = before[i : i + 1].clone(), rows[i : i + 1]
+        assert np.array_equal(one.step(a[i])[4]["state"], after[i])
 
 
 # ------------------------------------------------------------------ vector envs

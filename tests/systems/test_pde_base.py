@@ -211,7 +211,95 @@ def test_coefficients_are_cached_per_step_and_parameters(device):
     burgers.simulate(u0, np.linspace(0, 0.01, 6), dt=1e-3)
     assert len([k for k in burgers._cache if k[0] == "etdrk4"]) == 1  # one h for 5 gaps
     burgers.simulate(u0, np.linspace(0, 0.01, 6), {"nu": [0.01, 0.02]}, dt=1e-3)
-    assert len([k for k in burgers._cache if k[0] == "etdrk4"]) == 2
+    # several rows: one pool for the step, holding each distinct row once
+    (pool,) = burgers._pools.values()
+    assert len(pool._slot) == 2
+    burgers.simulate(u0, np.linspace(0, 0.01, 6), {"nu": [0.02, 0.03]}, dt=1e-3)
+    assert len(burgers._pools) == 1 and len(pool._slot) == 3
+
+
+def _spy_coefficients(monkeypatch, method):
+    """Record how many parameter rows each coefficient build of ``method`` computes."""
+    stepper = systems.get_stepper(method)
+    built = []
+    real = type(stepper).coefficients
+
+    def spy(self, system, h, rows, grid):
+        built.append(rows.shape[0])
+        return real(self, system, h, rows, grid)
+
+    monkeypatch.setattr(type(stepper), "coefficients", spy)
+    return built
+
+
+@pytest.mark.parametrize("method, dt", [("etdrk4", 1e-3), ("imex", 5e-4), ("rk4", 2e-5)])
+def test_per_row_coefficients_equal_solving_each_sample_alone(method, dt, device, monkeypatch):
+    """Per-sample parameter rows: coefficients are built once per distinct row (only the
+    rows not seen before), and every sample's solution is bit for bit the one it gets
+    solved alone."""
+    burgers = systems.get("burgers", resolution=64)
+    gen = torch.Generator().manual_seed(0)
+    u0 = burgers.sample_initial(12, generator=gen).to(device)
+    f = (0.3 * torch.randn(12, 64, 1, generator=gen, dtype=torch.float64)).to(device)
+    nu = torch.empty(12, 1, dtype=torch.float64).uniform_(0.005, 0.05, generator=gen)
+    nu[5] = nu[2]  # a repeated row is one row
+    built = _spy_coefficients(monkeypatch, method)
+
+    def solve(u, p, force):
+        return burgers.simulate(u, [0.0, 0.004], p, method=method, dt=dt, forcing=force)
+
+    batch = solve(u0, nu, f)
+    assert built == [11]
+    alone = torch.cat([solve(u0[i : i + 1], nu[i : i + 1], f[i : i + 1]) for i in range(12)])
+    assert torch.equal(batch, alone)
+    built.clear()
+    nu[[0, 7]] = torch.tensor([[0.011], [0.012]], dtype=torch.float64)  # two episodes reset
+    again = solve(u0, nu, f)
+    assert built == [2]
+    alone = torch.cat([solve(u0[i : i + 1], nu[i : i + 1], f[i : i + 1]) for i in range(12)])
+    assert torch.equal(again, alone)
+
+
+def test_row_pool_stays_bounded_and_keeps_its_rows(monkeypatch):
+    """Past its byte bound a pool keeps only the rows in use (copied, not recomputed):
+    the results do not change."""
+    from simsci.systems import _pde
+
+    row_bytes = 6 * 33 * 16  # six complex coefficients of 33 modes (N = 64)
+    monkeypatch.setattr(_pde, "_POOL_BYTES", 20 * row_bytes)
+    burgers = systems.get("burgers", resolution=64)
+    gen = torch.Generator().manual_seed(1)
+    u0 = burgers.sample_initial(8, generator=gen)
+    built = _spy_coefficients(monkeypatch, "etdrk4")
+    for k in range(6):
+        nu = torch.empty(8, 1, dtype=torch.float64).uniform_(0.005, 0.05, generator=gen)
+        nu[:4] = 0.01  # four samples keep their row, four draw new ones
+        built.clear()
+        out = burgers.simulate(u0, [0.0, 0.002], nu, dt=1e-3)
+        assert built == [5 if k == 0 else 4]
+        alone = torch.cat([burgers.simulate(u0[i : i + 1], [0.0, 0.002], nu[i : i + 1], dt=1e-3)
+                           for i in range(8)])  # fmt: skip
+        assert torch.equal(out, alone)
+        (pool,) = burgers._pools.values()
+        assert pool._capacity * row_bytes <= 20 * row_bytes
+
+
+def test_etdrk4_without_autograd_is_the_autograd_step_bit_for_bit(device):
+    """Without gradients ETDRK4 updates its temporaries in place (fewer passes over a
+    large batch): the same numbers as the step autograd records, which still
+    differentiates."""
+    burgers = systems.get("burgers", resolution=64)
+    gen = torch.Generator().manual_seed(2)
+    u0 = burgers.sample_initial(4, generator=gen).to(device)
+    f = (0.3 * torch.randn(4, 64, 1, generator=gen, dtype=torch.float64)).to(device)
+    nu = {"nu": [0.01, 0.02, 0.03, 0.04]}
+    with torch.no_grad():
+        fast = burgers.simulate(u0, [0.0, 0.01, 0.02], nu, dt=1e-3, forcing=f)
+    u = u0.clone().requires_grad_(True)
+    taped = burgers.simulate(u, [0.0, 0.01, 0.02], nu, dt=1e-3, forcing=f)
+    assert torch.equal(fast, taped.detach())
+    taped[:, -1].square().sum().backward()
+    assert u.grad is not None and torch.isfinite(u.grad).all() and u.grad.abs().sum() > 0
 
 
 # ---------------------------------------------------------- random fields
