@@ -203,7 +203,7 @@ def main() -> int:
     n = 20 if args.quick else 40
     start = time.perf_counter()
     jobs = seed_jobs(systems, args.seeds, args.steps, n)
-    log = ROOT / "runs" / "gfg_detect" / f"log_{args.steps}_{n}_{args.seeds}.jsonl"
+    log = ROOT / "runs" / "gfg_detect" / f"log_{args.steps}_{n}.jsonl"
     log.parent.mkdir(parents=True, exist_ok=True)
     done = read_log(log, key=lambda r: (r["system"], r["seed"])) if log.exists() else []
     done = [r for r in done if "error" not in r]  # a rerun resumes: finished jobs are kept

@@ -15,7 +15,9 @@ minibatches of 512 cells, lr 3e-3, cosine schedule):
   learned manifold (d(ds_j/dt)/ds_i; ``simsci.models.gfg.motif_scores``), one
   initialisation; ``tangent-ensemble``: the same from ``--restarts`` initialisations
   (seed + 1000 k), the mean of their normalised read-outs (``motif_scores`` on the list);
-  each restart's own figure is recorded as ``tangent-restartK``;
+  each restart's own figure is recorded as ``tangent-restartK``, and
+  ``tangent-best-recon`` is the restart that reconstructs the training cells best;
+  every GFG with ``chart_warmup`` ``--chart-warmup`` (300 steps; the model's docstring);
 - ``ambient`` (plain neural ODE), read out as d(du_j/dt)/ds_i;
 - ``truth``: the true field's d(du_j/dt)/ds_i at the same cells (the ceiling, 1).
 
@@ -26,7 +28,7 @@ over seeds, and per seed. Target: >= 0.9 on toggle switch and repressilator for 
 seed (issue 29: 5 seeds).
 
 Usage: ``python benchmarks/bench_gfg_motifs.py [--seeds 5] [--steps 1500] [--jobs 2]
-[--restarts 3] [--only NETWORK ...] [--quick] [--out PATH]``; writes
+[--restarts 1] [--chart-warmup 300] [--only NETWORK ...] [--quick] [--out PATH]``; writes
 benchmarks/results/gfg_motifs_cpu.json; finished (network, seed) runs are logged under
 runs/gfg_motifs and a rerun resumes from them.
 """
@@ -43,7 +45,7 @@ from _runner import RESULTS, ROOT, map_jobs, medians, quick, read_log, seed_jobs
 
 DATA = ROOT / "runs" / "gfg_bench_data"
 NETWORKS = ("grn_toggle", "grn_repressilator", "grn_random")
-MODELS = ("tangent", "tangent-ensemble", "ambient")
+MODELS = ("tangent", "tangent-ensemble", "tangent-best-recon", "ambient")
 
 
 def make_data(name: str, seed: int, cells: int) -> Path:
@@ -57,7 +59,7 @@ def make_data(name: str, seed: int, cells: int) -> Path:
 
 
 def run_one(args) -> dict:
-    name, seed, steps, cells, restarts = args
+    name, seed, steps, cells, restarts, warmup = args
     from simsci import data
     from simsci.datasets import network_from_config, score_network, true_motif_scores
     from simsci.models.gfg import GFG, episode_arrays, motif_scores
@@ -106,13 +108,15 @@ def run_one(args) -> dict:
 
     # GFG from `restarts` initialisations (the first is the single-model figure); the
     # ensemble reads out the mean of their normalised read-outs (motif_scores on a list)
-    charts = [fit("tangent", seed + 1000 * k) for k in range(restarts)]
+    charts = [fit("tangent", seed + 1000 * k, chart_warmup=warmup) for k in range(restarts)]
     record("tangent", *charts[0])
     for k, (model, fitted) in enumerate(charts[1:], 1):
         record(f"tangent-restart{k}", model, fitted)
     if restarts > 1:
         seconds = sum(f["train_seconds"] for _, f in charts)
         record("tangent-ensemble", [m for m, _ in charts], {"train_seconds": seconds})
+        # the restart whose chart reconstructs the training cells best
+        record("tangent-best-recon", *min(charts, key=lambda c: c[1]["recon"]))
     record("ambient", *fit("ambient", seed))
     return {"network": name, "seed": seed, "rows": out}
 
@@ -123,7 +127,8 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=1500)
     parser.add_argument("--cells", type=int, default=2000)
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--restarts", type=int, default=3, help="GFG initialisations")
+    parser.add_argument("--restarts", type=int, default=1, help="GFG initialisations")
+    parser.add_argument("--chart-warmup", type=int, default=300, help="GFG's chart_warmup (steps)")
     parser.add_argument("--only", nargs="*", default=None, help="networks to run")
     parser.add_argument("--quick", action="store_true", help="1 seed, 100 steps, 300 cells")
     parser.add_argument("--out", default=str(RESULTS / "gfg_motifs_cpu.json"))
@@ -131,9 +136,10 @@ def main() -> int:
     quick(args, seeds=1, steps=100, cells=300)
     seeds, steps, cells = args.seeds, args.steps, args.cells
     networks = args.only or NETWORKS
-    jobs = seed_jobs(networks, seeds, steps, cells, args.restarts)
+    jobs = seed_jobs(networks, seeds, steps, cells, args.restarts, args.chart_warmup)
     start = time.perf_counter()
-    log = ROOT / "runs" / "gfg_motifs" / f"log_{steps}_{cells}_{args.restarts}.jsonl"
+    tag = f"{steps}_{cells}_{args.restarts}_w{args.chart_warmup}"
+    log = ROOT / "runs" / "gfg_motifs" / f"log_{tag}.jsonl"
     log.parent.mkdir(parents=True, exist_ok=True)
     done = read_log(log, key=lambda r: (r["network"], r["seed"])) if log.exists() else []
     done = [r for r in done if "error" not in r]  # a rerun resumes: finished jobs are kept
@@ -149,13 +155,18 @@ def main() -> int:
         summary[name] = {label: medians((m[label] for m in mine), keys) for label in labels}
         for label in labels:
             summary[name][label]["per_seed"] = [m[label]["auroc_signed"] for m in mine]
-        best = "tangent-ensemble" if "tangent-ensemble" in labels else "tangent"
-        # the target is per seed: >= 0.9 on every one
-        summary[name]["target_met_every_seed"] = min(summary[name][best]["per_seed"]) >= 0.9
+        # the target is per seed: >= 0.9 on every one (the single-initialisation model)
+        summary[name]["target_met_every_seed"] = min(summary[name]["tangent"]["per_seed"]) >= 0.9
     result = {
         "benchmark": "gfg_motifs",
         "peer": "plain neural ODE (variant ambient), same harness; truth = the true field",
-        "config": {"seeds": seeds, "steps": steps, "cells": cells, "restarts": args.restarts},
+        "config": {
+            "seeds": seeds,
+            "steps": steps,
+            "cells": cells,
+            "restarts": args.restarts,
+            "chart_warmup": args.chart_warmup,
+        },
         "summary": summary,
         "runs": runs,
         "wall_seconds": time.perf_counter() - start,

@@ -191,6 +191,27 @@ def test_small_model_learns_the_velocities_and_rolls_out(variant, device):
         assert gap < 2 * step + 1e-6 * scale, (gap, step)
 
 
+def test_chart_warmup_ramps_the_velocity_terms_and_resumes():
+    torch.manual_seed(0)
+    model = GFG(6, latent_dim=2, hidden_dim=8, chart_warmup=4)
+    batch = {"x": torch.randn(16, 6), "v": torch.randn(16, 6)}
+    first = model.training_step(batch)
+    assert torch.equal(first["loss"], first["recon"])  # step 0: reconstruction alone
+    for _ in range(3):
+        model.training_step(batch)
+    assert int(model.train_steps) == 4 and model._ramp(train=True) == 1.0
+    # the count is a buffer: a checkpoint carries it, and one from before it loads at 0
+    state = model.state_dict()
+    again = GFG(**model.init_args)
+    again.load_state_dict(state)
+    assert int(again.train_steps) == 4
+    del state["train_steps"]
+    again.load_state_dict(state)
+    assert int(again.train_steps) == 0
+    with pytest.raises(ValueError, match="chart_warmup"):
+        GFG(6, chart_warmup=-1)
+
+
 def test_model_rejects_bad_input():
     model = GFG(6, latent_dim=2, hidden_dim=8)
     t = torch.linspace(0, 1, 5, dtype=torch.float64)
