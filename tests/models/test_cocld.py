@@ -16,6 +16,7 @@ from simsci.models import MODELS
 from simsci.models._events import evaluate_events
 from simsci.models.cocld import CoCLD, LatentDiffusion
 from simsci.models.cocld._diffusion import cosine_schedule
+from simsci.models.cocld._recurrence import Recurrence
 from simsci.models.point_process import PoissonTPP
 
 torch.set_num_threads(1)
@@ -175,6 +176,150 @@ def test_padding_does_not_leak():
     together = per_sequence_ll(model, model.collate(its))
     alone = torch.cat([per_sequence_ll(model, model.collate([it])) for it in its])
     torch.testing.assert_close(together, alone, rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------ batched solves vs the event loop
+class LoopCoCLD(CoCLD):
+    """The first CoCLD's solves, kept as the reference: a Python loop over events whose
+    every step computes z and calls the field on [h, z] and nn.GRUCell, and an intensity
+    path that computes z at each quadrature node's steps in turn."""
+
+    def _loop_integrate(self, h, t0, span, group, steps=None):
+        steps = self.substeps if steps is None else steps
+        rate = torch.nn.functional.softplus(self.decay)
+        s = (span / steps)[:, None]
+        decay, half = torch.exp(-rate * s), torch.exp(-rate * s / 2)
+        phi, phi_half = -torch.expm1(-rate * s) / rate, -torch.expm1(-rate * s / 2) / rate
+        for i in range(steps):
+            t_mid = t0 + (i + 0.5) * (span / steps).double() * self.time_scale
+            z = self._z(t_mid, group)
+            g1 = torch.tanh(self.field(self._cat(h, z)))
+            mid = half * h + phi_half * g1
+            g2 = torch.tanh(self.field(self._cat(mid, z)))
+            h = decay * h + phi * g2
+        return h
+
+    def _loop_jump(self, h, mark, t, group):
+        return self.jump(self._cat(self.mark_embed(mark), self._z(t, group)), h)
+
+    def history(self, batch):
+        t, dt, mark, valid, group = (batch[k] for k in ("t", "dt", "mark", "valid", "group"))
+        h = batch["h0"] if "h0" in batch else self.initial_state(t[:, 0], group)
+        out = []
+        for j in range(t.shape[1]):
+            if j > 0:
+                h = self._loop_integrate(h, t[:, j - 1], dt[:, j], group)
+            h_new = self._loop_jump(h, mark[:, j], t[:, j], group)
+            h = torch.where(valid[:, j, None], h_new, h)
+            out.append(h)
+        h = torch.stack(out, 1)
+        return self._with_group(h, group[:, None].expand(h.shape[:2]))
+
+    def intensity(self, H, t_last, tau):
+        h, z = self._loop_path(H, t_last, tau)
+        return torch.nn.functional.softplus(self.head(self._cat(h, z)))
+
+    def features(self, H, t_last, tau):
+        return self._cat(*self._loop_path(H, t_last, tau))
+
+    def _loop_path(self, H, t_last, tau):
+        B, L, G = tau.shape
+        h, group = self._split(H)
+        h, g = h.reshape(B * L, -1), group.reshape(B * L)
+        t0, taus = t_last.reshape(B * L), tau.reshape(B * L, G)
+        hs, prev = [], torch.zeros_like(taus[:, 0])
+        for k in range(G):
+            step = (taus[:, k] - prev).clamp_min(0)
+            h = self._loop_integrate(
+                h, t0 + prev.double() * self.time_scale, step, g, self._steps(step, 1)
+            )
+            hs.append(h)
+            prev = taus[:, k]
+        h = torch.stack(hs, 1).reshape(B, L, G, -1)
+        t_abs = t_last[..., None] + tau.double() * self.time_scale
+        return h, self._z(t_abs, group[..., None].expand(B, L, G))
+
+
+def windowed(its, extra=2.0):
+    return [{**it, "t_end": float(it["t"][-1]) + extra * (1 + i % 2)} for i, it in enumerate(its)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize(("use_population", "day"), [(True, 24.0), (True, None), (False, 24.0)])
+def test_batched_solves_match_the_event_loop(dtype, use_population, day):
+    """The batched history and intensity path give the per-sequence log-likelihood
+    (events, compensator with the survival to the window end, locations) and the
+    gradients of the event loop, on sequences of unequal length (one of a single event),
+    with long gaps that take several steps per quadrature node."""
+    kw = dict(use_population=use_population, day_length=day, num_locations=4, max_step=0.5)
+    model = build(**kw).to(dtype).train()
+    ref = LoopCoCLD(**{**model.init_args, "diffusion_steps": 5}).to(dtype).train()
+    ref.load_state_dict(model.state_dict())
+    its = windowed(items(n=6, locations=4))
+    its[2] = {**its[2], "t": its[2]["t"][:1], "mark": its[2]["mark"][:1],
+              "loc_id": its[2]["loc_id"][:1]}  # fmt: skip
+    batch = model.collate(its)
+    assert len(set(batch["length"].tolist())) > 2 and "t_end" in batch
+    tol = {"rtol": 1e-4, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 1e-10, "atol": 1e-12}
+    got, want = model.log_likelihood_terms(batch), ref.log_likelihood_terms(batch)
+    for key in ("event", "compensator", "loc", "H"):
+        torch.testing.assert_close(got[key], want[key], **tol)
+    ll = (got["event"] - got["compensator"] + got["loc"]).sum(1)
+    ll_ref = (want["event"] - want["compensator"] + want["loc"]).sum(1)
+    torch.testing.assert_close(ll, ll_ref, **tol)
+    torch.manual_seed(1)
+    model.training_step(batch)["loss"].backward()
+    torch.manual_seed(1)
+    ref.training_step(batch)["loss"].backward()
+    for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
+        if q.grad is None:
+            assert p.grad is None or not p.grad.any(), name
+            continue
+        torch.testing.assert_close(p.grad, q.grad, **tol, msg=name)
+
+
+@pytest.mark.parametrize("jumps", [True, False])
+def test_recurrence_backward_passes_gradcheck(jumps):
+    """The hand-written backward of the batched recurrence against finite differences
+    (float64), with segments of 0, 1 and 2 steps and rows that skip a jump."""
+    gen = torch.Generator().manual_seed(0)
+    B, d, w, counts = 3, 4, 5, (0, 2, 1, 2)
+    J, S = len(counts), sum(counts)
+
+    def rnd(*shape, scale=1.0):
+        x = scale * torch.randn(*shape, dtype=torch.float64, generator=gen)
+        return x.requires_grad_()
+
+    E, Eh, phi, phih = (rnd(J, B, d, scale=0.5) for _ in range(4))
+    args = [rnd(B, d), rnd(S, B, w), E, Eh, phi, phih, rnd(d, w), rnd(d, w), rnd(d)]
+    if jumps:
+        keep = torch.ones(J, B, 1, dtype=torch.bool)
+        keep[2:, 1] = False
+        args += [rnd(J, B, 3 * d), rnd(3 * d, d), rnd(3 * d), keep, counts]
+    else:
+        args += [None, None, None, None, counts]
+    assert torch.autograd.gradcheck(Recurrence.apply, args)
+
+
+def test_path_on_rows_without_offsets():
+    """Offsets all 0 (padding rows) keep the state, mixed with integrated rows."""
+    model = build()
+    ref = LoopCoCLD(**{**model.init_args, "diffusion_steps": 5}).eval()
+    ref.load_state_dict(model.state_dict())
+    batch = model.collate(items(n=3))
+    with torch.no_grad():
+        H = model.history(batch)
+        tau = torch.sort(torch.rand(3, H.shape[1], 4) * 9, -1).values
+        tau[0] = 0
+        tau[:, -1] = 0
+        for m in (model, ref):
+            torch.testing.assert_close(
+                model.intensity(H, batch["t"], tau), m.intensity(H, batch["t"], tau)
+            )
+        zero = torch.zeros(3, H.shape[1], 2)
+        torch.testing.assert_close(
+            model.intensity(H, batch["t"], zero), ref.intensity(H, batch["t"], zero)
+        )
 
 
 # --------------------------------------------------------------- absolute time

@@ -53,13 +53,23 @@ far offset reached in one step was off from the fine-grid intensity by 7% at 4 a
 scored); ``max_step`` guards other callers. The rule on the carried state, or a
 ``max_step`` of 2, cost a third to a half of the training events/s (measured 1040-1480
 vs 2300-2650), so neither is the default.
-The steps
-are written out here rather than calling :func:`simsci.odeint`: the
-history is a Python loop over events with one tiny solve per event, and odeint's
-per-call grid merging and checks cost ~15x such a solve (7 ms vs 0.4 ms measured).
 The state carried to the next event (``substeps`` steps) and the intensity path that
 scores the interval (one step per quadrature node, finer) are two discretisations of
 the same ODE; they differ by the solver error, which the tests bound (order 2).
+
+**Batched solves.** The steps are written out here rather than calling
+:func:`simsci.odeint` (its per-call grid merging and checks cost ~15x one event's
+solve). Both solves run all rows together: the history advances every sequence of the
+batch event by event (padding has zero gaps, which the steps carry exactly, and no
+jump), the intensity path every scored interval node by node (rows whose offsets are
+all 0 are not integrated: their state is exactly what zero-length steps give). z does
+not depend on h, so each solve first computes the population latents of all the
+times it will read (steps' midpoints, events, nodes) in one call, and their part of
+the field's first layer and of the GRU's input gates in one product; the sequential
+part, steps and jumps, is one autograd node (:class:`._recurrence.Recurrence`) with a
+hand-written backward. The tests check both solves against the first per-event loop
+(kept in the tests): same per-sequence log-likelihood and gradients, to float
+rounding. Training runs ~3x faster than that loop (benchmarks/README.md).
 
 ``use_population=False`` drops z everywhere (an individual-only latent ODE: the
 ablation that shows what the coupling is worth).
@@ -74,6 +84,7 @@ from torch import nn
 
 from simsci.models._events import EventModel
 from simsci.models.cocld._diffusion import LatentDiffusion
+from simsci.models.cocld._recurrence import Recurrence
 
 
 class CoCLD(EventModel):
@@ -174,9 +185,21 @@ class CoCLD(EventModel):
             )
             width = 1.0 / max(self.trend_features - 1, 1)
             feats.append(torch.exp(-0.5 * ((t[..., None] / span - centres) / width) ** 2))
-        phi = torch.cat(feats, -1).to(self.decay.dtype)
-        e = self.group_embed(group).expand(*phi.shape[:-1], -1)
-        return self.pop_net(torch.cat([phi, e], -1))
+        # the first layer on [phi, e_g]: its e_g part once per group (a table), read by a
+        # one-hot column per group (several groups) or broadcast (one)
+        first, F = self.pop_net[0], sum(f.shape[-1] for f in feats)
+        table = nn.functional.linear(self.group_embed.weight, first.weight[:, F:], first.bias)
+        shape = t.shape
+        if self.num_groups > 1:
+            hot = nn.functional.one_hot(group.expand(shape), self.num_groups)
+            feats.append(hot.to(torch.float64))
+        phi = (feats[0] if len(feats) == 1 else torch.cat(feats, -1)).to(self.decay.dtype)
+        phi = phi.reshape(-1, phi.shape[-1])
+        if self.num_groups > 1:
+            pre = phi @ torch.cat([first.weight[:, :F], table.t()], 1).t()
+        else:
+            pre = torch.addmm(table, phi, first.weight[:, :F].t())
+        return self.pop_net[2:](torch.tanh(pre)).reshape(*shape, self.pop_dim)
 
     def _z(self, t, group):
         if not self.use_population:
@@ -187,42 +210,92 @@ class CoCLD(EventModel):
         return h if z is None else torch.cat([h, z], -1)
 
     # ---------------------------------------------------------- dynamics
+    # z(t, g) does not depend on h, so every solve below first computes the population
+    # latents of all the times it will read in one call, and their part of the field's
+    # first layer and of the GRU's input gates (W_z z + b) in one matrix product; the
+    # sequential loops then hold only the h-dependent work.
     def _steps(self, span: torch.Tensor, least: int) -> int:
         """Steps for spans (N,): at least ``least``, enough that none is longer than
         ``max_step`` for the longest span, at most ``max_substeps``."""
         top = float(span.max()) if span.numel() else 0.0
+        return self._count(top, least)
+
+    def _count(self, top: float, least: int) -> int:
         return min(self.max_substeps, max(least, math.ceil(top / self.max_step)))
+
+    def _coef(self, span, steps):
+        """ETD-RK2 factors (E, E^{1/2}, φ, φ_{1/2}), each (..., d), of steps of
+        ``span / steps`` (span (...,); steps an int or broadcastable to span)."""
+        rate = nn.functional.softplus(self.decay)
+        s = (span / steps)[..., None]
+        # (1 - e^{-r s}) / r, exact as r -> 0
+        return (
+            torch.exp(-rate * s),
+            torch.exp(-rate * s / 2),
+            -torch.expm1(-rate * s) / rate,
+            -torch.expm1(-rate * s / 2) / rate,
+        )
+
+    def _field_input(self, z):
+        """The z part of the field's first layer, W_z z + b ((..., w); b when z is None)."""
+        lin = self.field[0]
+        if z is None:
+            return lin.bias
+        return nn.functional.linear(z, lin.weight[:, self.latent_dim :], lin.bias)
+
+    def _g(self, h, zin, w_h):
+        """The bounded field term tanh(MLP([h, z])), the z part ``zin`` given."""
+        return torch.tanh(self.field[2](torch.tanh(torch.addmm(zin, h, w_h))))
+
+    def _etd_step(self, h, zin, coef, w_h):
+        """One exponential-midpoint step (module docstring), z held at ``zin``."""
+        decay, half, phi, phi_half = coef
+        mid = half * h + phi_half * self._g(h, zin, w_h)
+        return decay * h + phi * self._g(mid, zin, w_h)
+
+    def _w_h(self):
+        return self.field[0].weight[:, : self.latent_dim].t()
 
     def _integrate(self, h, t0, span, group, steps: int | None = None):
         """h (N, d) from calendar times t0 (N,) over ``span`` (N,) model units in
         ``steps`` exponential-midpoint steps (default ``substeps``)."""
         steps = self.substeps if steps is None else steps
-        rate = nn.functional.softplus(self.decay)
-        s = (span / steps)[:, None]
-        decay, half = torch.exp(-rate * s), torch.exp(-rate * s / 2)
-        # (1 - e^{-r s}) / r, exact as r -> 0
-        phi, phi_half = -torch.expm1(-rate * s) / rate, -torch.expm1(-rate * s / 2) / rate
+        coef, w_h = self._coef(span, steps), self._w_h()
         for i in range(steps):
             t_mid = t0 + (i + 0.5) * (span / steps).double() * self.time_scale
-            z = self._z(t_mid, group)
-            g1 = torch.tanh(self.field(self._cat(h, z)))
-            mid = half * h + phi_half * g1
-            g2 = torch.tanh(self.field(self._cat(mid, z)))
-            h = decay * h + phi * g2
+            h = self._etd_step(h, self._field_input(self._z(t_mid, group)), coef, w_h)
         return h
 
+    def _gate_input(self, mark, z):
+        """The input part of the jump's GRU gates, W_ih [e_m, z] + b_ih: (..., 3d)."""
+        return nn.functional.linear(
+            self._cat(self.mark_embed(mark), z), self.jump.weight_ih, self.jump.bias_ih
+        )
+
+    def _gru(self, h, gi):
+        """nn.GRUCell's update of h given the input part ``gi`` of its gates."""
+        d = self.latent_dim
+        gh = nn.functional.linear(h, self.jump.weight_hh, self.jump.bias_hh)
+        rz = torch.sigmoid(gi[:, : 2 * d] + gh[:, : 2 * d])
+        n = torch.tanh(gi[:, 2 * d :] + rz[:, :d] * gh[:, 2 * d :])
+        return n + rz[:, d:] * (h - n)
+
     def _jump(self, h, mark, t, group):
-        z = self._z(t, group)
-        return self.jump(self._cat(self.mark_embed(mark), z), h)
+        return self._gru(h, self._gate_input(mark, self._z(t, group)))
 
     def initial_state(self, t0: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
         """h(t_0^-) (B, d) of sequences starting at calendar times t0 (B,)."""
-        z = self._z(t0, group)
+        return self._init_from(self._z(t0, group), t0)
+
+    def _init_from(self, z, t0):
         if z is None:
             z = torch.zeros(t0.shape[0], 1, device=t0.device, dtype=self.decay.dtype)
         return self.init_net(z)
 
     def history(self, batch):
+        """(B, L, d + 1) states h(t_j^+) (and the group id). All sequences advance
+        together, event by event (padding: zero gaps, which the steps carry exactly, and
+        no jump); the population latents and their input terms are computed up front."""
         t, dt, mark, valid, group = (
             batch["t"],
             batch["dt"],
@@ -230,50 +303,97 @@ class CoCLD(EventModel):
             batch["valid"],
             batch["group"],
         )
+        B, L = t.shape
+        n = self.substeps
+        # calendar times read: the substeps' midpoints (L-1, n, B), the events (L, B)
+        frac = torch.arange(n, device=t.device, dtype=torch.float64)[:, None] + 0.5
+        sub = (dt[:, 1:] / n).double().t()[:, None, :]
+        t_mid = t[:, :-1].t()[:, None, :] + frac * sub * self.time_scale
+        times = torch.cat([t_mid.reshape(-1), t.t().reshape(-1)])
+        z = self._z(times, group.repeat((L - 1) * n + L))
+        z_mid, z_ev = (None, None) if z is None else z.split([(L - 1) * n * B, L * B])
+        z_ev = None if z is None else z_ev.reshape(L, B, self.pop_dim)
         # "h0" (B, d): a given start latent (a draw of the population law in sample())
-        h = batch["h0"] if "h0" in batch else self.initial_state(t[:, 0], group)
-        out = []
-        for j in range(t.shape[1]):
-            if j > 0:
-                h = self._integrate(h, t[:, j - 1], dt[:, j], group)
-            h_new = self._jump(h, mark[:, j], t[:, j], group)
-            h = torch.where(valid[:, j, None], h_new, h)
-            out.append(h)
-        h = torch.stack(out, 1)
+        h0 = batch["h0"] if "h0" in batch else self._init_from(None if z is None else z_ev[0], t)
+        h = self._recur(
+            h0,
+            self._zin(z_mid, (L - 1) * n, B),
+            self._coef(dt.t(), n),  # dt[:, 0] = 0: the first event's factors, unused
+            (0,) + (n,) * (L - 1),
+            (self._gate_input(mark.t(), z_ev), valid.t()[..., None]),
+        ).transpose(0, 1)
         return self._with_group(h, group[:, None].expand(h.shape[:2]))
+
+    def _zin(self, z, S, N):
+        """(S, N, w) the z part of the field's first layer at S steps' midpoints."""
+        w = self.field[0].out_features
+        zin = self._field_input(z)
+        return zin.expand(S, N, w) if z is None else zin.reshape(S, N, w)
+
+    def _recur(self, h0, zin, coef, counts, jumps=None):
+        """:class:`._recurrence.Recurrence` with this model's weights: (J, N, d)."""
+        gi, keep = jumps if jumps is not None else (None, None)
+        field2 = self.field[2]
+        return Recurrence.apply(
+            h0, zin, *coef, self._w_h(), field2.weight, field2.bias,
+            gi, None if gi is None else self.jump.weight_hh,
+            None if gi is None else self.jump.bias_hh, keep, tuple(counts),
+        )  # fmt: skip
 
     # H rows are [h (d), group id]: the harness hands intensity() only H, t and tau
     def _split(self, H):
         return H[..., : self.latent_dim], H[..., self.latent_dim].round().long()
 
-    def _path(self, H, t_last, tau):
-        """States and population latents at t_last + tau for sorted tau (B, L, G):
-        h (B, L, G, d), z (B, L, G, P) or None."""
+    def _path(self, H, t_last, tau, read):
+        """``read([h, z])`` (B, L, G, C) of the states and population latents at t_last +
+        tau for sorted tau (B, L, G). Between consecutive offsets at least one step and
+        enough that none is longer than ``max_step`` (one count per offset for all rows).
+        Rows whose offsets are all 0 (padding) keep their state exactly, as zero-length
+        steps would: they are not integrated, and read once."""
         B, L, G = tau.shape
         h, group = self._split(H)
-        h, g = h.reshape(B * L, -1), group.reshape(B * L)
-        t0 = t_last.reshape(B * L)
-        taus = tau.reshape(B * L, G)
-        hs, prev = [], torch.zeros_like(taus[:, 0])
-        for k in range(G):
-            step = (taus[:, k] - prev).clamp_min(0)
-            h = self._integrate(
-                h, t0 + prev.double() * self.time_scale, step, g, self._steps(step, 1)
-            )
-            hs.append(h)
-            prev = taus[:, k]
-        h = torch.stack(hs, 1).reshape(B, L, G, -1)
-        t_abs = t_last[..., None] + tau.double() * self.time_scale
-        z = self._z(t_abs, group[..., None].expand(B, L, G))
-        return h, z
+        N = B * L
+        h, g = h.reshape(N, self.latent_dim), group.reshape(N)
+        t0, taus = t_last.reshape(N), tau.reshape(N, G)
+        prev = torch.cat([torch.zeros_like(taus[:, :1]), taus[:, :-1]], 1)
+        step = (taus - prev).clamp_min(0)  # (N, G)
+        tops = step.max(0).values.tolist() if N else [0.0] * G
+        counts = [self._count(top, 1) for top in tops]
+        active = (step > 0).any(1)
+        everyone = bool(active.all())
+        idx = None if everyone else active.nonzero().squeeze(1)
+
+        def rows(x):
+            return x if everyone else x[idx]
+
+        ha, ga, t0a, stepa, preva = rows(h), rows(g), rows(t0), rows(step), rows(prev)
+        Na = ha.shape[0]
+        # calendar times read: each offset's steps' midpoints, the offsets, the starts
+        mids = []
+        for k, c in enumerate(counts):
+            frac = torch.arange(c, device=t0.device, dtype=torch.float64)[:, None] + 0.5
+            start = t0a + preva[:, k].double() * self.time_scale
+            mids.append(start + frac * (stepa[:, k] / c).double() * self.time_scale)
+        M = sum(counts)
+        at = rows(t_last.reshape(N)[:, None] + taus.double() * self.time_scale)
+        times = torch.cat([*(m.reshape(-1) for m in mids), at.t().reshape(-1), t0])
+        z = self._z(times, torch.cat([ga.repeat(M + G), g]))
+        z_mid, z_at, z0 = (None,) * 3 if z is None else z.split([M * Na, G * Na, N])
+        counts_t = torch.tensor(counts, dtype=step.dtype, device=step.device)
+        coef = self._coef(stepa.t(), counts_t[:, None])
+        ha = self._recur(ha, self._zin(z_mid, M, Na), coef, counts).transpose(0, 1)
+        if z is not None:
+            z_at = z_at.reshape(G, Na, self.pop_dim).transpose(0, 1)
+        out = read(self._cat(ha, z_at))
+        if not everyone:  # the others' offsets are all 0: read at t_last, once
+            out = read(self._cat(h, z0))[:, None].expand(N, G, -1).index_copy(0, idx, out)
+        return out.reshape(B, L, G, out.shape[-1])
 
     def intensity(self, H, t_last, tau):
-        h, z = self._path(H, t_last, tau)
-        return nn.functional.softplus(self.head(self._cat(h, z)))
+        return self._path(H, t_last, tau, lambda x: nn.functional.softplus(self.head(x)))
 
     def features(self, H, t_last, tau):
-        h, z = self._path(H, t_last, tau)
-        return self._cat(h, z)
+        return self._path(H, t_last, tau, lambda x: x)
 
     def _with_group(self, h, group):
         return torch.cat([h, group.to(h.dtype).reshape(*h.shape[:-1], 1)], -1)
