@@ -56,9 +56,9 @@ The chart warm-up (``chart_warmup`` > 0, chart variants): over the first
 to their weight; reconstruction counts from the first step. Why: early in training the
 velocity term pulls the still-random chart towards whatever makes J(z) W(z) match, and
 some initialisations never recover (measured on the noisy toggle switch, 2000 cells:
-15 initialisations without it, training reconstruction 0.011-0.031, and every one above
-0.02 read the motifs wrong, signed AUROC 0.2-0.73; the three worst with a 300-step
-warm-up reached 0.009-0.010 and 0.83-0.88). It is off by default so that the forecast
+16 initialisations without it: training reconstruction 0.011-0.031, and the 7 above
+0.02 read the motifs wrong, signed AUROC 0.2-0.73; the two of those run again with a
+300-step warm-up reached 0.010 and 0.85-0.88, and with it no seed of five fails). It is off by default so that the forecast
 and detection tables keep their measured configuration; the motif benchmark uses it.
 
 Choices, and why:
