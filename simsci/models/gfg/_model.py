@@ -58,8 +58,9 @@ velocity term pulls the still-random chart towards whatever makes J(z) W(z) matc
 some initialisations never recover (measured on the noisy toggle switch, 2000 cells:
 16 initialisations without it: training reconstruction 0.011-0.031, and the 7 above
 0.02 read the motifs wrong, signed AUROC 0.2-0.73; the two of those run again with a
-300-step warm-up reached 0.010 and 0.85-0.88, and with it no seed of five fails). It is off by default so that the forecast
-and detection tables keep their measured configuration; the motif benchmark uses it.
+300-step warm-up reached 0.010 and 0.85-0.88, and with it no seed of five fails). It
+is off by default so that the forecast and detection tables keep their measured
+configuration; the motif benchmark uses it.
 
 Choices, and why:
 
