@@ -9,7 +9,7 @@ interleaved in rounds (``--rounds``, the first 5 dropped), so machine load falls
 of them alike; medians and the ratios of medians are reported, with the load average.
 Target (issue 27): the GFG field <= 3x the plain field per evaluation.
 
-Usage: ``python benchmarks/bench_gfg_speed.py [--rounds 60] [--out PATH]``; writes
+Usage: ``python benchmarks/bench_gfg_speed.py [--rounds 60] [--quick] [--out PATH]``; writes
 benchmarks/results/gfg_speed_cpu.json.
 """
 
@@ -21,14 +21,16 @@ import statistics
 import time
 
 import torch
-from _runner import RESULTS, write
+from _runner import RESULTS, quick, write
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=60)
+    parser.add_argument("--quick", action="store_true", help="10 rounds")
     parser.add_argument("--out", default=str(RESULTS / "gfg_speed_cpu.json"))
     args = parser.parse_args()
+    quick(args, rounds=10)
     torch.set_num_threads(1)
     from torch.func import jvp
 
