@@ -31,6 +31,7 @@ Usage (a script in this folder; ``python benchmarks/bench_x.py`` puts this folde
   leaves it alone) and ``log`` (a JSON-lines file each finished result is appended to by
   its worker, so a killed run keeps what finished; ``read_log`` reads it back). A job
   that raises is printed with its traceback and the rest go on.
+- ``resume(log, jobs, fields)``: the finished records of a log and the jobs still to run.
 - ``medians(rows, keys)``, ``median_ratio(nums, dens)``, ``ratio(a, b)``,
   ``mean_std(values)``, ``group(runs, *keys)``: the summaries' arithmetic.
 - ``write(path, result, echo=False)``: ``simsci.bench.write_result`` (atomic, with the
@@ -184,6 +185,33 @@ def read_log(path: str | Path, key: Callable[[dict], Any] | None = None) -> list
     for r in records:
         latest[key(r)] = r
     return list(latest.values())
+
+
+def resume(
+    log: str | Path,
+    jobs: Sequence[tuple],
+    fields: Sequence[str],
+    keep: Callable[[dict], bool] | None = None,
+) -> tuple[list[dict], list[tuple]]:
+    """``(finished, pending)`` for a rerun: the log's latest error-free records whose
+    ``fields`` equal the first values of one of ``jobs`` (and that pass ``keep``), and the
+    jobs that have none. A rerun after a crash, or with more seeds, runs only the rest."""
+    jobs = list(jobs)
+    if not Path(log).exists():
+        return [], jobs
+    n = len(fields)
+
+    def key(record: dict) -> tuple:
+        return tuple(record[f] for f in fields)
+
+    wanted = {tuple(j[:n]) for j in jobs}
+    finished = [
+        r
+        for r in read_log(log, key=key)
+        if "error" not in r and key(r) in wanted and (keep is None or keep(r))
+    ]
+    done = {key(r) for r in finished}
+    return finished, [j for j in jobs if tuple(j[:n]) not in done]
 
 
 def show(result: dict, digits: int = 4) -> str:

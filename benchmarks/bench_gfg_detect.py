@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 
 import torch
-from _runner import RESULTS, ROOT, map_jobs, quick, read_log, seed_jobs, write
+from _runner import RESULTS, ROOT, map_jobs, quick, resume, seed_jobs, write
 
 DATA = ROOT / "runs" / "gfg_bench_data"
 SYSTEMS = ("lifted_circle", "lifted_torus", "lifted_rigid_body", "lifted_lorenz63")
@@ -205,9 +205,7 @@ def main() -> int:
     jobs = seed_jobs(systems, args.seeds, args.steps, n)
     log = ROOT / "runs" / "gfg_detect" / f"log_{args.steps}_{n}.jsonl"
     log.parent.mkdir(parents=True, exist_ok=True)
-    done = read_log(log, key=lambda r: (r["system"], r["seed"])) if log.exists() else []
-    done = [r for r in done if "error" not in r]  # a rerun resumes: finished jobs are kept
-    jobs = [j for j in jobs if (j[0], j[1]) not in {(r["system"], r["seed"]) for r in done}]
+    done, jobs = resume(log, jobs, ("system", "seed"))  # a rerun keeps finished jobs
     runs = done + map_jobs(run_one, jobs, workers=args.jobs, record_as=("system", "seed"), log=log)
     result = {
         "benchmark": "gfg_detect_graded",

@@ -47,7 +47,7 @@ from _runner import (
     median_ratio,
     medians,
     quick,
-    read_log,
+    resume,
     seed_jobs,
     write,
 )
@@ -223,18 +223,12 @@ def main() -> int:
     # each finished run is appended to the log: a crash elsewhere loses nothing
     log = DATA / f"forecast_runs{tag}.jsonl"
     # a rerun resumes: a finished (system, seed) with every model asked for is kept
-    done = read_log(log, key=lambda r: (r["system"], r["seed"])) if log.exists() else []
-    done = [
-        r
-        for r in done
-        if "error" not in r
-        and r["system"] in systems
-        and r["seed"] < seeds
-        and set(variants) <= set(r["rows"])
-        and r.get("setting", "base") == args.setting
-    ]
-    finished = {(r["system"], r["seed"]) for r in done}
-    jobs = [j for j in jobs if (j[0], j[1]) not in finished]
+    done, jobs = resume(
+        log,
+        jobs,
+        ("system", "seed"),
+        keep=lambda r: set(variants) <= set(r["rows"]) and r.get("setting", "base") == args.setting,
+    )
     runs = done + map_jobs(run_one, jobs, workers=args.jobs, log=log, record_as=("system", "seed"))
     result = {
         "benchmark": "gfg_forecast",

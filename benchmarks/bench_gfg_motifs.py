@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _runner import RESULTS, ROOT, map_jobs, medians, quick, read_log, seed_jobs, write
+from _runner import RESULTS, ROOT, map_jobs, medians, quick, resume, seed_jobs, write
 
 DATA = ROOT / "runs" / "gfg_bench_data"
 NETWORKS = ("grn_toggle", "grn_repressilator", "grn_random")
@@ -141,9 +141,7 @@ def main() -> int:
     tag = f"{steps}_{cells}_{args.restarts}_w{args.chart_warmup}"
     log = ROOT / "runs" / "gfg_motifs" / f"log_{tag}.jsonl"
     log.parent.mkdir(parents=True, exist_ok=True)
-    done = read_log(log, key=lambda r: (r["network"], r["seed"])) if log.exists() else []
-    done = [r for r in done if "error" not in r]  # a rerun resumes: finished jobs are kept
-    jobs = [j for j in jobs if (j[0], j[1]) not in {(r["network"], r["seed"]) for r in done}]
+    done, jobs = resume(log, jobs, ("network", "seed"))  # a rerun keeps finished jobs
     runs = done + map_jobs(run_one, jobs, workers=args.jobs, record_as=("network", "seed"), log=log)
     summary = {}
     for name in networks:
