@@ -101,11 +101,16 @@ def surrogate_model(dtype=torch.float64):
     ).to(dtype)
 
 
-def step_timer(env, seed: int):
+def _reset_with_action(env, seed: int) -> np.ndarray:
+    """Reset ``env`` and draw one seeded action (batch) of its space."""
     env.reset(seed=seed)
-    rng = np.random.default_rng(seed)
     space = env.action_space
-    actions = rng.uniform(space.low, space.high, size=space.shape).astype(np.float32)
+    rng = np.random.default_rng(seed)
+    return rng.uniform(space.low, space.high, size=space.shape).astype(np.float32)
+
+
+def step_timer(env, seed: int):
+    actions = _reset_with_action(env, seed)
 
     def step():
         env.step(actions)
@@ -118,26 +123,13 @@ _clock = time.perf_counter
 
 
 def timed(fn, *, repeat: int, warmup: int, device) -> float:
-    """Median seconds of ``fn`` over ``repeat`` calls after ``warmup``: simsci.bench's
-    ``time_call`` on the wall clock, the same loop on the thread's CPU time otherwise."""
-    if _clock is time.perf_counter:
-        return time_call(fn, repeat=repeat, warmup=warmup, device=device).median
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeat):
-        start = _clock()
-        fn()
-        times.append(_clock() - start)
-    return float(np.median(times))
+    """Median seconds of ``fn`` over ``repeat`` calls after ``warmup`` on ``--clock``."""
+    return time_call(fn, repeat=repeat, warmup=warmup, device=device, clock=_clock).median
 
 
 def single_timer(env, seed: int):
     """Step one environment; a new episode when one ends (reset not timed)."""
-    env.reset(seed=seed)
-    rng = np.random.default_rng(seed)
-    space = env.action_space
-    action = rng.uniform(space.low, space.high, size=space.shape).astype(np.float32)
+    action = _reset_with_action(env, seed)
 
     def step():
         if env.step(action)[2:4] != (False, False):

@@ -182,21 +182,28 @@ def check_actions(action, *, batch: int | None, low, high, mode: str, device, dt
     if bool(flags.any()):
         bad_nan = torch.nonzero(flags[0]).flatten().tolist()
         if bad_nan:
-            where = "" if batch is None else f" of sub-environment(s) {bad_nan[:10]}"
-            raise ValueError(
-                f"the action{where} contains NaN or inf: actions must be finite numbers"
-            )
+            raise _nonfinite_action(bad_nan, batch)
         bad = torch.nonzero(flags[1]).flatten().tolist()
-        row = a[bad[0]].tolist()
-        where = "" if batch is None else f" of sub-environment {bad[0]} ({len(bad)} in all)"
-        raise ValueError(
-            f"the action{where} {row} lies outside the action space [{low.tolist()}, "
-            f"{high.tolist()}]; scale it into the bounds, or make the environment with "
-            "action_bounds='clip' to clip silently"
-        )
+        raise _outside_action(bad, a[bad[0]].tolist(), low, high, batch)
     if mode == "clip":
         a = torch.maximum(torch.minimum(a, high_t), low_t)
     return a
+
+
+def _nonfinite_action(rows: list[int], batch) -> ValueError:
+    """The error for NaN/inf actions (rows: the sub-environments holding them)."""
+    where = "" if batch is None else f" of sub-environment(s) {rows[:10]}"
+    return ValueError(f"the action{where} contains NaN or inf: actions must be finite numbers")
+
+
+def _outside_action(rows: list[int], first: list, low, high, batch) -> ValueError:
+    """The error for actions outside the box (first: the first such row's action)."""
+    where = "" if batch is None else f" of sub-environment {rows[0]} ({len(rows)} in all)"
+    return ValueError(
+        f"the action{where} {first} lies outside the action space [{low.tolist()}, "
+        f"{high.tolist()}]; scale it into the bounds, or make the environment with "
+        "action_bounds='clip' to clip silently"
+    )
 
 
 _NUMPY_DTYPES = {torch.float32: np.float32, torch.float64: np.float64}
@@ -234,20 +241,12 @@ def _check_actions_numpy(action, expected, batch, low, high, mode, dtype) -> tor
     a = np.ascontiguousarray(arr).reshape(-1, expected[-1])
     low_c, high_c = low.astype(np_dtype), high.astype(np_dtype)
     if not np.isfinite(a).all():
-        bad_nan = np.flatnonzero(~np.isfinite(a).all(axis=1)).tolist()
-        where = "" if batch is None else f" of sub-environment(s) {bad_nan[:10]}"
-        raise ValueError(f"the action{where} contains NaN or inf: actions must be finite numbers")
+        raise _nonfinite_action(np.flatnonzero(~np.isfinite(a).all(axis=1)).tolist(), batch)
     if mode == "error":
         outside = ((a < low_c) | (a > high_c)).any(axis=1)
         if outside.any():
             bad = np.flatnonzero(outside).tolist()
-            row = a[bad[0]].tolist()
-            where = "" if batch is None else f" of sub-environment {bad[0]} ({len(bad)} in all)"
-            raise ValueError(
-                f"the action{where} {row} lies outside the action space [{low.tolist()}, "
-                f"{high.tolist()}]; scale it into the bounds, or make the environment with "
-                "action_bounds='clip' to clip silently"
-            )
+            raise _outside_action(bad, a[bad[0]].tolist(), low, high, batch)
         return torch.from_numpy(a)
     return torch.from_numpy(np.maximum(np.minimum(a, high_c), low_c))
 

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from simsci._checks import check_split  # noqa: F401 - re-exported for the simulators
+
 
 def generator(seq: np.random.SeedSequence) -> torch.Generator:
     """A CPU torch generator seeded from one spawned SeedSequence."""
@@ -60,25 +62,6 @@ def check_positive(name: str, value, *, integer: bool = False, minimum=None) -> 
         rule = f">= {low}" if (integer or minimum is not None) else "> 0"
         raise ValueError(f"{name} must be a finite number {rule}, got {value!r}")
     return value
-
-
-def check_split(split: Sequence[float]) -> tuple[float, float, float]:
-    try:
-        fractions = tuple(float(f) for f in split)
-    except (TypeError, ValueError):
-        raise ValueError(
-            f"split must be three fractions (train, val, test), got {split!r}"
-        ) from None
-    if (
-        len(fractions) != 3
-        or any(not math.isfinite(f) or f < 0 for f in fractions)
-        or abs(sum(fractions) - 1.0) > 1e-9
-    ):
-        raise ValueError(
-            f"split must be three non-negative fractions (train, val, test) summing to 1, "
-            f"got {tuple(split)}"
-        )
-    return fractions
 
 
 def streams(seed: int, names: Sequence[str]) -> dict[str, torch.Generator]:

@@ -87,6 +87,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse
 
+from simsci._checks import check_split
 from simsci._version import __version__
 from simsci.data._check import open_h5
 from simsci.data._schema import problem
@@ -135,27 +136,6 @@ def _name(value, what: str) -> str:
     return value
 
 
-# the split rules of simsci._seeding (check_split, split_ids), here without torch, which
-# simsci.data does not import to write, read or check files
-def _check_split(split) -> tuple[float, float, float]:
-    try:
-        fractions = tuple(float(f) for f in split)
-    except (TypeError, ValueError):
-        raise ValueError(
-            f"split must be three fractions (train, val, test), got {split!r}"
-        ) from None
-    if (
-        len(fractions) != 3
-        or any(not np.isfinite(f) or f < 0 for f in fractions)
-        or abs(sum(fractions) - 1.0) > 1e-9
-    ):
-        raise ValueError(
-            "split must be three non-negative fractions (train, val, test) summing to 1, "
-            f"got {tuple(split)}"
-        )
-    return fractions
-
-
 def _check_args(
     genes, top_genes, normalise, velocity, vkey, spliced, unspliced, time_key, split, seed
 ) -> _Options:
@@ -195,7 +175,7 @@ def _check_args(
         spliced=spliced,
         unspliced=unspliced,
         time_key=time_key,
-        split=_check_split(split),
+        split=check_split(split),
         seed=int(seed),
     )
 
@@ -721,6 +701,8 @@ def _reference_network(network, genes: list[str]) -> tuple[dict, dict]:
 
 
 # ------------------------------------------------------------------ writing
+# split_ids' rule (exact counts, a seeded permutation) with numpy's generator: the
+# data layer does not import torch
 def _split_ids(n: int, fractions, seed: int) -> np.ndarray:
     n_train = round(fractions[0] * n)
     n_val = min(round(fractions[1] * n), n - n_train)

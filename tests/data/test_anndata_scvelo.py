@@ -3,14 +3,13 @@ AnnData (spliced/unspliced layers, ``true_t`` and the true rates) through the im
 a short GFG training and the motif scoring; and (slow) scVelo's dynamical model's own
 velocity layers. Skipped when scVelo is not installed."""
 
-import json
 import math
 
 import numpy as np
 import pytest
+from test_anndata import _train_and_score_motifs  # same folder: pytest puts it on the path
 
 import simsci.data as sd
-from simsci.cli import main
 
 
 def _scvelo():
@@ -61,21 +60,7 @@ def test_scvelo_simulation_import_train_and_motifs(tmp_path, capsys):
     assert ds.meta["import"]["time_key"] == "true_t" and ds.meta["genes"] == genes
     assert len(ds.meta["network"]["edges"]) == 4 and ds.meta["network_rates"] == "unknown"
 
-    steps = 20
-    cfg = tmp_path / "cfg.json"
-    cfg.write_text(json.dumps({"val_every": steps, "checkpoint_every": steps, "lr": 0.003}))
-    code = main(
-        [str(a) for a in (
-            "train", "gfg", "--data", path, "--out", tmp_path / "run", "--max-steps", steps,
-            "--batch-size", 8, "--config", cfg, "--no-progress", "--param", "hidden_dim=32",
-        )]
-    )  # fmt: skip
-    assert code == 0, capsys.readouterr().err
-    report = tmp_path / "motifs.json"
-    checkpoint = tmp_path / "run" / "checkpoints" / "last.pt"
-    argv = ["evaluate", checkpoint, "--data", path, "--task", "motifs", "--out", report]
-    assert main([str(a) for a in argv]) == 0, capsys.readouterr().err
-    motifs = json.loads(report.read_text())
+    motifs = _train_and_score_motifs(tmp_path, capsys, path)
     assert motifs["n_edges"] == 4 and motifs["n_pairs"] == 12
     for kind in ("signed", "activation", "repression", "edge"):
         assert 0 <= motifs[f"auroc_{kind}"] <= 1 and 0 <= motifs[f"ambient_auroc_{kind}"] <= 1
