@@ -97,8 +97,7 @@ def run_one(args) -> dict:
         scores = motif_scores(model, x_test.float())
         out[label] = {
             **{k: float(v) for k, v in score_network(scores.numpy(), adjacency).items()},
-            **{k: fitted[k] for k in ("vel_rel", "train_seconds") if k in fitted},
-            **({"recon": fitted["recon"]} if "recon" in fitted else {}),
+            **{k: fitted[k] for k in ("vel_rel", "recon", "train_seconds") if k in fitted},
         }
         print(
             f"{name} seed {seed} {label:16s} auroc_signed {out[label]['auroc_signed']:.3f} "
