@@ -19,8 +19,10 @@ world (``simsci.driving``) with the driving world's metrics, 3 seeds:
   rates, kinematic infeasibility with logit shaping (target 0) and without.
 - **Rollouts and density** (``rollout``): 1 km closed-loop rollouts with the
   lane-keeping ego on one CPU thread: real-time factor (target >= 10x), generated agents
-  per lane-km against the held-out truth's, NPC infeasible steps, seam gaps of the
-  visited tiles, how each rollout ended.
+  per lane-km against the held-out truth's, NPC infeasible steps from the stated motion
+  and from the positions, seam gaps of the tiles live together and the ego's tile
+  coverage (the recorder's, :mod:`simsci.driving.metrics`' definitions), how each
+  rollout ended.
 
 Usage: ``python benchmarks/bench_vectorworld.py --checkpoint runs/vectorworld --data
 runs/scenes2000.h5 [--parts map,init,npc,rollout] [--quick]``. Writes
@@ -212,8 +214,10 @@ def bench_rollout(model, data, episodes, quick):
         rows.append(s)
         print(f"rollout seed {seed}: {s['distance_m']:.0f} m, {s['real_time_factor']:.1f}x real "
               f"time, {s['world_tiles']} tiles, density {s['generated_agents_per_lane_km']:.1f}"
-              f"/lane-km, NPC infeasible {s['npc_infeasible_steps']}, seam gap median "
-              f"{s['seam_gap_median_m']}, ended {s['end_reason']}")  # fmt: skip
+              f"/lane-km, NPC infeasible {s['npc_infeasible_steps']} stated, "
+              f"{s['npc_path_infeasible_steps']} from positions, seam gap median "
+              f"{s['seam_gap_median_m']} (p90 {s['seam_gap_p90_m']}), tile coverage "
+              f"{s['tile_coverage']:.3f}, ended {s['end_reason']}")  # fmt: skip
     truth = _truth_density(data, episodes)
     gen = [r["generated_agents_per_lane_km"] for r in rows]
     return {

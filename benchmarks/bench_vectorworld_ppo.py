@@ -1,4 +1,4 @@
-"""PPO across worlds: trained in simsci/Driving-v0, evaluated in simsci/VectorWorld-v0,
+"""PPO across worlds: trained in simsci/Driving-v0, evaluated in simsci/VectorWorld-v1,
 and back.
 
 Claim checked: the two environments share their action and observation spaces, so a
@@ -61,7 +61,7 @@ def main() -> None:
     episodes = 4 if args.quick else args.episodes
     worlds = {
         "simsci/Driving-v0": (DrivingVectorEnv, dict(DRIVING, max_episode_steps=steps)),
-        "simsci/VectorWorld-v0": (
+        "simsci/VectorWorld-v1": (
             VectorWorldVectorEnv,
             {"checkpoint": model_vw, "route_length": 2000.0, "max_episode_steps": steps},
         ),
@@ -75,7 +75,7 @@ def main() -> None:
         )  # fmt: skip
 
     result = {
-        "claim": "a PPO driver moves between simsci/Driving-v0 and simsci/VectorWorld-v0",
+        "claim": "a PPO driver moves between simsci/Driving-v0 and simsci/VectorWorld-v1",
         "checkpoint": str(args.checkpoint),
         "timesteps": timesteps,
         "episodes": episodes,

@@ -157,7 +157,7 @@ def _lane_keeping_steps_per_second(env, device: str, num_envs: int, steps: int) 
 
 
 def vectorworld_env_steps_per_second(device: str, num_envs: int = 64, steps: int = 20) -> float:
-    """simsci/VectorWorld-v0 egos stepped per second on ``device`` (the small on-the-fly
+    """simsci/VectorWorld-v1 egos stepped per second on ``device`` (the small on-the-fly
     model: tiles outpainted, ΔSim NPCs and the observation all on the device)."""
     from simsci.envs import VectorWorldVectorEnv
 
@@ -235,7 +235,7 @@ def main() -> int:
                 failed.append(label)
         for name, rate_of in (
             ("Driving-v0 x4096", driving_env_steps_per_second),
-            ("VectorWorld-v0 x64", vectorworld_env_steps_per_second),
+            ("VectorWorld-v1 x64", vectorworld_env_steps_per_second),
         ):
             label = f"{name} on {device}"
             try:

@@ -13,7 +13,7 @@
   ``observation="flat"``; physical actions, or ``action_scale="normalized"`` in [-1, 1]
   for Stable Baselines3 and the like: :func:`physical_actions` / :func:`normalized_actions`
   convert);
-- ``simsci/VectorWorld-v0``: the same ego, spaces and reward in a world a trained
+- ``simsci/VectorWorld-v1``: the same ego, spaces and reward in a world a trained
   VectorWorld generates as it drives (:class:`VectorWorldEnv`: streamed lane tiles,
   ΔSim NPCs), so a driving policy can move between the two;
   :func:`vectorworld_rollout` drives a policy through that world for a distance and
@@ -108,7 +108,7 @@ ENV_IDS = {
         "simsci.envs._driving:DrivingEnv",
         "simsci.envs._driving:DrivingVectorEnv",
     ),
-    "simsci/VectorWorld-v0": (
+    "simsci/VectorWorld-v1": (
         "simsci.envs._vectorworld:VectorWorldEnv",
         "simsci.envs._vectorworld:VectorWorldVectorEnv",
     ),

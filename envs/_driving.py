@@ -158,7 +158,7 @@ def end_codes(collided, offroad, reached, timed_out, left_lanes=None) -> torch.T
     """Why each episode ended, as an index into :data:`END_REASONS` (0: it did not): a
     collision wins over an off-road, a termination over a truncation, the distance over
     the time limit. ``left_lanes``: off-road because the ego left the generated lanes
-    (``simsci/VectorWorld-v0`` only)."""
+    (``simsci/VectorWorld-v1`` only)."""
     code = torch.zeros_like(collided, dtype=torch.long)
     code = torch.where(timed_out, END_REASONS.index("time_limit"), code)
     code = torch.where(reached, END_REASONS.index("distance"), code)
@@ -623,7 +623,7 @@ class DrivingVectorEnv(gymnasium.vector.VectorEnv):
         mode,
     ) -> None:
         """Spaces, autoreset state and spec around ``self.world`` (shared with
-        ``simsci/VectorWorld-v0``, whose world differs but whose spaces do not); the
+        ``simsci/VectorWorld-v1``, whose world differs but whose spaces do not); the
         keywords were checked by :func:`check_driving_options`."""
         self.num_envs = int(num_envs)
         self.action_bounds = action_bounds

@@ -1,5 +1,5 @@
 """Evaluating a driving policy in either driving world (``simsci/Driving-v0`` or
-``simsci/VectorWorld-v0``: the same spaces), above both of them."""
+``simsci/VectorWorld-v1``: the same spaces), above both of them."""
 
 from __future__ import annotations
 
@@ -24,10 +24,10 @@ def evaluate(
 ) -> dict:
     """Run ``policy(obs) -> actions`` (batched observations in, ``(num_envs, 2)`` out)
     for ``episodes`` episodes of ``env_id`` (``simsci/Driving-v0`` or
-    ``simsci/VectorWorld-v0``: the same spaces); returns the fraction that drove
+    ``simsci/VectorWorld-v1``: the same spaces); returns the fraction that drove
     their full distance (``success``), collided, left the road, or ran out of time
     (``timeout``), the fraction without a collision or leaving the road (``safe``), and
-    the mean distance driven [m] and return. In ``simsci/VectorWorld-v0`` also
+    the mean distance driven [m] and return. In ``simsci/VectorWorld-v1`` also
     ``left_generated_lanes``: the fraction that left the road by driving past the end of
     the generated lanes (``info["end_reason"]``; counted in ``offroad`` too).
 
@@ -52,7 +52,7 @@ def evaluate(
         cls = VectorWorldVectorEnv
     else:
         raise ValueError(
-            f"env_id must be 'simsci/Driving-v0' or 'simsci/VectorWorld-v0', got {env_id!r}"
+            f"env_id must be 'simsci/Driving-v0' or 'simsci/VectorWorld-v1', got {env_id!r}"
         )
     env = cls(min(num_envs, episodes), autoreset_mode="SameStep", **env_kwargs)
     obs, _ = env.reset(seed=seed)

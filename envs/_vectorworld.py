@@ -1,4 +1,4 @@
-"""``simsci/VectorWorld-v0``: drive an ego car through a world a trained model generates.
+"""``simsci/VectorWorld-v1``: drive an ego car through a world a trained model generates.
 
 Description
     The map and the traffic come from a trained VectorWorld
@@ -61,6 +61,9 @@ Version history
     v0: initial version. Later, without a change to dynamics or reward: ``info`` gains
     ``end_reason`` (an episode ended by leaving the generated lanes said only
     ``offroad`` before).
+    v1: the generated map changed: a cell is generated once per episode (a dropped tile
+    the ego comes back to is restored, not drawn again), and a new tile pins the seams
+    of every existing neighbour, not only the one it is reached from.
 """
 
 from __future__ import annotations
@@ -89,7 +92,7 @@ from simsci.envs._driving import (
 
 __all__ = ["VectorWorldEnv", "VectorWorldVectorEnv", "ENV_ID"]
 
-ENV_ID = "simsci/VectorWorld-v0"
+ENV_ID = "simsci/VectorWorld-v1"
 
 
 class _Stream:
@@ -324,7 +327,7 @@ def _past_the_lanes(sim, b: int) -> bool:
 
 
 class VectorWorldVectorEnv(DrivingVectorEnv):
-    """``num_envs`` egos in ``simsci/VectorWorld-v0``, stepped as one batch (see the module
+    """``num_envs`` egos in ``simsci/VectorWorld-v1``, stepped as one batch (see the module
     docstring): reset/step/render and autoreset are those of ``simsci/Driving-v0``'s
     vector environment, over the generated world."""
 
@@ -383,7 +386,7 @@ class VectorWorldVectorEnv(DrivingVectorEnv):
 
 
 class VectorWorldEnv(DrivingEnv):
-    """One ego in ``simsci/VectorWorld-v0`` (numpy in/out): a vector environment of one.
+    """One ego in ``simsci/VectorWorld-v1`` (numpy in/out): a vector environment of one.
     ``info``: route_s (= distance), distance, speed, t, collision, offroad, and
     ``end_reason`` on the step that ends the episode (see the module docstring)."""
 

@@ -1,17 +1,20 @@
 """Closed-loop VectorWorld rollouts: drive a policy through a streamed world, record it.
 
 :func:`vectorworld_rollout` (public as ``simsci.envs.vectorworld_rollout``; the command
-``simsci rollout vectorworld``) runs one ego in ``simsci/VectorWorld-v0``'s world (its
+``simsci rollout vectorworld``) runs one ego in ``simsci/VectorWorld-v1``'s world (its
 stream, observation and reward) for ``km`` kilometres under a policy (the lane-keeping
 driver of ``simsci/Driving-v0`` by default, or any ``policy(obs) -> action`` on batched
 observations) and returns the rollout's statistics: distance, steps, wall time and
 real-time factor, why it ended (``end_reason``, in the words of the environment's
 ``info["end_reason"]``: collision, offroad, left_generated_lanes, distance or
-time_limit), tiles generated and resampled, spawns, collision and off-road steps (and of
-those, the steps off the end of the generated lanes), NPC kinematic infeasibility,
-agents per km, seam gaps. With ``record=True`` the drive is recorded by
-:class:`simsci.models.vectorworld.DriveRecorder`, ready for
-:func:`simsci.models.vectorworld.write_rollout` (the scene-tile format) and
+time_limit), tiles generated, resampled, dropped and restored, spawns, collision and
+off-road steps (and of those, the steps off the end of the generated lanes). With
+``record=True`` (the default) the drive is recorded by
+:class:`simsci.models.vectorworld.DriveRecorder` (every frame of every vehicle, the
+ego's actions, every tile version with the steps it was live), which adds the ego's tile
+coverage, seam gaps, kinematic feasibility of the ego and the NPCs (stated and from
+their positions) and agents per lane-km, ready for
+:func:`simsci.models.vectorworld.write_rollout` (a ``rollout`` trajectory file) and
 :func:`simsci.models.vectorworld.plot_route`.
 
 It sits with the environments, not with the model, because it drives the environment's
@@ -93,9 +96,11 @@ def vectorworld_rollout(
 
     Returns a dict: ``stats`` (``end_reason`` says why the rollout ended: "distance" when
     it drove ``km``, "time_limit" when ``max_steps`` ran out, else the failure that
-    stopped it, as ``simsci/VectorWorld-v0``'s ``info["end_reason"]``) and, with
-    ``record``, ``trace`` (per-step agents ``(T, V, 7)``, ``valid``, ``uid``), ``tiles``
-    (cell -> tile) and ``seam_gaps``.
+    stopped it, as ``simsci/VectorWorld-v1``'s ``info["end_reason"]``) and, with
+    ``record``, what :meth:`~simsci.models.vectorworld.DriveRecorder.finish` returns:
+    ``trace`` (per-frame agents ``(T+1, V, 7)``, ``valid``, ``uid``, ``control``, the
+    ego's ``action`` ``(T, 2)``), ``dt``, ``versions`` (tile id -> cell, tile), ``live``
+    (tile id, first frame, last frame) and ``seam_gaps``.
     """
     from simsci.models.vectorworld import DriveRecorder
 
@@ -126,6 +131,7 @@ def vectorworld_rollout(
     wall = time.perf_counter() - t0
     stats = {
         "km_requested": float(km),
+        "seed": int(seed),
         "distance_m": float(sim.driven[0]),
         "steps": steps,
         "sim_time_s": steps * 0.1,
@@ -157,14 +163,14 @@ def _drive(stream, fn, goal, limit, stop_on_failure, recorder, record):
             reason = "time_limit"
             break
         action = np.asarray(fn({k: v.cpu().numpy() for k, v in obs.items()}), np.float32)
-        action = torch.as_tensor(action.reshape(1, 2)).clamp(low, high)
+        action = torch.as_tensor(action.reshape(1, 2)).clamp(low, high)  # what the ego gets
         _, term, _, coll, off = stream.step(action.to(stream.device))
         steps += 1
         collisions += int(coll[0])
         offroad += int(off[0])
         left += int(stream.end_code[0]) == left_code
         if record:
-            recorder.snap()
+            recorder.snap(action[0].numpy())
         obs = stream.observe()
         if bool(term[0]) and stop_on_failure:
             reason = END_REASONS[int(stream.end_code[0])]

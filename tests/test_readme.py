@@ -31,7 +31,7 @@ SLOW = {
     "collision_rate), tests/envs/test_driving_env.py (DrivingVectorEnv, lane_keeping_policy), "
     "tests/driving/test_tiles.py (make_scenes, read_scene)",
     "small_default(": "tests/models/vectorworld/test_world.py (StreamingWorld, "
-    "VectorWorld-v0, rollout, write_rollout) and test_bundle.py",
+    "VectorWorld-v1, rollout, write_rollout) and test_bundle.py",
 }
 
 

@@ -47,10 +47,18 @@ METRICS_DESCRIPTION = """\
 The driving metrics of a scene file (simsci generate driving): collision and off-road
 rates of the agents in each tile, kinematic infeasibility of their histories, agents per
 km, lane-graph statistics, seam gaps; printed as JSON (and written to --out).
+
+Of a VectorWorld drive (OUT/rollout.h5 of `simsci rollout vectorworld`): for each
+drive, the share of the ego's steps on a recorded live tile, the seam gaps between tiles
+live at the same step, and kinematic feasibility of every agent (the ego and the NPCs)
+at every step, judged from the stated speed and heading and from the recorded
+positions (path curvature and acceleration), with the limits 10.4 m/s^2 and 0.3 1/m
+(simsci.driving.metrics: drive_tile_coverage, drive_seam_gaps, drive_feasibility).
 Deterministic: draws no random numbers.
 
-example:
+examples:
   simsci driving metrics data/scenes.h5 -n 64 --out metrics.json
+  simsci driving metrics runs/vectorworld_rollout/rollout.h5
 """
 
 ENV_PARAMS = """\
@@ -61,7 +69,7 @@ action_scale (physical or normalized), observation (dict or flat), ...
 
 PPO_DESCRIPTION = f"""\
 Train a PPO agent (Stable Baselines3, pip install "simsci[rl]") in simsci/Driving-v0
-(--env vectorworld: simsci/VectorWorld-v0, the generated world of --checkpoint) for
+(--env vectorworld: simsci/VectorWorld-v1, the generated world of --checkpoint) for
 --max-steps environment steps, then evaluate it on -n/--episodes episodes against the
 lane-keeping baseline (which drives the Dict observation with physical actions
 whatever --param action_scale/observation say). Writes OUT/ppo.zip, OUT/vecnormalize.pkl
@@ -113,7 +121,11 @@ def add_to(sub) -> None:
         description=METRICS_DESCRIPTION,
         run=_metrics,
     )
-    m.add_argument("scenes", metavar="SCENES", help="a scene file (simsci generate driving)")
+    m.add_argument(
+        "scenes",
+        metavar="SCENES",
+        help="a scene file (simsci generate driving) or a VectorWorld drive (rollout.h5)",
+    )
     add_episodes(m, default=32, help="episodes read (the first N)")
     add_out(m, "file", help="also write the metrics here (JSON)")
 
@@ -156,7 +168,7 @@ def _add_env_options(p) -> None:
         "--env",
         choices=["driving", "vectorworld"],
         default="driving",
-        help="simsci/Driving-v0 or simsci/VectorWorld-v0 (same spaces)",
+        help="simsci/Driving-v0 or simsci/VectorWorld-v1 (same spaces)",
     )
     p.add_argument(
         "--checkpoint",
@@ -212,13 +224,66 @@ def _roads(args) -> int:
 
 
 def _metrics(args) -> int:
+    import simsci.data
     from simsci.driving import scene_metrics
 
-    _emit(scene_metrics(args.scenes, episodes=args.episodes), args.out)
+    with simsci.data.open(args.scenes) as ds:
+        drive = ds.kind == "rollout" and ds.meta.get("recorder") == DRIVE_RECORDER
+        result = drive_metrics(ds, episodes=args.episodes) if drive else None
+    if result is None:
+        result = scene_metrics(args.scenes, episodes=args.episodes)
+    _emit(result, args.out)
     return 0
 
 
-ENV_IDS = {"driving": "simsci/Driving-v0", "vectorworld": "simsci/VectorWorld-v0"}
+#: the ``recorder`` of VectorWorld drive files (simsci.models.vectorworld.write_rollout)
+DRIVE_RECORDER = "simsci.models.vectorworld.DriveRecorder"
+
+
+def drive_metrics(ds, *, episodes: int | None = None) -> dict:
+    """The metrics of the drives of a VectorWorld rollout file ``ds`` (open), one row per
+    episode: ``steps``, ``tile_coverage``, seam gaps (count, unmatched, median and 90th
+    percentile of the matched), ``feasibility`` (``ego`` and ``npc``: agents, checked and
+    infeasible steps, stated and path)."""
+    import numpy as np
+
+    from simsci.driving import metrics
+
+    n = len(ds) if episodes is None else min(int(episodes), len(ds))
+    dt = float(ds.meta["dt"])
+    rows = []
+    for i in range(n):
+        ep = ds[i]
+        tiles, lanes = ep["graphs"]["tiles"]["nodes"], ep["graphs"]["lanes"]["nodes"]
+        live = (tiles["cell"], tiles["first_step"], tiles["last_step"])
+        gaps = metrics.drive_seam_gaps(
+            lanes["points"],
+            lanes["tile_id"],
+            tiles["tile_id"],
+            *live,
+            tile_size=ds.meta["tile_size"],
+        )
+        matched = gaps[np.isfinite(gaps)]
+        rows.append(
+            {
+                "steps": int(len(ep["t"]) - 1),
+                "tile_versions": int(len(np.unique(tiles["tile_id"]))),
+                "tile_coverage": metrics.drive_tile_coverage(
+                    ep["agents"][:, 0, :2], *live, tile_size=ds.meta["tile_size"]
+                ),
+                "seam_endpoints": int(len(gaps)),
+                "seam_unmatched": int((~np.isfinite(gaps)).sum()),
+                "seam_gap_median_m": float(np.median(matched)) if matched.size else None,
+                "seam_gap_p90_m": float(np.quantile(matched, 0.9)) if matched.size else None,
+                "feasibility": metrics.drive_feasibility(
+                    ep["agents"], ep["agents_valid"], ep["agent_id"], dt
+                ),
+            }
+        )
+    return {"episodes": n, "drives": rows}
+
+
+ENV_IDS = {"driving": "simsci/Driving-v0", "vectorworld": "simsci/VectorWorld-v1"}
 
 
 def _env_kwargs(args) -> dict:

@@ -34,19 +34,23 @@ example:
 
 VECTORWORLD_DESCRIPTION = """\
 A closed-loop rollout in a world a trained VectorWorld generates as the ego drives
-(simsci.envs.vectorworld_rollout, over simsci/VectorWorld-v0's world): map tiles
+(simsci.envs.vectorworld_rollout, over simsci/VectorWorld-v1's world): map tiles
 outpainted ahead in one step each, NPCs driven by ΔSim, the ego by --policy
-(lane-keeping, zero, or a PPO checkpoint .zip of `simsci driving ppo`). Writes
-OUT/rollout.h5 (the drive in the scene-tile format, readable by
-simsci.driving.read_scene and `simsci driving metrics`), OUT/route.png (top-down plot of
-the route; needs matplotlib) and OUT/stats.json (distance, why the rollout ended,
-real-time factor, tiles, spawns, collisions, NPC infeasibility, seam gaps). Without
+(lane-keeping, zero, or a PPO checkpoint .zip of `simsci driving ppo`). A cell is
+generated once per episode: a dropped tile the ego comes back to is restored, not drawn
+again. Writes OUT/rollout.h5 (the whole drive, a trajectory file of kind rollout: every
+vehicle at every 0.1 s step with its id, the ego's actions, every tile version with the
+steps it was live; docs/format.md "VectorWorld drives"; `simsci driving metrics` reads
+it), OUT/route.png (top-down plot of what was driven; needs matplotlib) and
+OUT/stats.json (distance, why the rollout ended, real-time factor, tiles, spawns,
+collisions, the ego's tile coverage, seam gaps, feasibility of the ego and the NPCs
+from their stated motion and from their positions). Without
 --checkpoint the small on-the-fly model is used (trained once and cached: for trying
 things, not for results).
 
 Why it ended (stats.json "end_reason", also printed on stderr): distance (drove --km),
 time_limit (ran out of steps: 2 m/s on average), or, unless --keep-going, the failure
-that stopped it, as simsci/VectorWorld-v0's info["end_reason"]: collision, offroad (left
+that stopped it, as simsci/VectorWorld-v1's info["end_reason"]: collision, offroad (left
 a lane that goes on), left_generated_lanes (drove past the end of the generated lanes:
 the map ran out, not a steering error).
 

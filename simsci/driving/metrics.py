@@ -48,7 +48,13 @@ Design choices, and why:
   :math:`\kappa > 0.3` 1/m; below :math:`\Delta s = 10^{-3}` m curvature is undefined and
   a heading change over :math:`10^{-3}` rad is infeasible (turning in place). On a circle
   of radius R the chord gives :math:`\kappa = \Delta\phi / (2R \sin(\Delta\phi/2))`,
-  within a relative :math:`\Delta\phi^2/24` of 1/R.
+  within a relative :math:`\Delta\phi^2/24` of 1/R. That judges the *stated* motion
+  (speed and heading); :func:`path_infeasible_steps` judges the *recorded positions*
+  against the same limits: from three consecutive positions, the path curvature
+  :math:`\kappa = \varphi / ((a + b)/2)` (φ the turning angle between the chords a, b)
+  and the longitudinal acceleration :math:`(b - a)/\Delta t^2`, so a vehicle whose
+  reference point slides sideways (a heading that does not turn while the positions do)
+  is seen. :func:`drive_feasibility` applies both to every agent of a recorded drive.
 - **Rates.** ``per="agent"`` (default): the fraction of agents (valid at least once)
   that are ever in collision / off-road / infeasible; ``per="step"``: the fraction of
   valid agent-steps (agent-frames for off-road, valid frame pairs for feasibility).
@@ -69,13 +75,18 @@ Design choices, and why:
   its number of predecessors and ``out_degree`` its number of successors, whether a
   graph stores succ, pred or both. Curvature of a node is its total absolute discrete
   turning angle divided by its length (zero-length segments, e.g. padding, turn 0).
-- **Seam gaps** match lane endpoints on a shared tile edge to the other tile's endpoints
-  on that edge *of the complementary kind* (an end meets a start: lanes running into
-  the next tile end on the seam there and start on it in the next tile; oncoming lanes
-  the other way round), so a neighbouring lane 3.5 m away is never a partner of the
-  wrong direction. An endpoint with no partner has gap ``inf`` (report the median).
-  Endpoints count as on the seam within ``tolerance`` (default 0.5 m, the shortest
-  piece the tiles keep). Distances are world-frame, computed in float64.
+- **Seam gaps** (one definition, :func:`seam_gaps` for two tiles, applied to a scene
+  file's episodes by :func:`episode_seam_gaps` and to a generated drive's tiles live at
+  the same step by :func:`drive_seam_gaps`): every lane end point within ``tolerance``
+  of an edge shared by two grid-neighbour tiles is matched to the other tile's end
+  points on that edge *of the complementary kind* (an end meets a start: lanes running
+  into the next tile end on the seam there and start on it in the next tile; oncoming
+  lanes the other way round), so a neighbouring lane 3.5 m away is never a partner of
+  the wrong direction; its gap is the distance to the nearest partner, ``inf`` with
+  none. ``tolerance`` defaults to 0.5 m, the shortest piece the tiles keep.
+  ``symmetric=False`` measures a seam from the earlier tile's end points only (a drive:
+  does tile k+1 continue tile k?), ``True`` from both (a generated map, where either
+  side may leave a lane unmet). Distances are world-frame, computed in float64.
 """
 
 from __future__ import annotations
@@ -95,6 +106,9 @@ __all__ = [
     "collision_rate",
     "collisions",
     "compare_lane_stats",
+    "drive_feasibility",
+    "drive_seam_gaps",
+    "drive_tile_coverage",
     "episode_seam_gaps",
     "frechet_distance",
     "infeasibility_rate",
@@ -105,6 +119,7 @@ __all__ = [
     "offroad",
     "offroad_distance",
     "offroad_rate",
+    "path_infeasible_steps",
     "seam_gaps",
     "tile_to_world",
     "world_to_tile",
@@ -648,6 +663,94 @@ def infeasibility_rate(
     return _scalar(_rate(bad, step_valid, per, -1, x.dtype), numpy_mode)
 
 
+def _path_infeasible(x, m, dt, max_accel, max_curvature, min_distance):
+    """Flags ``(..., T-2)`` of position triples (t-1, t, t+1), see :func:`path_infeasible_steps`."""
+    dt = _check_positive(dt, "dt")
+    max_accel = _check_positive(max_accel, "max_accel")
+    max_curvature = _check_positive(max_curvature, "max_curvature")
+    min_distance = _check_positive(min_distance, "min_distance")
+    x = _clean(x, m)
+    p = x[..., :2]
+    d0, d1 = p[..., 1:-1, :] - p[..., :-2, :], p[..., 2:, :] - p[..., 1:-1, :]
+    a, b = torch.hypot(d0[..., 0], d0[..., 1]), torch.hypot(d1[..., 0], d1[..., 1])
+    cross = d0[..., 0] * d1[..., 1] - d0[..., 1] * d1[..., 0]
+    dot = (d0 * d1).sum(-1)
+    turn = torch.atan2(cross, dot).abs()  # the path's turning angle at frame t, [0, π]
+    kappa = 2.0 * turn / (a + b).clamp_min(min_distance)
+    moving = (a >= min_distance) & (b >= min_distance)
+    acc = (b - a) / (dt * dt)  # change of the path speed |Δp| / dt over one step
+    bad = (acc.abs() > max_accel) | (moving & (kappa > max_curvature))
+    return bad & m[..., :-2] & m[..., 1:-1] & m[..., 2:]
+
+
+def path_infeasible_steps(
+    traj, valid=None, dt=0.1, *, max_accel=10.4, max_curvature=0.3, min_distance=0.1
+):
+    """Bool ``(..., A, T-2)``: the motion through frame t+1 of trajectory ``traj``
+    ``(..., A, T, 7)``, judged from the recorded positions alone, is infeasible.
+
+    From three consecutive positions p_{t}, p_{t+1}, p_{t+2} with chords a, b and turning
+    angle φ between them: path curvature ``κ = φ / ((a + b) / 2)`` (1/m; on a circle of
+    radius R, 1/R within a relative (a/R)²/24) and longitudinal acceleration ``(b - a) /
+    dt²`` (the change of the speed along the path, m/s²). Infeasible if ``|accel| >
+    max_accel``, or ``κ > max_curvature`` while both chords are at least
+    ``min_distance`` m (slower than that the positions' float32 rounding, ~0.3 mm at
+    5 km, reads as curvature, and heading alone says nothing: turning in place is
+    :func:`infeasible_steps`' to judge). Only triples of three valid frames count.
+    Unlike :func:`infeasible_steps` (the stated speed and heading), this sees a vehicle
+    whose reference point slides sideways.
+    """
+    x, numpy_mode = _agents(traj, "traj", min_ndim=2)
+    m = _mask(valid, x.shape[:-1], "valid", "traj without its feature axis", x.device)
+    _check_agent_values(x, m, "traj")
+    if x.shape[-2] < 3:
+        return _out(torch.zeros((*m.shape[:-1], 0), dtype=torch.bool, device=x.device), numpy_mode)
+    return _out(_path_infeasible(x, m, dt, max_accel, max_curvature, min_distance), numpy_mode)
+
+
+def drive_feasibility(agents, valid, agent_id, dt=0.1, *, ego_id=0):
+    """Feasibility of every agent of a recorded drive, both ways: a JSON-able dict
+    ``{"ego": {...}, "npc": {...}}``.
+
+    ``agents`` ``(T, V, 7)`` per-step slots (time-major, as a world stores them),
+    ``valid`` ``(T, V)``, ``agent_id`` ``(T, V)`` ints: the vehicle in each slot (a slot
+    is reused; consecutive frames belong to one agent only when its id holds), the ego's
+    ``ego_id``. Per group: ``agents`` (distinct ids), ``stated_steps`` /
+    ``stated_infeasible`` / ``stated_agents_infeasible`` (:func:`infeasible_steps`: the
+    stated speed and heading, over pairs of consecutive frames of one agent) and
+    ``path_steps`` / ``path_infeasible`` / ``path_agents_infeasible``
+    (:func:`path_infeasible_steps`: the recorded positions, over triples), at the default
+    limits (10.4 m/s², 0.3 1/m).
+    """
+    x, _ = _agents(agents, "agents", min_ndim=3)
+    if x.ndim != 3:
+        raise ValueError(f"agents must have shape (T, V, {_F}), got {tuple(x.shape)}")
+    m = _mask(valid, x.shape[:-1], "valid", "(T, V)", x.device)
+    ids = _int(agent_id, "agent_id", x.device)
+    if tuple(ids.shape) != tuple(m.shape):
+        raise ValueError(
+            f"agent_id must have shape {tuple(m.shape)} (T, V), got {tuple(ids.shape)}"
+        )
+    traj, tm, tid = x.transpose(0, 1), m.transpose(0, 1), ids.transpose(0, 1)  # V, T
+    same = tid[:, 1:] == tid[:, :-1]
+    stated = infeasible_steps(traj, tm, dt) & same
+    pairs = tm[:, 1:] & tm[:, :-1] & same
+    path = path_infeasible_steps(traj, tm, dt) & same[:, 1:] & same[:, :-1]
+    triples = tm[:, 2:] & tm[:, 1:-1] & tm[:, :-2] & same[:, 1:] & same[:, :-1]
+    out = {}
+    for name, group in (("ego", tid == ego_id), ("npc", tid != ego_id)):
+        g = group & tm
+        row = {"agents": int(torch.unique(tid[g]).numel())}
+        for basis, bad, checked in (("stated", stated, pairs), ("path", path, triples)):
+            k = checked.shape[1]
+            gk = group[:, :k] & checked
+            row[f"{basis}_steps"] = int(gk.sum())
+            row[f"{basis}_infeasible"] = int((bad & gk).sum())
+            row[f"{basis}_agents_infeasible"] = int(torch.unique(tid[:, :k][bad & gk]).numel())
+        out[name] = row
+    return out
+
+
 # ------------------------------------------------------------------ displacement
 def ade_fde(pred, target, valid=None, *, reduction="mean"):
     """Average and final displacement errors (m) of ``pred`` vs ``target``.
@@ -1042,6 +1145,94 @@ def seam_gaps(
     )
     gaps = _seam_core(pts, nt, poses, tile_size, tolerance, symmetric)
     return _out(gaps.to(pa.dtype), numpy_mode)
+
+
+def _live_tiles(tile_cell, first_step, last_step):
+    cells = _int(tile_cell, "tile_cell", "cpu")
+    if cells.ndim != 2 or cells.shape[1] != 2:
+        raise ValueError(f"tile_cell must have shape (k, 2), got {tuple(cells.shape)}")
+    first = _int(first_step, "first_step", "cpu")
+    last = _int(last_step, "last_step", "cpu")
+    k = cells.shape[0]
+    if tuple(first.shape) != (k,) or tuple(last.shape) != (k,):
+        raise ValueError(
+            f"first_step and last_step must have shape ({k},) like tile_cell's rows, got "
+            f"{tuple(first.shape)} and {tuple(last.shape)}"
+        )
+    if bool((last < first).any()):
+        raise ValueError("every live interval needs first_step <= last_step")
+    return cells, first, last
+
+
+def drive_seam_gaps(
+    points, lane_tile, tile_id, tile_cell, first_step, last_step, *, tile_size=64.0, tolerance=0.5
+):
+    """Seam gaps (m) of the map a drive saw: every seam between two tiles that were live
+    at the same step, measured once, with :func:`seam_gaps` (``symmetric=True``).
+
+    The one seam-gap definition (the world, its recorder, the benchmarks and ``simsci
+    driving metrics`` use it): for every lane end point within ``tolerance`` of an edge
+    shared by two grid-neighbour tiles, the distance to the nearest end point of the
+    complementary kind (a lane's end meets a lane's start) of the other tile on that
+    edge; ``inf`` when there is none (a lane cut off at the seam). End points of both
+    tiles count.
+
+    ``points`` ``(n, P, 2)``: lanes in their tile's frame (tile (i, j) is centred at
+    ``tile_size (i, j)``, axes as the world's); ``lane_tile`` ``(n,)``: the tile version
+    each lane belongs to (a value of ``tile_id``). ``tile_id``, ``tile_cell`` ``(k, 2)``,
+    ``first_step``, ``last_step`` ``(k,)``: the intervals of steps each version was live
+    (a version may have several). Returns float64 ``(g,)`` (NumPy).
+    """
+    pts = _float(points, "points").to(torch.float64)
+    if pts.ndim != 3 or pts.shape[-1] != 2 or pts.shape[1] < 2:
+        raise ValueError(f"points must have shape (n, P, 2) with P >= 2, got {tuple(pts.shape)}")
+    lane_of = _int(lane_tile, "lane_tile", "cpu")
+    if tuple(lane_of.shape) != (pts.shape[0],):
+        raise ValueError(f"lane_tile must have shape ({pts.shape[0]},), got {tuple(lane_of.shape)}")
+    ids = _int(tile_id, "tile_id", "cpu")
+    cells, first, last = _live_tiles(tile_cell, first_step, last_step)
+    if tuple(ids.shape) != (cells.shape[0],):
+        raise ValueError(f"tile_id must have shape ({cells.shape[0]},), got {tuple(ids.shape)}")
+    cell_of = {}
+    for v, c in zip(ids.tolist(), cells.tolist()):
+        if cell_of.setdefault(v, tuple(c)) != tuple(c):
+            raise ValueError(f"tile version {v} is recorded at two cells, {cell_of[v]} and {c}")
+    # pairs of 4-neighbour versions whose live intervals overlap, each pair once
+    c, f, la, v = cells.numpy(), first.numpy(), last.numpy(), ids.numpy()
+    near = np.abs(c[:, None] - c[None]).sum(-1) == 1
+    overlap = (f[:, None] <= la[None]) & (f[None] <= la[:, None])
+    r, q = np.nonzero(near & overlap & (v[:, None] < v[None]))
+    gaps = [torch.zeros(0, dtype=torch.float64)]
+    for a, b in sorted(set(zip(v[r].tolist(), v[q].tolist()))):
+        centre = [tile_size * torch.tensor(cell_of[u], dtype=torch.float64) for u in (a, b)]
+        wa, wb = pts[lane_of == a] + centre[0], pts[lane_of == b] + centre[1]
+        if len(wa) or len(wb):  # an empty neighbour: its partners' gaps are inf
+            pose_a, pose_b = (torch.cat([cc, torch.zeros(1, dtype=torch.float64)]) for cc in centre)
+            gaps.append(
+                seam_gaps(
+                    wa, wb, pose_a, pose_b, tile_size=tile_size, tolerance=tolerance, symmetric=True
+                )
+            )
+    return torch.cat(gaps).numpy()
+
+
+def drive_tile_coverage(xy, tile_cell, first_step, last_step, *, tile_size=64.0) -> float:
+    """Fraction of the steps t of a drive whose position ``xy[t]`` (``(T, 2)``, world
+    frame) lies in the cell of a tile live at t (``tile_cell`` ``(k, 2)``, live from
+    ``first_step`` to ``last_step``, inclusive; cell (i, j) is the square of side
+    ``tile_size`` centred at ``tile_size (i, j)``). 1.0 for a recording that holds every
+    tile the ego drove on; NaN for an empty drive."""
+    p = _float(xy, "xy").to(torch.float64)
+    if p.ndim != 2 or p.shape[1] != 2:
+        raise ValueError(f"xy must have shape (T, 2), got {tuple(p.shape)}")
+    cells, first, last = _live_tiles(tile_cell, first_step, last_step)
+    if p.shape[0] == 0:
+        return math.nan
+    here = torch.floor(p.cpu() / tile_size + 0.5).to(torch.int64)  # (T, 2)
+    t = torch.arange(p.shape[0])[:, None]
+    live = (t >= first[None]) & (t <= last[None])  # (T, k)
+    same = (here[:, None, :] == cells[None]).all(-1)
+    return float((live & same).any(-1).double().mean())
 
 
 # ------------------------------------------------------------------ distribution distances

@@ -595,3 +595,97 @@ def test_metrics_follow_the_device(device):
     )
     assert st["length"].device.type == device.type
     np.testing.assert_array_equal(st["degree"].cpu().numpy(), [1, 2, 1, 0])
+
+
+def _arc(radius, speed, steps=30, dt=0.1, heading=None):
+    """Agents ``(1, steps, 7)`` on a circle of ``radius`` at ``speed``; ``heading``: a
+    fixed stated heading instead of the tangent (a vehicle sliding sideways)."""
+    th = speed * np.arange(steps) * dt / radius
+    h = th if heading is None else np.full(steps, heading)
+    x, y = radius * np.sin(th), radius - radius * np.cos(th)
+    return np.stack(
+        [x, y, np.full(steps, speed), np.cos(h), np.sin(h), 4.5 + 0 * x, 1.9 + 0 * x], -1
+    )[None]
+
+
+def test_path_feasibility_from_positions():
+    assert not M.path_infeasible_steps(_arc(10.0, 5.0)).any()  # 0.1 1/m
+    bad = M.path_infeasible_steps(_arc(3.0, 5.0))  # 0.33 1/m
+    assert bad.shape == (1, 28) and bad.all() and M.infeasible_steps(_arc(3.0, 5.0)).all()
+    # heading stated straight ahead on a tight circle: only the positions give it away
+    slide = _arc(2.0, 3.0, heading=0.0)
+    assert M.path_infeasible_steps(slide).all() and not M.infeasible_steps(slide).any()
+    # 12 m/s^2 along a straight line, stated speed constant: infeasible from positions
+    t = np.arange(10) * 0.1
+    fast = np.zeros((1, 10, 7))
+    fast[0, :, 0], fast[0, :, 2:5] = 6.0 * t**2, [5.0, 1.0, 0.0]
+    assert M.path_infeasible_steps(fast).all() and not M.infeasible_steps(fast).any()
+    assert not M.path_infeasible_steps(fast, max_accel=12.5).any()
+    # crawling (chords under min_distance): curvature not judged from positions
+    assert not M.path_infeasible_steps(_arc(0.5, 0.2)).any()
+    # a triple needs three valid frames; too short a track gives no triple
+    v = np.ones((1, 30), bool)
+    v[0, 5] = False
+    assert M.path_infeasible_steps(_arc(3.0, 5.0), v)[0, 3:6].sum() == 0
+    assert M.path_infeasible_steps(_arc(3.0, 5.0)[:, :2]).shape == (1, 0)
+
+
+def test_drive_feasibility_counts_agents_by_id():
+    """Slots of a drive: the ego (id 0) and a slot that holds vehicle 5, then vehicle 6
+    far away: the jump between two vehicles is no step of either."""
+    T = 10
+    agents = np.zeros((T, 2, 7))
+    agents[..., 2:7] = [5.0, 1.0, 0.0, 4.5, 1.9]
+    agents[:, 0, 0] = 0.5 * np.arange(T)
+    agents[:, 1, 0] = 100.0 + 0.5 * np.arange(T)
+    agents[5:, 1, 0] += 300.0
+    ids = np.array([[0, 5]] * 5 + [[0, 6]] * 5)
+    valid = np.ones((T, 2), bool)
+    out = M.drive_feasibility(agents, valid, ids, 0.1)
+    assert out["ego"] == {
+        "agents": 1,
+        "stated_steps": 9,
+        "stated_infeasible": 0,
+        "stated_agents_infeasible": 0,
+        "path_steps": 8,
+        "path_infeasible": 0,
+        "path_agents_infeasible": 0,
+    }
+    assert out["npc"]["agents"] == 2 and out["npc"]["stated_steps"] == 8
+    assert out["npc"]["path_steps"] == 6 and out["npc"]["path_infeasible"] == 0
+    agents[7, 1, 1] = 2.0  # vehicle 6 jumps 2 m sideways for one frame
+    out = M.drive_feasibility(agents, valid, ids, 0.1)
+    assert out["npc"]["path_infeasible"] == 3 and out["npc"]["path_agents_infeasible"] == 1
+    assert out["npc"]["stated_infeasible"] == 0  # its stated heading never turned
+    with pytest.raises(ValueError, match="agent_id"):
+        M.drive_feasibility(agents, valid, ids[:, :1], 0.1)
+
+
+def test_drive_seam_gaps_pair_only_tiles_live_together():
+    """Cell (0, 0) in two versions: the first, live with (1, 0), meets its lanes; the
+    second, live only later and alone, is no seam of (1, 0)'s."""
+    x = np.linspace(-32.0, 32.0, 20)
+    lane = np.stack([x, np.full(20, 1.75)], -1)
+    shifted = lane + [0.0, 0.4]
+    points = np.stack([lane, lane, shifted])
+    lane_tile = [0, 1, 2]
+    tiles = dict(tile_id=[0, 1, 2], tile_cell=[[0, 0], [1, 0], [0, 0]])
+    gaps = M.drive_seam_gaps(points, lane_tile, **tiles, first_step=[0, 3, 9], last_step=[8, 8, 12])
+    np.testing.assert_array_equal(gaps, [0.0, 0.0])  # both ends of the one seam
+    both = M.drive_seam_gaps(
+        points, lane_tile, **tiles, first_step=[0, 3, 9], last_step=[8, 12, 12]
+    )
+    np.testing.assert_allclose(np.sort(both), [0.0, 0.0, 0.4, 0.4])
+    # a lane end on the edge with nothing to meet it: inf
+    alone = M.drive_seam_gaps(points[:1], [0], [0, 1], [[0, 0], [1, 0]], [0, 0], [1, 1])
+    assert list(alone) == [math.inf]
+    with pytest.raises(ValueError, match="two cells"):
+        M.drive_seam_gaps(points, lane_tile, [0, 0, 2], [[0, 0], [1, 0], [0, 0]], [0] * 3, [1] * 3)
+
+
+def test_drive_tile_coverage():
+    xy = [[0.0, 0.0], [40.0, 0.0], [100.0, 0.0], [100.0, 40.0]]
+    cells, first, last = [[0, 0], [1, 0], [2, 0]], [0, 0, 3], [3, 1, 3]
+    assert M.drive_tile_coverage(xy, cells, first, last) == 0.5  # t = 0 and 1 only
+    assert M.drive_tile_coverage(xy, cells, [0, 0, 2], [3, 1, 3]) == 0.75
+    assert math.isnan(M.drive_tile_coverage(np.zeros((0, 2)), cells, first, last))

@@ -1,5 +1,5 @@
 """simsci/Driving-v0 says why each episode ended: ``info["end_reason"]`` (the same names
-as simsci/VectorWorld-v0, whose own end reasons are tested with its world in
+as simsci/VectorWorld-v1, whose own end reasons are tested with its world in
 tests/models/vectorworld/test_world.py)."""
 
 import numpy as np

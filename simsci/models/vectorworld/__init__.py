@@ -21,12 +21,13 @@ training data, its metrics the yardstick). Three trained parts and the world the
   (:class:`LaneSet`, :class:`AgentState`, :func:`step_agents`, re-exported here).
 - :class:`StreamingWorld` (:mod:`._world`): ``n`` closed-loop worlds that generate tiles
   ahead of the ego and drop those behind, spawn the generated agents and drive them with
-  ΔSim; ``gymnasium.make("simsci/VectorWorld-v0")`` wraps it with the spaces of
+  ΔSim; ``gymnasium.make("simsci/VectorWorld-v1")`` wraps it with the spaces of
   ``simsci/Driving-v0``. The closed-loop rollout (a policy driving that world for a
   distance) lives with the environments it drives, a layer above this package:
   :func:`simsci.envs.vectorworld_rollout` (``simsci rollout vectorworld``; it was
   ``simsci.models.vectorworld.rollout`` before). What it records and writes is here:
-  :class:`DriveRecorder`, :func:`write_rollout` (the scene format) and
+  :class:`DriveRecorder`, :func:`write_rollout` (kind ``rollout``: every agent at every
+  step, the ego's actions, every tile version with the steps it was live) and
   :func:`plot_route` (:mod:`._rollout`).
 - :class:`VectorWorld` (:mod:`._bundle`): the three parts in one checkpoint directory;
   :func:`train_vectorworld` (``simsci train vectorworld --data scenes.h5``) trains them;

@@ -19,7 +19,7 @@ vectorworld --data scenes.h5``): the tile generator and the VAE on the file's ti
 on (its ``road_seeds`` / ``route_length`` meta), each with ``simsci.train.Trainer`` in
 its own sub-directory (so an interrupted run resumes part by part).
 
-:func:`small_default` is the "pretrained on the fly" model ``simsci/VectorWorld-v0``
+:func:`small_default` is the "pretrained on the fly" model ``simsci/VectorWorld-v1``
 uses without a checkpoint: a few simulated drives and a few hundred steps per part on
 tiny networks, cached on disk (``$SIMSCI_CACHE`` or ``~/.cache/simsci``) keyed by the
 code version. It makes a working, fast world for tests and first steps; its maps and

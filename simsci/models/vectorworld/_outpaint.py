@@ -56,6 +56,15 @@ Design choices, and why
 - **Resampling.** A generated tile without a lane (or a first tile without the ego's
   lane) is drawn again with fresh noise, up to ``max_tries`` draws in all; ``stats``
   counts the redraws (``resampled``) and the tiles still lane-less (``empty``).
+- **Further neighbours pin their seams too.** A new tile may touch several existing
+  tiles (the world turned, or came back); the block holds one context, so
+  :meth:`TileGenerator.generate`'s ``neighbours`` add, for every lane end of the other
+  neighbours on their shared edge, one more seam slot with that end point pinned and
+  ``is_lane`` pinned to 1 (there is no context lane beside it to tell the network
+  whether the lane goes on, and a map whose lane stops at a seam is broken). They are
+  placed after the context's seam slots, skipping pins within ``seam_tol`` of a pin of
+  the same kind already there, while lane slots remain. Not seen in training: the pins
+  fix where lanes meet those seams, the network fills in the rest.
 - **Exact seams.** Pinned entries never change in the samplers; decoding writes the
   float64 pin (the context endpoint mapped into the target frame, ``p - 64 step``)
   back into each seam lane, so a seam endpoint equals the context's endpoint.
@@ -81,15 +90,19 @@ from simsci.models.vectorworld._dit import (
     sample_one_step,
 )
 from simsci.models.vectorworld._tokens import (
+    _FIRST,
+    _LAST,
     DIRECTIONS,
     GEN_COND_DIM,
     GENERATOR_LAYOUT,
+    IS_LANE,
     LANE_POINTS,
     RELATIONS,
     TILE_SIZE,
     TOKEN_DIM,
     TokenLayout,
     _direction,
+    _seam_slots,
     check_scene_layout,
     check_tile,
     episode_tile,
@@ -302,7 +315,7 @@ class TileGenerator(nn.Module):
                 continue
             tile["points"][j, 0 if end == 0 else LANE_POINTS - 1] = block["seam_pin"][s]
             rows += [(c, j, end) for c in block["seam_context"][s]]
-            tangent = None
+            tangent = block.get("seam_tangent", {}).get(s)
             if cpts is not None and block["seam_context"][s]:
                 c = cpts[block["seam_context"][s][0]]
                 d = c[-1] - c[-2] if end == 0 else c[1] - c[0]
@@ -339,6 +352,7 @@ class TileGenerator(nn.Module):
         generator: torch.Generator | None = None,
         max_tries: int = 3,
         smooth: bool = True,
+        neighbours: list | None = None,
     ) -> tuple[list[dict], dict]:
         """New tiles from their neighbours, batched. ``smooth``: project every generated
         lane onto a cubic Bézier (:func:`smooth_lane`; tangent-continuous at seams).
@@ -350,7 +364,11 @@ class TileGenerator(nn.Module):
         with a None context. ``steps=1, mode="meanflow"``: one network call
         (:func:`~._dit.sample_one_step`); otherwise :func:`~._dit.sample_multistep`
         (``mode="flow"``: Euler on the instantaneous velocity). ``generator``: the noise
-        (default the global RNG of the model's device).
+        (default the global RNG of the model's device). ``neighbours[b]``: the new tile's
+        other existing 4-neighbours, a list of ``(tile, direction)`` (tile dicts as
+        ``contexts``, direction = the step from that neighbour's cell to the new one);
+        their lane ends on the shared edges are pinned as lanes of the new tile (module
+        docstring). None: no other neighbours.
 
         Returns ``(tiles, stats)``: float64 tile dicts with the same keys in the NEW
         tile's frame (seam endpoints equal to the context's endpoints), and ``stats``:
@@ -380,10 +398,19 @@ class TileGenerator(nn.Module):
         stats.update(agents=0, seams=[])
         if B == 0:
             return [], stats
+        if neighbours is not None and (
+            not isinstance(neighbours, (list, tuple)) or len(neighbours) != len(contexts)
+        ):
+            raise ValueError(
+                "neighbours must be None or a list with one entry (a list of (tile, "
+                f"direction) pairs) per new tile, {len(contexts)} here"
+            )
         blocks = []
         for b, (c, d) in enumerate(zip(contexts, directions)):
             try:
                 blocks.append(generation_block(c, d, self.layout))
+                if neighbours is not None and neighbours[b]:
+                    _pin_neighbours(blocks[-1], neighbours[b], self.layout)
             except (ValueError, TypeError) as exc:
                 raise type(exc)(f"contexts[{b}] / directions[{b}]: {exc}") from None
         dtype, dev = self._dtype_device()
@@ -428,6 +455,43 @@ class TileGenerator(nn.Module):
         stats["agents"] = int(sum(len(t["agents"]) for t in tiles))
         stats["seams"] = seams
         return tiles, stats
+
+
+def _pin_neighbours(block: dict, neighbours, layout: TokenLayout) -> None:
+    """Add a seam slot to a :func:`~._tokens.generation_block` for every lane end of
+    ``neighbours`` (``(tile, direction)`` pairs) on their shared edge: its end point and
+    ``is_lane`` pinned (module docstring), its tangent kept for :func:`smooth_lane`."""
+    M = layout.max_lanes + layout.max_agents
+    S = block["n_seam"]
+    x, known, pinned = block["x"], block["known"], block["pinned"]
+    tangents = block.setdefault("seam_tangent", {})
+    for tile, direction in neighbours:
+        if not isinstance(direction, (int, np.integer)) or not 0 <= direction < len(DIRECTIONS):
+            raise ValueError(f"a neighbour's direction must index DIRECTIONS, got {direction!r}")
+        pts = check_tile(tile, "neighbour")["points"]
+        cp = pts - TILE_SIZE * np.asarray(DIRECTIONS[direction], np.float64)  # new frame
+        for end, pin, ids in _seam_slots(cp, int(direction), layout):
+            taken = [
+                s
+                for s in range(S)
+                if block["seam_end"][s] == end
+                and np.hypot(*(block["seam_pin"][s] - pin)) <= layout.seam_tol
+            ]
+            if taken or S >= layout.max_lanes:
+                continue
+            block["seam_end"][S], block["seam_pin"][S] = end, pin
+            block["seam_context"].append([])  # no lane of the context beside it
+            cols = _FIRST if end == 0 else _LAST
+            for arr in (x, known):
+                arr[M + S, cols] = (pin / layout.scale).astype(np.float32)
+                arr[M + S, IS_LANE] = 1.0
+            pinned[M + S, cols] = pinned[M + S, IS_LANE] = True
+            lane = cp[ids[0]]
+            d = lane[-1] - lane[-2] if end == 0 else lane[1] - lane[0]
+            n = float(np.hypot(*d))
+            tangents[S] = d / n if n > 1e-9 else None
+            S += 1
+    block["n_seam"] = S
 
 
 def _bernstein(u: np.ndarray) -> np.ndarray:

@@ -1,33 +1,55 @@
 """Recording a drive through a :class:`~simsci.models.vectorworld.StreamingWorld`, and
 writing and plotting it.
 
-The closed-loop rollout itself (a policy driving ``simsci/VectorWorld-v0``'s world for
+The closed-loop rollout itself (a policy driving ``simsci/VectorWorld-v1``'s world for
 ``km`` kilometres) drives the environment's stream, observations and lane-keeping policy,
 so it lives a layer up, with the environments: :func:`simsci.envs.vectorworld_rollout`
 (``simsci rollout vectorworld``). What it records is this module's: a
-:class:`DriveRecorder` snapshots one world every step (agents, validity, vehicle ids,
-the tile of each cell the ego visits) and turns the drive into the rollout's NPC and seam
-statistics; :func:`write_rollout` writes the recorded episode in the scene-tile format
-(:func:`simsci.driving.write_scenes`), cut exactly as the ground-truth drives are (the
-visited cells' generated lanes become the lane graph, agents with a 1 s history in each
-tile's frame), so the driving world's readers, metrics and VectorWorld's own training
-read a generated drive like a simulated one. :func:`plot_route` draws the whole route
-top-down (matplotlib, optional).
+:class:`DriveRecorder` snapshots one world every step (every vehicle slot's state,
+validity, vehicle id and controls, the ego's action, and which tile versions are live),
+and turns the drive into the rollout's statistics; :func:`write_rollout` writes it as a
+trajectory file of kind ``rollout`` (docs/format.md, "VectorWorld drives"): the whole
+drive at 10 Hz, and every tile version with the steps it was live, so the file holds the
+map that was driven; :func:`plot_route` draws it top-down (matplotlib, optional).
+
+Design choices, and why
+-----------------------
+- **Every frame, every slot.** The agents are kept as the world holds them, ``(T+1, V,
+  7)`` slots with a validity mask and the id of the vehicle in each slot (the ego is id
+  0; a slot is reused after a vehicle leaves, so a track is a run of one id): nothing is
+  cut or resampled, and the metrics of the file are the metrics of the drive.
+- **Tile versions with live intervals.** A tile version (the world's tile id) is stored
+  once with its lanes; each interval of steps it was live (kept by the world) is one row
+  ``(tile id, cell, first step, last step)``, so a dropped and restored tile has two
+  rows and one set of lanes. Nothing assumes one version per cell: the seam gaps pair
+  only versions live at the same step (:func:`simsci.driving.metrics.drive_seam_gaps`).
+- **One definition of each statistic.** Seam gaps, feasibility (stated speed and heading,
+  and recorded positions) and the ego's tile coverage come from
+  :mod:`simsci.driving.metrics` (``drive_seam_gaps``, ``drive_feasibility``,
+  ``drive_tile_coverage``), which ``simsci driving metrics`` applies to the written file.
 """
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
-import torch
 
-from simsci.models.vectorworld._world import _cell
+from simsci.driving import (
+    AGENT_FEATURES,
+    DT,
+    EDGE_TYPES,
+    LANE_KINDS,
+    LANE_POINTS,
+    TILE_SIZE,
+    metrics,
+)
 
 __all__ = ["DriveRecorder", "write_rollout", "plot_route"]
 
 #: the ``generator`` a written rollout names in its metadata
 ROLLOUT_GENERATOR = "simsci.envs.vectorworld_rollout"
+#: the ``recorder`` of a written rollout: ``simsci driving metrics`` reads files with it
+RECORDER = "simsci.models.vectorworld.DriveRecorder"
+SYSTEM = "simsci/VectorWorld-v1"
 
 
 class DriveRecorder:
@@ -36,168 +58,252 @@ class DriveRecorder:
 
     def __init__(self, world, b: int = 0):
         self.world, self.b = world, int(b)
-        self._agents: list[np.ndarray] = []
-        self._valid: list[np.ndarray] = []
-        self._uid: list[np.ndarray] = []
-        self.tiles: dict = {}  # cell -> the tile the ego found there, in visiting order
+        self._frames: dict[str, list] = {k: [] for k in ("agents", "valid", "uid", "control")}
+        self._actions: list[np.ndarray] = []
+        self.versions: dict = {}  # tile id -> {"cell", "tile"}
+        self._open: dict = {}  # tile id -> the frame its current live interval began
+        self._live: list = []  # closed intervals (tile id, first frame, last frame)
 
-    def snap(self) -> None:
-        """Record the current frame (and the tile of the ego's cell on a first visit)."""
+    def snap(self, action=None) -> None:
+        """Record the current frame: every slot, and the live tile versions. ``action``:
+        the ego's action ``(2,)`` that led from the previous frame to this one (None for
+        the first frame)."""
         w, b = self.world, self.b
+        j = len(self._frames["agents"])
+        if (action is None) != (j == 0):
+            raise ValueError("give the ego's action with every frame but the first")
+        if action is not None:
+            self._actions.append(np.asarray(action, np.float64).reshape(2))
         a, v = w.agents()
-        self._agents.append(a[b].double().cpu().numpy())
-        self._valid.append(v[b].cpu().numpy())
-        self._uid.append(w.uid[b].cpu().numpy().copy())
-        cell = _cell(float(w.x[b, 0]), float(w.y[b, 0]))
-        if cell not in self.tiles:
-            slot = w._slot_of(b, cell)
-            if slot is not None:
-                self.tiles[cell] = w.tiles[b][slot]["tile"]
+        self._frames["agents"].append(a[b].cpu().numpy())
+        valid = v[b].cpu().numpy()
+        self._frames["valid"].append(valid)
+        self._frames["uid"].append(np.where(valid, w.uid[b].cpu().numpy(), -1))
+        control = np.stack([w.accel[b].cpu().numpy(), w.kappa[b].cpu().numpy()], -1)
+        self._frames["control"].append(np.where(valid[:, None], control, np.nan))
+        live = {r["tile_id"]: r for r in w.tiles[b].values()}
+        for tid in [t for t in self._open if t not in live]:
+            self._live.append((tid, self._open.pop(tid), j - 1))
+        for tid, rec in live.items():
+            self.versions.setdefault(tid, {"cell": rec["cell"], "tile": rec["tile"]})
+            self._open.setdefault(tid, j)
 
     def finish(self, stats: dict) -> dict:
-        """The recorded drive: ``trace`` (``agents`` ``(T, V, 7)``, ``valid``, ``uid``),
-        ``tiles`` (cell -> tile) and ``seam_gaps``; adds the NPC statistics (collision and
-        infeasibility rates, agents per lane km) and the seam gaps to ``stats``."""
-        return _recorded(stats, self._agents, self._valid, self._uid, self.tiles)
+        """The recorded drive, and its statistics added to ``stats`` (see
+        :func:`drive_stats`): ``trace`` (``agents`` ``(T+1, V, 7)``, ``valid``, ``uid``
+        (-1 where invalid), ``control`` ``(T+1, V, 2)`` [accel, curvature], ``action``
+        ``(T, 2)``), ``dt``, ``versions`` (tile id -> cell and tile, own frame), ``live``
+        int64 ``(k, 3)`` rows (tile id, first frame, last frame) and ``seam_gaps``.
+
+        The statistics: the ego's ``tile_coverage`` (share of frames on a recorded live
+        tile), seam gaps of tiles live together (``seam_endpoints``, ``seam_unmatched``,
+        ``seam_gap_median_m`` / ``seam_gap_p90_m`` of the matched ones), feasibility of
+        the ego and the NPCs by their stated speed and heading (``ego_infeasible_steps``
+        of ``ego_steps_checked`` frame pairs, ``npc_...`` likewise) and by their recorded
+        positions (``*_path_infeasible_steps`` of ``*_path_steps_checked`` triples),
+        NPC collisions, lane-km of the recorded tile versions and generated agents per
+        lane-km."""
+        last = len(self._frames["agents"]) - 1
+        live = self._live + [(tid, first, last) for tid, first in self._open.items()]
+        live.sort(key=lambda r: (r[1], r[0]))
+        trace = {k: np.stack(v) for k, v in self._frames.items()}
+        trace["action"] = np.asarray(self._actions, np.float64).reshape(-1, 2)
+        out = {
+            "trace": trace,
+            "dt": DT,
+            "versions": dict(sorted(self.versions.items())),
+            "live": np.asarray(live, np.int64).reshape(-1, 3),
+        }
+        out["seam_gaps"] = _drive_stats(out, stats)
+        return out
 
 
-def _recorded(stats: dict, trace_a, trace_v, trace_u, visits: dict) -> dict:
-    """The recorded drive (``trace``, ``tiles``, ``seam_gaps``) of :class:`DriveRecorder`;
-    adds the NPC and seam statistics to ``stats``."""
-    out = {}
-    agents = np.stack(trace_a)
-    valid = np.stack(trace_v)
-    uid = np.stack(trace_u)
-    stats.update(_trace_stats(agents, valid, uid, visits))
-    out["trace"] = {"agents": agents, "valid": valid, "uid": uid}
-    out["tiles"] = visits
-    out["seam_gaps"] = _seams(visits)
-    gaps = out["seam_gaps"]
-    finite = gaps[np.isfinite(gaps)]
-    stats["seam_endpoints"] = int(len(gaps))
-    stats["seam_unmatched"] = int((~np.isfinite(gaps)).sum())
-    stats["seam_gap_median_m"] = float(np.median(finite)) if len(finite) else None
-    stats["seam_gap_p90_m"] = float(np.quantile(finite, 0.9)) if len(finite) else None
-    return out
-
-
-def _trace_stats(agents, valid, uid, tiles) -> dict:
-    """NPC collisions / infeasibility over the rollout and agents per km of lane."""
-    from simsci.driving import metrics
-
-    T, V, _ = agents.shape
-    # per-vehicle tracks: a slot's frames belong to one vehicle while its uid holds
-    same = np.ones((T, V), bool)
-    same[1:] = uid[1:] == uid[:-1]
-    a = torch.as_tensor(agents)
-    m = torch.as_tensor(valid)
-    coll = metrics.collisions(a[:, None], m[:, None])[:, 0]  # (T, V)
-    npc = m.clone()
-    npc[:, 0] = False
-    n_npc_steps = int(npc.sum())
-    npc_coll = int((coll & npc).sum())
-    # infeasible steps of NPC tracks: consecutive frames of one vehicle
-    traj = a.permute(1, 0, 2)  # V, T, 7
-    ok = (m & torch.as_tensor(same)).permute(1, 0)
-    ok[0] = False  # the ego is the user's
-    bad = metrics.infeasible_steps(traj, ok)  # V, T-1
-    pair = ok[:, 1:] & ok[:, :-1] & torch.as_tensor(same[1:].T)
-    lane_len = sum(
-        float(np.linalg.norm(np.diff(t["points"], axis=1), axis=-1).sum()) for t in tiles.values()
-    )
-    gen_agents = sum(len(t["agents"]) for t in tiles.values())
+def _map(result: dict) -> dict:
+    """The tile versions as flat arrays: lanes (tile frame) with their version, and the
+    live intervals with their cells."""
+    versions, live = result["versions"], result["live"]
+    pts = [
+        np.asarray(v["tile"]["points"], np.float64).reshape(-1, LANE_POINTS, 2)
+        for v in versions.values()
+    ]
     return {
-        "npc_steps": n_npc_steps,
-        "npc_collision_rate": npc_coll / max(n_npc_steps, 1),
-        "npc_infeasible_rate": float((bad & pair).sum()) / max(int(pair.sum()), 1),
-        "npc_infeasible_steps": int((bad & pair).sum()),
-        "mean_npcs": float(npc.sum(1).float().mean()),
-        "tiles_visited": len(tiles),
-        "lane_km_visited": lane_len / 1000.0,
-        "generated_agents_per_lane_km": gen_agents / max(lane_len / 1000.0, 1e-9),
+        "points": np.concatenate(pts) if pts else np.zeros((0, LANE_POINTS, 2)),
+        "lane_tile": np.repeat(np.fromiter(versions, np.int64), [len(p) for p in pts]),
+        "tile_id": live[:, 0],
+        "tile_cell": np.array([versions[int(t)]["cell"] for t in live[:, 0]], np.int64).reshape(
+            -1, 2
+        ),
+        "first_step": live[:, 1],
+        "last_step": live[:, 2],
     }
 
 
-def _seams(tiles) -> np.ndarray:
-    """Endpoint gaps at the seams between the visited tiles (as :func:`._world.seam_gaps`)."""
-    from simsci.models.vectorworld._world import _seam_gaps_of
-
-    return _seam_gaps_of(
-        {
-            cell: np.asarray(t["points"], np.float64) + np.array(cell, np.float64) * 64.0
-            for cell, t in tiles.items()
-        }
+def _drive_stats(result: dict, stats: dict) -> np.ndarray:
+    """Add the statistics of a recorded drive to ``stats`` (:meth:`DriveRecorder.finish`);
+    returns its seam gaps."""
+    m = _map(result)
+    gaps = metrics.drive_seam_gaps(
+        m["points"], m["lane_tile"], m["tile_id"], m["tile_cell"], m["first_step"], m["last_step"]
     )
+    stats.update(_stats(result["trace"], m, gaps, result["versions"], result["dt"]))
+    return gaps
 
 
-def _pseudo_road(tiles) -> SimpleNamespace:
-    """The visited tiles' generated lanes (world frame) as a road the tiler can cut."""
-    from simsci.models.vectorworld._tokens import lane_successors
+def _stats(tr: dict, m: dict, gaps: np.ndarray, versions: dict, dt: float) -> dict:
+    import torch
 
-    pts, width, speed, kind = [], [], [], []
-    for cell, t in tiles.items():
-        if len(t["points"]) == 0:
-            continue
-        pts.append(np.asarray(t["points"], np.float64) + np.array(cell, np.float64) * 64.0)
-        width.append(np.asarray(t["width"], np.float64))
-        speed.append(np.asarray(t["speed_limit"], np.float64))
-        kind.append(np.asarray(t["kind"], np.int64))
-    P = np.concatenate(pts) if pts else np.zeros((0, 20, 2))
-    L = len(P)
-    succ = np.full((L, 4), -1, np.int64)
-    fill = np.zeros(L, np.int64)
-    for s, d in np.asarray(lane_successors(P, tol=0.5)).reshape(-1, 2) if L > 1 else []:
-        if fill[s] < 4:
-            succ[s, fill[s]] = d
-            fill[s] += 1
-    return SimpleNamespace(
-        points=P,
-        num_points=np.full(L, P.shape[1] if L else 20, np.int64),
-        length=np.linalg.norm(np.diff(P, axis=1), axis=-1).sum(-1) if L else np.zeros(0),
-        width=np.concatenate(width) if width else np.zeros(0),
-        speed_limit=np.concatenate(speed) if speed else np.zeros(0),
-        kind=np.concatenate(kind) if kind else np.zeros(0, np.int64),
-        succ=succ,
-        left=np.full(L, -1, np.int64),
-        right=np.full(L, -1, np.int64),
+    agents, valid, uid = tr["agents"], tr["valid"], tr["uid"]
+    out = {
+        "tile_versions": len(versions),
+        "tile_coverage": metrics.drive_tile_coverage(
+            agents[:, 0, :2], m["tile_cell"], m["first_step"], m["last_step"], tile_size=TILE_SIZE
+        ),
+    }
+    finite = gaps[np.isfinite(gaps)]
+    out["seam_endpoints"] = int(len(gaps))
+    out["seam_unmatched"] = int((~np.isfinite(gaps)).sum())
+    out["seam_gap_median_m"] = float(np.median(finite)) if len(finite) else None
+    out["seam_gap_p90_m"] = float(np.quantile(finite, 0.9)) if len(finite) else None
+    feas = metrics.drive_feasibility(agents, valid, uid, dt)
+    for who, row in feas.items():
+        out[f"{who}_steps_checked"] = row["stated_steps"]
+        out[f"{who}_infeasible_steps"] = row["stated_infeasible"]
+        out[f"{who}_path_steps_checked"] = row["path_steps"]
+        out[f"{who}_path_infeasible_steps"] = row["path_infeasible"]
+        out[f"{who}_path_infeasible_agents"] = row["path_agents_infeasible"]
+    npc = valid.copy()
+    npc[:, 0] = False
+    coll = np.asarray(metrics.collisions(torch.as_tensor(agents), torch.as_tensor(valid)))
+    lane_km = float(np.asarray(metrics.lane_lengths(m["points"])).sum()) / 1000.0
+    generated = sum(len(v["tile"]["agents"]) for v in versions.values())
+    out.update(
+        npc_agents=feas["npc"]["agents"],
+        npc_steps=int(npc.sum()),
+        npc_collision_rate=int((coll & npc).sum()) / max(int(npc.sum()), 1),
+        mean_npcs=float(npc.sum(1).mean()),
+        lane_km=lane_km,
+        generated_agents_per_lane_km=generated / max(lane_km, 1e-9),
     )
+    return out
 
 
 def write_rollout(result: dict, path, *, meta: dict | None = None):
-    """Write a recorded rollout (:func:`simsci.envs.vectorworld_rollout` with
-    ``record=True``) to ``path`` in the scene-tile format."""
-    from simsci.driving import scene_episode, write_scenes
+    """Write a recorded drive (:func:`simsci.envs.vectorworld_rollout` with
+    ``record=True``) to ``path``: a trajectory file of kind ``rollout`` with every frame
+    of every vehicle and every tile version that was live (docs/format.md, "VectorWorld
+    drives"). Returns the path."""
+    import simsci.data
 
     if "trace" not in result:
         raise ValueError("the rollout was not recorded: run vectorworld_rollout(..., record=True)")
-    tr = result["trace"]
-    T = len(tr["agents"])
-    if T < 2:
+    tr, m = result["trace"], _map(result)
+    T1 = len(tr["agents"])
+    if T1 < 2:
         raise ValueError("the rollout has fewer than 2 frames; nothing to write")
-    from simsci.driving import tile_cells
+    dt = float(result["dt"])
+    action = np.full((T1, 2), np.nan, np.float32)
+    action[:-1] = tr["action"]
+    versions = result["versions"]
+    ids = np.fromiter(versions, np.int64)
+    lanes = {
+        "points": m["points"],
+        "tile_id": m["lane_tile"],
+        "width": _lane_field(versions, "width", np.float32),
+        "speed_limit": _lane_field(versions, "speed_limit", np.float32),
+        "kind": _lane_field(versions, "kind", np.int64),
+    }
+    world = m["points"] + TILE_SIZE * _cells_of(versions, ids, m["lane_tile"])[:, None, :]
+    succ = _successors(world)
+    episode = {
+        "t": np.arange(T1) * dt,
+        "agents": np.where(tr["valid"][..., None], tr["agents"], np.nan),  # no vehicle: NaN
+        "agents_valid": tr["valid"],
+        "agent_id": tr["uid"].astype(np.int64),
+        "agents_control": tr["control"],
+        "action": action,
+        "seed": int(result["stats"].get("seed", -1)),
+        "graphs": {
+            "lanes": {
+                "nodes": lanes,
+                "edges": {
+                    "index": succ,
+                    "type": np.full(len(succ), EDGE_TYPES.index("succ"), np.int64),
+                },
+            },
+            "tiles": {
+                "nodes": {
+                    "tile_id": m["tile_id"],
+                    "cell": m["tile_cell"],
+                    "first_step": m["first_step"],
+                    "last_step": m["last_step"],
+                },
+                "edges": {"index": np.zeros((0, 2), np.int64)},
+            },
+        },
+    }
+    info = {
+        "generator": ROLLOUT_GENERATOR,
+        "recorder": RECORDER,
+        "env_id": SYSTEM,
+        "dt": dt,
+        "time_unit": "s",
+        "tile_size": TILE_SIZE,
+        "lane_points": LANE_POINTS,
+        "agent_features": list(AGENT_FEATURES),
+        "edge_types": list(EDGE_TYPES),
+        "lane_kinds": list(LANE_KINDS),
+        **(meta or {}),
+    }
+    # the rollout's statistics, JSON-able (meta refuses NaN: an undefined one is left out)
+    info["stats"] = {
+        k: v
+        for k, v in result["stats"].items()
+        if isinstance(v, (int, str)) or (isinstance(v, float) and np.isfinite(v))
+    }
+    return simsci.data.write(
+        path,
+        [episode],
+        kind="rollout",
+        system=SYSTEM,
+        episode_fields=("seed",),
+        meta=info,
+        names={
+            "agents": list(AGENT_FEATURES),
+            "agents_control": ["accel", "curvature"],
+            "action": ["accel", "steer"],
+        },
+        units={
+            "t": "s",
+            "agents_control": ["m/s^2", "1/m"],
+            "action": ["m/s^2", "rad"],
+            "graphs/lanes/nodes/points": "m",
+        },
+        overwrite=True,
+    )
 
-    road = _pseudo_road(result["tiles"])
-    # the format needs a lane in every tile: a drive that left the generated lanes into
-    # a lane-less cell is written up to the step it entered that cell
-    origin = np.array([0.0, 0.0, 0.0])
-    cells, first = tile_cells(np.asarray(tr["agents"][:, 0, :2], np.float64), origin[:2], 0.0)
-    end = T
-    for cell, f in zip(np.asarray(cells), np.asarray(first)):
-        tile = result["tiles"].get((int(cell[0]), int(cell[1])))
-        if tile is None or len(tile["points"]) == 0:
-            end = max(int(np.floor(f)), 2)
-            break
-    times = np.arange(end) * 0.1
-    ep = scene_episode(road, times, tr["agents"][:end], tr["valid"][:end], origin_pose=origin)
-    info = {"generator": ROLLOUT_GENERATOR, **(meta or {})}
-    info["written_steps"] = int(end)
-    info.update({k: v for k, v in result["stats"].items() if isinstance(v, (int, float, str))})
-    return write_scenes(path, [ep], meta=info, overwrite=True)
+
+def _lane_field(versions: dict, key: str, dtype) -> np.ndarray:
+    parts = [np.asarray(v["tile"][key]).reshape(-1) for v in versions.values()]
+    return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype)
+
+
+def _cells_of(versions: dict, ids: np.ndarray, lane_tile: np.ndarray) -> np.ndarray:
+    cells = np.array([versions[int(t)]["cell"] for t in ids], np.float64).reshape(-1, 2)
+    return cells[np.searchsorted(ids, lane_tile)] if len(lane_tile) else np.zeros((0, 2))
+
+
+def _successors(world_points: np.ndarray) -> np.ndarray:
+    from simsci.models.vectorworld._tokens import lane_successors
+
+    if len(world_points) < 2:
+        return np.zeros((0, 2), np.int64)
+    return np.asarray(lane_successors(world_points, tol=0.5), np.int64).reshape(-1, 2)
 
 
 def plot_route(result: dict, path) -> bool:
-    """A top-down plot of the whole route (lanes of the visited tiles, the ego's path,
-    NPC tracks) to ``path``; False when matplotlib is not installed."""
+    """A top-down plot of what was driven to ``path``: the lanes of every tile version
+    that was live (a cell with several versions: the older ones faint), the ego's path,
+    NPC tracks faintly; False when matplotlib is not installed."""
     try:
         import matplotlib
 
@@ -206,22 +312,36 @@ def plot_route(result: dict, path) -> bool:
     except ImportError:
         return False
     fig, ax = plt.subplots(figsize=(8, 8))
-    for cell, t in result["tiles"].items():
-        c = np.array(cell, np.float64) * 64.0
-        ax.add_patch(plt.Rectangle(c - 32.0, 64.0, 64.0, fill=False, lw=0.4, ec="0.8", zorder=0))
-        for p in np.asarray(t["points"], np.float64):
-            ax.plot(p[:, 0] + c[0], p[:, 1] + c[1], color="0.45", lw=0.8, zorder=1)
+    newest = {}
+    for tid, v in result["versions"].items():
+        newest[v["cell"]] = max(newest.get(v["cell"], tid), tid)
+    for tid, v in result["versions"].items():
+        c = np.array(v["cell"], np.float64) * TILE_SIZE
+        old = newest[v["cell"]] != tid
+        ax.add_patch(
+            plt.Rectangle(c - TILE_SIZE / 2, TILE_SIZE, TILE_SIZE, fill=False, lw=0.4, ec="0.8")
+        )
+        for p in np.asarray(v["tile"]["points"], np.float64):
+            ax.plot(
+                p[:, 0] + c[0],
+                p[:, 1] + c[1],
+                color="tab:red" if old else "0.45",
+                lw=0.5 if old else 0.8,
+                alpha=0.4 if old else 1.0,
+                zorder=1,
+            )
     tr = result["trace"]
-    a, v = tr["agents"], tr["valid"]
-    for j in range(1, a.shape[1]):
-        if v[:, j].any():
-            xy = np.where(v[:, j, None], a[:, j, :2], np.nan)
-            ax.plot(xy[:, 0], xy[:, 1], color="tab:blue", lw=0.5, alpha=0.6, zorder=2)
+    a, uid = tr["agents"], tr["uid"]
+    for j in range(1, a.shape[1]):  # one line per vehicle: break where the slot's id changes
+        for u in np.unique(uid[:, j][uid[:, j] > 0]):
+            xy = np.where((uid[:, j] == u)[:, None], a[:, j, :2], np.nan)
+            ax.plot(xy[:, 0], xy[:, 1], color="tab:blue", lw=0.5, alpha=0.35, zorder=2)
     ax.plot(a[:, 0, 0], a[:, 0, 1], color="tab:green", lw=2.0, label="ego", zorder=3)
     s = result["stats"]
     ax.set_title(
-        f"VectorWorld rollout: {s['distance_m'] / 1000:.2f} km, {s.get('tiles_visited', 0)} "
-        f"tiles, {s['world_spawned']} spawns, ended: {s['end_reason']}"
+        f"VectorWorld rollout: {s['distance_m'] / 1000:.2f} km, "
+        f"{len(result['versions'])} tiles, {s['world_spawned']} spawns, "
+        f"ended: {s['end_reason']}"
     )
     ax.set_aspect("equal")
     ax.legend(loc="best")

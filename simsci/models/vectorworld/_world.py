@@ -12,11 +12,15 @@ advances them at the driving world's 10 Hz:
    state (agents overlapping the ego or each other are redrawn by the VAE).
 2. **Streaming.** Every step the cells crossed by the segment from the ego to
    ``lookahead`` metres ahead along its heading (walked 4-connected, x first, as the
-   data's tile sequence) must exist; a missing cell is outpainted in one network call
-   from the cell before it on that walk (its 4-neighbour, the context), with the seam
-   endpoints pinned. Requests of all worlds are batched into one generator call. At most
-   ``max_tiles`` tiles are kept; adding one drops the tile farthest from the ego that is
-   neither the ego's cell nor on its look-ahead walk, and its agents leave with it.
+   data's tile sequence) must exist. A missing cell generated before in the episode is
+   restored from the episode's store, unchanged; a cell never generated is outpainted in
+   one network call from the cell before it on that walk (its 4-neighbour, the
+   context), with the seam endpoints of *every* existing 4-neighbour pinned (the
+   context's through the context tokens, the others' as extra pinned lanes:
+   :meth:`~._outpaint.TileGenerator.generate`'s ``neighbours``). Requests of all worlds
+   are batched into one generator call. At most ``max_tiles`` tiles are kept; adding one
+   drops the tile farthest from the ego that is neither the ego's cell nor on its
+   look-ahead walk, and its agents leave with it (the tile stays in the store).
 3. **Agents.** A new tile's agents (generated with it, so their density is the
    generator's) enter the world unless their box overlaps a present vehicle or lies
    within ``spawn_clearance`` of the ego (counted as ``spawn_rejected``), each with a
@@ -40,10 +44,21 @@ Design choices, and why
   ahead generates what the ego will see within ``lookahead`` metres (64 m: the ego always
   has at least half a tile of map ahead), and at a junction the side cell appears as
   soon as the ego turns towards it.
-- **One context tile.** The generator was trained on (tile, 4-neighbour) pairs of drives.
-  A new cell that touches two kept tiles (the ego turned back) is conditioned on the one
-  it is reached from; the seam with the other is not pinned and can show a gap
-  (:func:`seam_gaps` measures every seam, pinned or not).
+- **A persistent world.** A cell is generated once per episode: every tile goes into a
+  per-world store ``cell -> (tile id, tile)`` when it is made (float64 tile dicts in
+  their own frame, a few kB each), and a dropped cell the ego comes back to is restored
+  from it, bit for bit (re-generating it would show the ego another map in the same
+  place, and a recording could not say which one was driven). A restored tile brings
+  its generated agents again (subject to the spawn checks), so a revisited area keeps
+  the generator's density. Tile ids count a world's tiles in the order they were made.
+- **All neighbours pin their seams.** The generator was trained on (tile, 4-neighbour)
+  pairs, so it sees one context tile; a new cell that touches several existing tiles
+  (kept or stored: the ego turned, or came back) is outpainted from the one it is
+  reached from, and every lane end of the other neighbours on their shared edges is
+  pinned too, as a lane slot whose end point is fixed there (and which must be a lane).
+  The generator never saw such extra pins in training: they fix where lanes meet the
+  seams, the network fills in the rest. :func:`seam_gaps` measures every seam
+  (:func:`simsci.driving.metrics.drive_seam_gaps`, the one definition).
 - **Off-road** as in ``simsci/Driving-v0``: the ego's centre more than 0.5 m beyond the
   edge of every lane whose direction agrees with its heading (oncoming lanes do not
   count), or no lane within reach at all.
@@ -201,6 +216,8 @@ class StreamingWorld:
         self.lane_succ = torch.full((n, L, 2), -1, dtype=torch.long, device=dev)
         self.lane_slot = (torch.arange(L, device=dev) // self.Lt).expand(n, L)
         self.tiles: list[dict] = [{} for _ in range(n)]  # per world: slot -> tile record
+        # per world: every tile of the episode, cell -> {"tile_id", "tile"} (own frame)
+        self.store: list[dict] = [{} for _ in range(n)]
         # the same cells as tensors, for the per-step "on a kept tile" test
         self.slot_cell = torch.zeros(n, self.S, 2, dtype=torch.long, device=dev)
         self.slot_used = torch.zeros(n, self.S, dtype=torch.bool, device=dev)
@@ -229,6 +246,8 @@ class StreamingWorld:
                 "resampled",
                 "empty_tiles",
                 "dropped_tiles",
+                "restored_tiles",
+                "pinned_neighbours",
                 "spawned",
                 "spawn_rejected",
                 "despawned",
@@ -252,6 +271,7 @@ class StreamingWorld:
             return
         for b in idx:
             self.tiles[b] = {}
+            self.store[b] = {}
             self.slot_used[b] = False
             self.lane_valid[b] = False
             self.lane_succ[b] = -1
@@ -265,7 +285,7 @@ class StreamingWorld:
         )
         self.stats["first_tiles"] += len(idx)
         for b, tile in zip(idx, firsts):
-            self._insert(b, (0, 0), tile, spawn=False)
+            self._add_tile(b, (0, 0), tile, spawn=False)
             self._place_ego(b, tile)
             self._init_agents(b, tile)
         self._stream(idx)
@@ -338,8 +358,13 @@ class StreamingWorld:
             self._add_agent(b, a, accel=float(acc[j]), kappa=float(kap[j]), check=False)
 
     # ------------------------------------------------------------------ tiles
-    def _generate(self, contexts, directions, max_tries: int = 3, steps: int | None = None):
+    def _generate(
+        self, contexts, directions, neighbours=None, max_tries: int = 3, steps: int | None = None
+    ):
         steps = self.tile_steps if steps is None else int(steps)
+        # only a request with extra neighbours passes them (a generator without the
+        # keyword, e.g. a stand-in, still serves the rest)
+        extra = {"neighbours": neighbours} if neighbours and any(neighbours) else {}
         tiles, st = self.model.tiles.generate(
             contexts,
             directions,
@@ -347,6 +372,7 @@ class StreamingWorld:
             mode=self.tile_mode if steps == self.tile_steps else "flow",
             generator=self.generator,
             max_tries=max_tries,
+            **extra,
         )
         tiles = [_physical(t) for t in tiles]
         self.stats["tiles"] += len(tiles)
@@ -360,7 +386,22 @@ class StreamingWorld:
                 return slot
         return None
 
-    def _insert(self, b: int, cell, tile: dict, *, spawn: bool = True, protect=()) -> None:
+    def _add_tile(self, b: int, cell, tile: dict, *, spawn: bool = True, protect=()) -> None:
+        """A newly generated ``tile`` for ``cell``: into the store (the next tile id), then
+        into the world."""
+        tile_id = len(self.store[b])
+        self.store[b][tuple(cell)] = {"tile_id": tile_id, "tile": tile}
+        self._insert(b, cell, tile, tile_id, spawn=spawn, protect=protect)
+
+    def _restore(self, b: int, cell, protect=()) -> None:
+        """Bring a dropped cell back from the store, as it was generated."""
+        rec = self.store[b][tuple(cell)]
+        self._insert(b, cell, rec["tile"], rec["tile_id"], protect=protect)
+        self.stats["restored_tiles"] += 1
+
+    def _insert(
+        self, b: int, cell, tile: dict, tile_id: int, *, spawn: bool = True, protect=()
+    ) -> None:
         """Put ``tile`` (its own frame) at ``cell`` of world ``b``, dropping one if full."""
         recs = self.tiles[b]
         free = [s for s in range(self.S) if s not in recs]
@@ -390,7 +431,7 @@ class StreamingWorld:
             self.lane_speed[b, lo : lo + n_l] = t(tile["speed_limit"]).to(self.dtype)
             self.lane_kind[b, lo : lo + n_l] = t(tile["kind"]).long()
             self.lane_valid[b, lo : lo + n_l] = True
-        recs[slot] = {"cell": tuple(cell), "tile": tile, "world_points": pts}
+        recs[slot] = {"cell": tuple(cell), "tile": tile, "tile_id": int(tile_id)}
         self.slot_cell[b, slot] = torch.as_tensor(cell, device=self.device)
         self.slot_used[b, slot] = True
         # ΔSim remembers lanes by index: forget the slot's old lanes
@@ -446,42 +487,57 @@ class StreamingWorld:
             y1 = ey[b] + self.lookahead * math.sin(th[b])
             walks[b] = _walk(ex[b], ey[b], x1, y1)
         for _ in range(8):  # at most a few missing cells per walk
-            req = []
+            req, back = [], []
             for b, walk in walks.items():
                 have = {r["cell"] for r in self.tiles[b].values()}
                 prev = None
                 for c in walk:
                     if c not in have:
-                        if prev is None:  # the ego's own cell is missing: reach it from
-                            prev = self._nearest_kept(b, c)  # the nearest kept tile
-                        if prev is not None:
+                        if c in self.store[b]:
+                            back.append((b, c))
+                        else:
                             req.append((b, prev, c))
                         break
                     prev = c
-            if not req:
+            if not req and not back:
                 return
-            ctx = [self.tiles[b][self._slot_of(b, p)]["tile"] for b, p, _ in req]
-            dirs = [_direction(p, c) for _, p, c in req]
-            # an empty context (a tile still lane-less after the generator's retries) has
-            # nothing to continue: its neighbour is drawn like a first tile (counted)
-            for i, t in enumerate(ctx):
-                if len(t["points"]) == 0:
-                    ctx[i], dirs[i] = None, None
+            for b, c in back:
+                self._restore(b, c, protect=walks[b])
+            contexts, dirs, neighbours, cells = [], [], [], []
+            for b, prev, c in req:
+                # the context: the cell it is reached from, else any existing neighbour;
+                # a lane-less one has nothing to continue (drawn like a first tile if all are)
+                near = self._neighbours(b, c, prev)
+                if not near:  # nothing around it to continue (cannot happen while driving)
+                    continue
+                near = [(p, t) for p, t in near if len(t["points"])]
+                if not near:
                     self.stats["uncontexted"] += 1
-            tiles, _ = self._generate(ctx, dirs)
-            for (b, _, c), tile in zip(req, tiles):
-                self._insert(b, c, tile, protect=walks[b])
+                    contexts.append(None), dirs.append(None), neighbours.append([])
+                else:
+                    (p0, t0), rest = near[0], near[1:]
+                    contexts.append(t0), dirs.append(_direction(p0, c))
+                    neighbours.append([(t, _direction(p, c)) for p, t in rest])
+                    self.stats["pinned_neighbours"] += len(rest)
+                cells.append((b, c))
+            if cells:
+                tiles, _ = self._generate(contexts, dirs, neighbours)
+                for (b, c), tile in zip(cells, tiles):
+                    self._add_tile(b, c, tile, protect=walks[b])
 
-    def _nearest_kept(self, b: int, cell):
-        """A kept 4-neighbour of ``cell`` (None if there is none)."""
+    def _neighbours(self, b: int, cell, first=None) -> list:
+        """The existing (kept or stored) 4-neighbours of ``cell`` as ``(cell, tile)``,
+        ``first`` (when it is one) first, then in :data:`DIRECTIONS` order."""
         from simsci.models.vectorworld._tokens import DIRECTIONS
 
-        have = {r["cell"] for r in self.tiles[b].values()}
-        for dx, dy in DIRECTIONS:
-            c = (cell[0] - dx, cell[1] - dy)
-            if c in have:
-                return c
-        return None
+        cells = [first] if first is not None else []
+        cells += [(cell[0] - dx, cell[1] - dy) for dx, dy in DIRECTIONS]
+        out, seen = [], set()
+        for c in cells:
+            if c in self.store[b] and c not in seen:
+                seen.add(c)
+                out.append((c, self.store[b][c]["tile"]))
+        return out
 
     # ------------------------------------------------------------------ agents
     def _add_agent(self, b, row, *, accel=0.0, kappa=0.0, check=True) -> bool:
@@ -694,37 +750,22 @@ class StreamingWorld:
         )
 
 
-def seam_gaps(world: StreamingWorld, b: int, edge_tol: float = 1.0) -> np.ndarray:
-    """Lane endpoint gaps [m] at the seams between the kept tiles of world ``b`` (see
-    :func:`_seam_gaps_of`)."""
-    return _seam_gaps_of({r["cell"]: r["world_points"] for r in world.tiles[b].values()}, edge_tol)
-
-
-def _seam_gaps_of(by_cell: dict, edge_tol: float = 1.0) -> np.ndarray:
-    """For every lane endpoint within ``edge_tol`` of an edge shared by two tiles of
-    ``by_cell`` (cell -> world-frame points (n, 20, 2)), the distance [m] to the nearest
-    endpoint of the other tile's lanes near that edge (``inf`` when it has none there: a
-    lane cut off at the seam). float64."""
-    out = []
-    for cell, pts in by_cell.items():
-        if len(pts) == 0:
-            continue
-        ends = np.concatenate([pts[:, 0], pts[:, -1]])
-        for axis in (0, 1):
-            for side in (-1, 1):
-                nb = (cell[0] + side * (axis == 0), cell[1] + side * (axis == 1))
-                if nb not in by_cell or len(by_cell[nb]) == 0:
-                    continue
-                edge = (cell[axis] + 0.5 * side) * TILE_SIZE
-                mine = ends[np.abs(ends[:, axis] - edge) <= edge_tol]
-                if len(mine) == 0:
-                    continue
-                q = by_cell[nb]
-                theirs = np.concatenate([q[:, 0], q[:, -1]])
-                theirs = theirs[np.abs(theirs[:, axis] - edge) <= edge_tol]
-                if len(theirs) == 0:
-                    out.extend([np.inf] * len(mine))
-                    continue
-                d = np.sqrt(((mine[:, None] - theirs[None]) ** 2).sum(-1)).min(1)
-                out.extend(d.tolist())
-    return np.asarray(out, np.float64)
+def seam_gaps(world: StreamingWorld, b: int, tolerance: float = 0.5) -> np.ndarray:
+    """Lane end point gaps [m] at the seams between the kept tiles of world ``b``, by the
+    one definition (:func:`simsci.driving.metrics.drive_seam_gaps`: every lane end within
+    ``tolerance`` of a shared edge, to the nearest complementary end of the other tile
+    there; ``inf`` without one). float64."""
+    recs = list(world.tiles[b].values())
+    pts = [np.asarray(r["tile"]["points"], np.float64).reshape(-1, LANE_POINTS, 2) for r in recs]
+    ids = np.array([r["tile_id"] for r in recs], np.int64)
+    zero = np.zeros(len(recs), np.int64)
+    return metrics.drive_seam_gaps(
+        np.concatenate(pts) if pts else np.zeros((0, LANE_POINTS, 2)),
+        np.repeat(ids, [len(p) for p in pts]),
+        ids,
+        np.array([r["cell"] for r in recs], np.int64).reshape(-1, 2),
+        zero,
+        zero,
+        tile_size=TILE_SIZE,
+        tolerance=tolerance,
+    )

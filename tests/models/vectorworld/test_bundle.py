@@ -137,7 +137,7 @@ def test_cli_errors_are_one_clear_line(tmp_path, capsys):
 @pytest.mark.slow
 def test_small_default_drives_and_cli_rollout(tmp_path, monkeypatch):
     """The on-the-fly model end to end: built, cached, driven, written, from the CLI."""
-    from simsci.driving import read_scene
+    import simsci.data as sd
     from simsci.envs import vectorworld_rollout
     from simsci.models.vectorworld import small_default
 
@@ -146,9 +146,12 @@ def test_small_default_drives_and_cli_rollout(tmp_path, monkeypatch):
     built = [p for p in (tmp_path / "cache").iterdir() if not p.name.startswith(".")]
     assert len(built) == 1  # the model; the hidden lock file beside it
     res = vectorworld_rollout(model, km=0.1, seed=0, stop_on_failure=False)
-    assert res["stats"]["distance_m"] >= 100.0 and res["stats"]["npc_infeasible_steps"] == 0
+    s = res["stats"]
+    assert s["distance_m"] >= 100.0 and s["npc_infeasible_steps"] == 0
+    assert s["tile_coverage"] == 1.0
     r = _cli("rollout", "vectorworld", "--km", "0.1", "--keep-going", "--out", "out", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     stats = json.loads((tmp_path / "out" / "stats.json").read_text())
     assert stats["distance_m"] >= 100.0
-    assert read_scene(tmp_path / "out" / "rollout.h5", 0)["agents"].shape[2:] == (11, 7)
+    ep = sd.open(tmp_path / "out" / "rollout.h5")[0]
+    assert ep["agents"].shape[0] == stats["steps"] + 1 and ep["agents"].shape[2] == 7

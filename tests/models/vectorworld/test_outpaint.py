@@ -250,3 +250,42 @@ def test_tile_metrics(scene):
     assert m["seam_continued"] < 1.0 and m["lane_stats_distance"] < 1e-9
     with pytest.raises(ValueError, match="equally long"):
         tile_metrics(truth[:1], truth)
+
+
+def _through(step, offset: float, reverse: bool = False) -> np.ndarray:
+    """A straight lane of a neighbour tile (its own frame) crossing it along ``step`` at a
+    perpendicular ``offset``: it ends (or, ``reverse``, starts) on the edge at +32 step."""
+    s = np.asarray(step, np.float64)
+    u = np.linspace(-32.0, 32.0, 20)[:, None] * s + offset * np.array([-s[1], s[0]])
+    return u[::-1] if reverse else u
+
+
+def test_every_neighbour_pins_its_seam(scene):
+    """A new tile with a context and a further neighbour: every lane end of the
+    neighbour on the shared edge is the end point of a lane of the new tile, exactly,
+    even from an untrained network (the extra slots are pinned lanes)."""
+    _, _, pairs = scene
+    ctx, d, _ = pairs[0]
+    nd = (d + 1) % 4  # another side of the new tile
+    step = DIRECTIONS[nd]
+    pts = np.stack([_through(step, 5.0), _through(step, -5.0, reverse=True)])
+    neighbour = {
+        "points": pts,
+        "width": np.full(2, 3.5),
+        "speed_limit": np.full(2, 13.9),
+        "kind": np.zeros(2, np.int64),
+        "agents": np.zeros((0, 7)),
+    }
+    tg = _randomised(TileGenerator(**TINY))
+    for net in (tg.net, _Fixed()):
+        tg.net = net
+        (tile,), _ = tg.generate(
+            [ctx], [d], neighbours=[[(neighbour, nd)]], generator=torch.Generator().manual_seed(0)
+        )
+        shift = 64.0 * np.asarray(step, np.float64)
+        got = np.asarray(tile["points"])
+        # lane 0 ends on the seam: a new lane starts there; lane 1 starts there: one ends
+        assert (got[:, 0] == pts[0, -1] - shift).all(1).any()
+        assert (got[:, -1] == pts[1, 0] - shift).all(1).any()
+    with pytest.raises(ValueError, match="neighbours"):
+        tg.generate([ctx], [d], neighbours=[])

@@ -1,4 +1,4 @@
-"""The streaming world, simsci/VectorWorld-v0 and rollouts, on a hand-made generator.
+"""The streaming world, simsci/VectorWorld-v1 and rollouts, on a hand-made generator.
 
 The world's mechanics (streaming, dropping, spawning, the ego on the lanes, seams, the
 environment's spaces and errors) are tested with a tile generator that makes an exactly
@@ -16,15 +16,18 @@ import pytest
 import torch
 from gymnasium.utils.env_checker import check_env
 
-from simsci.driving import metrics, read_scene
+import simsci.data as sd
+from simsci.driving import metrics
 from simsci.envs import vectorworld_rollout
 from simsci.models.vectorworld import (
     DeltaSim,
+    DriveRecorder,
     StreamingWorld,
     TokenLayout,
     seam_gaps,
     write_rollout,
 )
+from simsci.models.vectorworld._tokens import DIRECTIONS
 
 Y_LANES = (-1.75, 1.75)  # two lanes along +x, both driving east
 
@@ -45,24 +48,38 @@ def _straight_tile(agents: bool = True) -> dict:
 class StraightTiles(torch.nn.Module):
     """A 'generator' of the same straight road tile for every cell (row j = 0);
     ``empty``: lane-less tiles only; ``ending``: the straight tile on a reset (the first
-    call), lane-less tiles after it, so the road ends 32 m east of the origin."""
+    call), lane-less tiles after it, so the road ends 32 m east of the origin;
+    ``jitter``: every call's lanes shifted north by 1 mm per call, so a cell generated
+    twice differs. ``neighbours`` records the keyword of each call."""
 
-    def __init__(self, empty: bool = False, ending: bool = False):
+    def __init__(self, empty: bool = False, ending: bool = False, jitter: bool = False):
         super().__init__()
         self.layout = TokenLayout(max_lanes=8, max_agents=4)
         self.dummy = torch.nn.Parameter(torch.zeros(1))
-        self.empty, self.ending = empty, ending
-        self.calls = []
+        self.empty, self.ending, self.jitter = empty, ending, jitter
+        self.calls, self.neighbours = [], []
 
     def generate(
-        self, contexts, directions, *, steps=1, mode="meanflow", generator=None, max_tries=3
+        self,
+        contexts,
+        directions,
+        *,
+        steps=1,
+        mode="meanflow",
+        generator=None,
+        max_tries=3,
+        neighbours=None,
     ):
         self.calls.append(list(directions))
+        self.neighbours.append(neighbours)
         n = len(contexts)
         if self.empty or (self.ending and len(self.calls) > 1):
             tile = {k: v[:0] for k, v in _straight_tile().items()}
             return [dict(tile) for _ in range(n)], {"tiles": n, "resampled": 2 * n, "empty": n}
-        return [_straight_tile() for _ in range(n)], {"tiles": n, "resampled": 0, "empty": 0}
+        tiles = [_straight_tile() for _ in range(n)]
+        for t in tiles:
+            t["points"][..., 1] += 1e-3 * len(self.calls) * self.jitter
+        return tiles, {"tiles": n, "resampled": 0, "empty": 0}
 
 
 class OnLaneVAE(torch.nn.Module):
@@ -79,8 +96,8 @@ class OnLaneVAE(torch.nn.Module):
 
 
 class FakeWorldModel:
-    def __init__(self, empty: bool = False, device="cpu", ending: bool = False):
-        self.tiles, self.vae = StraightTiles(empty, ending), OnLaneVAE()
+    def __init__(self, empty: bool = False, device="cpu", ending: bool = False, jitter=False):
+        self.tiles, self.vae = StraightTiles(empty, ending, jitter), OnLaneVAE()
         self.npc = DeltaSim(hidden=16, depth=1).eval()
         self.device = torch.device(device)
         self.to(self.device)
@@ -114,6 +131,72 @@ def test_streams_tiles_ahead_and_drops_behind():
         assert (0, 0) not in cells  # dropped behind
     assert world.stats["dropped_tiles"] >= 2 and not bool(world.ego_offroad().any())
     assert abs(float(world._ego_offset[0])) < 1e-4 and abs(float(world._ego_heading_err[0])) < 1e-5
+
+
+def _cells(world, b=0):
+    return {r["cell"] for r in world.tiles[b].values()}
+
+
+def _lanes_at(world, cell, b=0):
+    """World ``b``'s kept lane points of ``cell`` (a copy) and its tile id."""
+    slot = world._slot_of(b, cell)
+    lo = slot * world.Lt
+    ids = torch.nonzero(world.lane_valid[b, lo : lo + world.Lt]).flatten() + lo
+    return world.lane_points[b, ids].clone(), world.tiles[b][slot]["tile_id"]
+
+
+def test_a_dropped_cell_comes_back_bit_identical():
+    """Out east with 3 tiles kept (the origin's tile is dropped), turn round, back west:
+    the origin's cell is restored from the episode's store, not generated again (the
+    generator shifts every new tile, so a second draw would differ)."""
+    model = FakeWorldModel(jitter=True)
+    world = StreamingWorld(model, 1, max_tiles=3, seed=0)
+    world.reset()
+    rec = DriveRecorder(world)
+    rec.snap()
+    first, first_id = _lanes_at(world, (0, 0))
+    for _ in range(100):  # 160 m east
+        world.step(torch.zeros(1, 2))
+        rec.snap(np.zeros(2))
+    assert (0, 0) not in _cells(world) and world.stats["dropped_tiles"] >= 2
+    world.theta[0, 0] = math.pi  # turn round
+    for _ in range(110):  # back past the origin
+        world.step(torch.zeros(1, 2))
+        rec.snap(np.zeros(2))
+    assert (0, 0) in _cells(world) and world.stats["restored_tiles"] >= 2
+    again, again_id = _lanes_at(world, (0, 0))
+    assert again_id == first_id == 0 and torch.equal(again, first)
+    # the recording: one version of the origin's tile, live twice, the ego always covered
+    stats = {}
+    out = rec.finish(stats)
+    assert len(out["versions"]) == world.stats["tiles"] and stats["tile_coverage"] == 1.0
+    live = out["live"][out["live"][:, 0] == 0]
+    assert len(live) == 2 and live[0, 1] == 0 and live[1, 2] == 210
+    # every cell was generated once: one store entry per generated tile, ids in order
+    assert world.stats["tiles"] == len(world.store[0])
+    assert sorted(r["tile_id"] for r in world.store[0].values()) == list(range(len(world.store[0])))
+    world.reset()  # a new episode forgets the store
+    assert set(world.store[0]) <= _cells(world) and world.stats["tiles"] > len(world.store[0])
+
+
+def test_a_new_cell_is_conditioned_on_every_existing_neighbour():
+    """East along y = 0, then north into (1, 1), then west into (0, 1): that cell touches
+    (1, 1), the cell it is reached from (the context), and (0, 0) below it, whose seam
+    the generator is asked to pin too."""
+    model = FakeWorldModel()
+    world = StreamingWorld(model, 1, max_tiles=8, seed=0, lookahead=40.0, window=100.0)
+    world.reset()
+    assert _cells(world) == {(0, 0), (1, 0)} and not any(model.tiles.neighbours)
+    world.x[0, 0], world.y[0, 0], world.theta[0, 0] = 70.0, 20.0, math.pi / 2
+    _drive(world, 1)
+    assert (1, 1) in _cells(world) and world.stats["pinned_neighbours"] == 0
+    world.x[0, 0], world.y[0, 0], world.theta[0, 0] = 40.0, 70.0, math.pi
+    _drive(world, 1)
+    assert (0, 1) in _cells(world) and world.stats["pinned_neighbours"] == 1
+    assert model.tiles.calls[-1] == [DIRECTIONS.index((-1, 0))]  # from (1, 1), westwards
+    (pairs,) = model.tiles.neighbours[-1]
+    ((tile, direction),) = pairs
+    assert direction == DIRECTIONS.index((0, 1)) and tile is world.store[0][(0, 0)]["tile"]
 
 
 def test_seams_join_and_successors_cross_tiles():
@@ -266,7 +349,7 @@ def test_vector_env_autoresets_and_evaluates():
         lane_keeping_policy,
         episodes=2,
         num_envs=2,
-        env_id="simsci/VectorWorld-v0",
+        env_id="simsci/VectorWorld-v1",
         checkpoint=FakeWorldModel(),
         max_episode_steps=30,
     )
@@ -275,7 +358,7 @@ def test_vector_env_autoresets_and_evaluates():
         lane_keeping_policy,
         episodes=2,
         num_envs=2,
-        env_id="simsci/VectorWorld-v0",
+        env_id="simsci/VectorWorld-v1",
         checkpoint=FakeWorldModel(ending=True),
     )
     assert ended["offroad"] == 1.0 and ended["left_generated_lanes"] == 1.0
@@ -286,18 +369,43 @@ def test_vector_env_autoresets_and_evaluates():
 def test_registered_with_gymnasium():
     import simsci.envs  # noqa: F401
 
-    assert "simsci/VectorWorld-v0" in gymnasium.registry
+    assert "simsci/VectorWorld-v1" in gymnasium.registry
 
 
-def test_rollout_writes_the_scene_format(tmp_path):
-    res = vectorworld_rollout(FakeWorldModel(), km=0.2, seed=0)
+def test_rollout_records_the_whole_drive(tmp_path):
+    res = vectorworld_rollout(FakeWorldModel(), km=0.2, seed=3, max_tiles=3)
     s = res["stats"]
     assert s["distance_m"] >= 200.0 and s["end_reason"] == "distance"
-    assert s["npc_infeasible_steps"] == 0 and s["seam_gap_median_m"] == 0.0
+    assert s["tile_coverage"] == 1.0 and s["world_dropped_tiles"] >= 2
+    assert s["npc_infeasible_steps"] == s["npc_path_infeasible_steps"] == 0
+    assert s["ego_infeasible_steps"] == s["ego_path_infeasible_steps"] == 0
+    assert s["npc_steps_checked"] > 0 and s["ego_steps_checked"] == s["steps"]
+    assert s["seam_unmatched"] == 0 and s["seam_gap_p90_m"] == 0.0 and s["seam_endpoints"] >= 8
     path = write_rollout(res, tmp_path / "roll.h5")
-    ep = read_scene(path, 0)
-    assert len(ep["lanes"]) >= 4 and ep["agents"].shape[2:] == (11, 7)
-    np.testing.assert_allclose(ep["lanes"][0]["points"][0, [0, -1], 1], -1.75, atol=1e-5)
+    ds = sd.open(path)
+    assert sd.check_file(path) == [] and ds.kind == "rollout" and ds.meta["dt"] == 0.1
+    ep = ds[0]
+    T1 = s["steps"] + 1
+    assert ep["agents"].shape[0] == ep["agent_id"].shape[0] == ep["action"].shape[0] == T1
+    np.testing.assert_allclose(np.diff(ep["t"]), 0.1)
+    assert (ep["agent_id"][:, 0] == 0).all() and ep["agents_valid"][:, 0].all()
+    assert ((ep["agent_id"] >= 0) == ep["agents_valid"]).all() and ep["seed"] == 3
+    assert np.isnan(ep["action"][-1]).all() and np.isfinite(ep["action"][:-1]).all()
+    length = np.hypot(*np.diff(ep["agents"][:, 0, :2], axis=0).T).sum()
+    assert length == pytest.approx(s["distance_m"], rel=1e-3)  # every frame of the ego
+    npc = ep["agents_valid"][:, 1:]
+    assert npc.sum() == s["npc_steps"] and np.isnan(ep["agents"][:, 1:][~npc]).all()
+    # every tile version once, with the frames it was live; the ego always on one of them
+    tiles, lanes = ep["graphs"]["tiles"]["nodes"], ep["graphs"]["lanes"]["nodes"]
+    assert len(np.unique(lanes["tile_id"])) == s["tile_versions"] == s["world_tiles"]
+    assert tiles["first_step"].min() == 0 and tiles["last_step"].max() == T1 - 1
+    x0 = ep["agents"][:, 0, 0]
+    for t in (0, T1 // 2, T1 - 1):
+        cell = [math.floor(x0[t] / 64 + 0.5), 0]
+        live = (tiles["first_step"] <= t) & (tiles["last_step"] >= t)
+        assert (tiles["cell"][live] == cell).all(1).any()
+    np.testing.assert_allclose(lanes["points"][:, [0, -1], 1] % 3.5, 1.75)
+    ds.close()
     with pytest.raises(ValueError, match="km"):
         vectorworld_rollout(FakeWorldModel(), km=-1)
 
@@ -386,7 +494,15 @@ def test_cli_rollout_prints_and_records_why_it_stopped(tmp_path, capsys, monkeyp
     assert "stopped early, left_generated_lanes: the ego drove past the end" in err
     stats = json.loads((tmp_path / "o" / "stats.json").read_text())
     assert stats["end_reason"] == json.loads(out)["end_reason"] == "left_generated_lanes"
-    assert read_scene(tmp_path / "o" / "rollout.h5", 0)["agents"].shape[2:] == (11, 7)
+    # `simsci driving metrics` on the written drive: the recorder's figures, from the file
+    assert main(["driving", "metrics", str(tmp_path / "o" / "rollout.h5")]) == 0
+    (drive,) = json.loads(capsys.readouterr().out)["drives"]
+    assert drive["steps"] == stats["steps"] and drive["tile_coverage"] == 1.0
+    feas = drive["feasibility"]
+    assert feas["ego"]["stated_steps"] == stats["ego_steps_checked"] == stats["steps"]
+    assert feas["npc"]["path_steps"] == stats["npc_path_steps_checked"]
+    assert feas["npc"]["agents"] == stats["npc_agents"] >= 1
+    assert drive["seam_endpoints"] == stats["seam_endpoints"]
 
 
 def test_cli_rollout_has_its_own_parser_and_the_old_order_still_works(
