@@ -69,40 +69,91 @@ def test_float32_matches_float64():
     assert torch.allclose(f32.double(), f64, rtol=1e-3, atol=1e-4)
 
 
-def test_episode_average():
+def _rate_columns(names):
+    col = {name: i for i, name in enumerate(names)}
+    # dx/dt = α x - β x y,  dy/dt = δ x y - γ y: (column, sign) of α, β, γ, δ
+    return [
+        (col["rate[dx0/dt : x0]"], 1.0),
+        (col["rate[dx0/dt : x0*x1]"], -1.0),
+        (col["rate[dx1/dt : x1]"], -1.0),
+        (col["rate[dx1/dt : x0*x1]"], 1.0),
+    ]
+
+
+def _lv_rates(f):
+    return torch.stack([sign * f[:, c] for c, sign in _rate_columns(feature_names((2,)))], -1)
+
+
+def _lotka_volterra(p, x0, K, dt):
+    """Clean Lotka-Volterra episodes ``(E, K, 2)``, one per row of ``p`` and ``x0``."""
+    system = simsci.systems.get("lotka_volterra")
+    t = torch.arange(K, dtype=torch.float64) * dt
+    return system.simulate(x0, t, p, rtol=1e-10, atol=1e-10)
+
+
+def test_m_copies_of_one_episode_give_that_episode():
     ep = torch.randn(2, 1, 15, 2, dtype=torch.float64)
     one = context_features(ep[:, 0], 0.1, (2,))
     copies = context_features(ep.expand(2, 3, 15, 2), 0.1, (2,))
-    torch.testing.assert_close(copies, one, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(copies, one, rtol=1e-10, atol=1e-10)
+    field = torch.rand(1, 1, 8, 6, 6, 2, dtype=torch.float64)
+    S = (6, 6, 2)
+    torch.testing.assert_close(
+        context_features(field.expand(1, 2, 8, *S), 0.5, S), context_features(field[:, 0], 0.5, S)
+    )
+
+
+def test_non_rate_features_are_episode_averages():
     two = torch.randn(2, 2, 15, 2, dtype=torch.float64)
     each = [context_features(two[:, m], 0.1, (2,)) for m in range(2)]
-    torch.testing.assert_close(context_features(two, 0.1, (2,)), (each[0] + each[1]) / 2)
+    joint = context_features(two, 0.1, (2,))
+    other = torch.tensor(["rate[" not in name for name in feature_names((2,))])
+    torch.testing.assert_close(joint[:, other], ((each[0] + each[1]) / 2)[:, other])
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_lotka_volterra_rates_recovered(dtype):
-    system = simsci.systems.get("lotka_volterra")
-    p = torch.tensor(
-        [[1.3, 0.9, 1.8, 0.8], [1.0, 0.7, 1.5, 0.6], [1.6, 1.1, 2.1, 1.0]], dtype=torch.float64
-    )
+def test_lotka_volterra_rates_recovered_jointly(dtype):
+    # two environments, three short episodes each (3.8 time units, 20 frames): one arc
+    # alone does not pin a 6-term quadratic library, three arcs do
+    p = torch.tensor([[1.3, 0.9, 1.8, 0.8], [0.5, 0.7, 0.5, 0.8]], dtype=torch.float64)
     x0 = torch.tensor([[1.0, 2.0], [3.0, 1.0], [2.0, 2.5]], dtype=torch.float64)
-    dt, K = 0.05, 40
-    x = system.simulate(x0, torch.arange(K, dtype=torch.float64) * dt, p, rtol=1e-10, atol=1e-10)
-    f = context_features(x.to(dtype), dt, (2,))
+    dt, K = 0.2, 20
+    ctx = torch.stack([_lotka_volterra(row.expand(3, 4), x0, K, dt) for row in p])
+    f = context_features(ctx.to(dtype), dt, (2,))
+    rates = _lv_rates(f).double()
+    tol = 2e-3 if dtype == torch.float64 else 2e-2
+    assert (rates / p - 1).abs().max() < tol
     col = {name: i for i, name in enumerate(feature_names((2,)))}
-    # dx/dt = α x - β x y,  dy/dt = δ x y - γ y
-    rates = torch.stack(
-        [
-            f[:, col["rate[dx0/dt : x0]"]],
-            -f[:, col["rate[dx0/dt : x0*x1]"]],
-            -f[:, col["rate[dx1/dt : x1]"]],
-            f[:, col["rate[dx1/dt : x0*x1]"]],
-        ],
-        dim=-1,
-    ).double()
-    assert (rates / p - 1).abs().max() < 0.02
     others = [col[f"rate[dx0/dt : {t}]"] for t in ("1", "x1", "x0*x0", "x1*x1")]
-    assert f[:, others].abs().max() < 0.05
+    assert f[:, others].abs().max() < tol
+
+
+def test_lotka_volterra_rates_at_the_protocol_time_step():
+    # the protocol's grid (dt = 0.5, 10 frames) is coarse: prey falls by up to 6x a
+    # frame. Four episodes jointly still give every rate to 2%.
+    p = torch.tensor([[0.5, 0.8, 0.5, 0.6]], dtype=torch.float64).expand(4, 4)
+    x0 = torch.tensor([[1.0, 2.0], [3.0, 1.0], [2.0, 2.5], [0.8, 0.6]], dtype=torch.float64)
+    ctx = _lotka_volterra(p, x0, 10, 0.5)[None]
+    rates = _lv_rates(context_features(ctx, 0.5, (2,)))
+    assert (rates / p[:1] - 1).abs().max() < 0.02
+
+
+def test_joint_fit_beats_single_episodes_on_noisy_data():
+    gen = torch.Generator().manual_seed(0)
+    M = 4
+    p = torch.tensor([[0.5, 0.8, 0.5, 0.6]], dtype=torch.float64).expand(M, 4)
+    x0 = 0.5 + 3.0 * torch.rand(M, 2, generator=gen, dtype=torch.float64)
+    clean = _lotka_volterra(p, x0, 20, 0.25)
+    errors_joint, errors_single = [], []
+    for _ in range(5):
+        noisy = clean * (1 + 0.01 * torch.randn(clean.shape, generator=gen, dtype=torch.float64))
+        joint = _lv_rates(context_features(noisy[None], 0.25, (2,)))
+        single = _lv_rates(context_features(noisy, 0.25, (2,)))  # M environments of 1
+        errors_joint.append((joint / p[:1] - 1).abs().max())
+        errors_single.append((single / p - 1).abs().amax(-1).median())
+    # measured: joint 5-20% on the worst rate, single episodes 700-1500%
+    assert max(errors_joint) <= min(errors_single)
+    assert torch.stack(errors_joint).median() < 0.1
 
 
 def test_heat_fields_give_their_laplacian_coefficient():
