@@ -63,7 +63,19 @@ Version history
     ``offroad`` before).
     v1: the generated map changed: a cell is generated once per episode (a dropped tile
     the ego comes back to is restored, not drawn again), and a new tile pins the seams
-    of every existing neighbour, not only the one it is reached from.
+    of every existing neighbour, not only the one it is reached from. Later in v1 (the
+    same issue, before a release): every seam is closed (seam slots are lanes; lane
+    ends on a shared edge snapped, trimmed or continued), NPC curvature is rate-limited
+    so the slip keeps their positions feasible, and an episode's opening tiles depend
+    on its seed alone (made ahead in a pool: see Reset cost).
+
+Reset cost
+    A reset's opening tiles (the first tile, 16 flow steps and up to 8 draws, and the
+    one east of it) are the expensive part. An unseeded reset knows the next resets'
+    seeds (the reset generator's next draws), so on a miss it makes the openings of
+    this and the next ``OPENING_POOL - 1`` resets in one batched generator call; the
+    others take theirs from the pool. A seeded reset makes its own. The same seed gives
+    the same episode either way.
 """
 
 from __future__ import annotations
@@ -93,6 +105,8 @@ from simsci.envs._driving import (
 __all__ = ["VectorWorldEnv", "VectorWorldVectorEnv", "ENV_ID"]
 
 ENV_ID = "simsci/VectorWorld-v1"
+#: openings (first tile and the one east of it) made ahead in one batched call
+OPENING_POOL = 16
 
 
 class _Stream:
@@ -163,6 +177,8 @@ class _Stream:
         self.last_accel = torch.zeros(self.n, device=dev)
         self.steer = torch.zeros(self.n, device=dev)
         self.end_code = torch.zeros(self.n, dtype=torch.long, device=dev)
+        self.pool: dict = {}  # opening seed -> opening tiles, made ahead (reset)
+        self._after = None  # the reset generator's state after the last reset's draw
         self.config = {
             "checkpoint": str(checkpoint) if isinstance(checkpoint, (str, os.PathLike)) else None,
             "route_length": self.route_length,
@@ -180,13 +196,36 @@ class _Stream:
         k = self.n if index is None else int(index.numel())
         if k == 0:
             return
-        self.sim.generator.manual_seed(int(torch.randint(2**62, (1,), generator=generator)))
-        self.sim.reset(None if index is None else index.tolist())
+        # an unseeded reset finds the generator as the last one left it: its next draws,
+        # hence the next episodes' opening seeds, are known, and the pool is made ahead
+        ahead = self._after is not None and torch.equal(generator.get_state(), self._after)
+        seed = int(torch.randint(2**62, (1,), generator=generator))
+        self._after = generator.get_state()
+        self.sim.generator.manual_seed(seed)
+        if ahead:
+            self._fill_pool(self.sim.opening_seeds(seed, k))
+        self.sim.reset(None if index is None else index.tolist(), pool=self.pool)
         idx = slice(None) if index is None else index
         self.steps[idx] = 0
         self.last_accel[idx] = 0.0
         self.steer[idx] = 0.0
         self.end_code[idx] = 0
+
+    def _fill_pool(self, needed: list) -> None:
+        """When an opening of this reset is not in the pool: make it and those of the next
+        ``OPENING_POOL - 1`` resets (one world each) in one batched call, forgetting
+        openings no reset will ask for (the generator was seeded anew)."""
+        if all(s in self.pool for s in needed):
+            return
+        peek = torch.Generator(device="cpu")
+        peek.set_state(self._after)
+        upcoming = list(needed)
+        for _ in range(OPENING_POOL - 1):
+            nxt = int(torch.randint(2**62, (1,), generator=peek))
+            upcoming += self.sim.opening_seeds(nxt, 1)
+        self.pool = {s: t for s, t in self.pool.items() if s in set(upcoming)}
+        todo = list(dict.fromkeys(s for s in upcoming if s not in self.pool))
+        self.pool.update(zip(todo, self.sim.opening(todo)))
 
     def step(self, action: torch.Tensor):
         sim = self.sim

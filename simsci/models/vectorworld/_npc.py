@@ -49,6 +49,18 @@ limits (|a| <= 8, κ <= 0.25, both rates) sit inside what
 :func:`simsci.driving.metrics.infeasible_steps` calls infeasible (10.4 m/s^2, 0.3 1/m).
 ``shaping=False`` drops the penalties and the clamp.
 
+**The slip, too.** :func:`~simsci.driving.step_agents` moves the centre along ``θ' + β``
+with the slip ``β = asin(κ l_r)``, so a change of ``κ`` turns the *path* by ``Δβ`` on top
+of ``v' κ dt``; at low speed a rate-feasible ``Δκ`` (0.06 1/m per step) bends the
+recorded positions far beyond any feasible curvature (``Δβ / (v dt)``: 0.4 1/m at 2 m/s).
+With shaping the sampled curvature is therefore also clamped into :func:`slip_box`, the
+curvatures whose path turn through the next position, ``v' κ dt + asin(κ l_r) -
+asin(κ_prev l_r)``, stays within ``MAX_CURVATURE`` times the mean chord ``(v + v') dt /
+2`` (at least 0.1 m, the chord below which positions say nothing about curvature:
+:func:`~simsci.driving.metrics.path_infeasible_steps`); the feasible box wins where the
+two disagree. It is an acting-time clamp, not part of the shaping penalties (training is
+unchanged): a slowly moving vehicle simply steers more gradually.
+
 Manoeuvre logits are shaped too: a lane change needs the neighbour lane (``-10^4``
 where there is none) and a feasible curvature: a change of lateral shift ``Δ`` over
 ``D = min(max(3 s v, 10 m), path left in the target lane)`` peaks at ``κ_need = π^2 |Δ|
@@ -83,6 +95,7 @@ from torch import nn
 from simsci.driving import (
     DT,
     MANOEUVRES,
+    MAX_CURVATURE,
     AgentState,
     LaneSet,
     curvature_limit,
@@ -105,6 +118,7 @@ __all__ = [
     "KAPPA_BINS",
     "DeltaSim",
     "feasibility_penalty",
+    "slip_box",
 ]
 
 _FINE_A = (0.02, 0.05, 0.1, 0.2, 0.4, 0.7, 1.1, 1.7, 2.5, 4.0)
@@ -137,6 +151,34 @@ def feasibility_penalty(kin: torch.Tensor, *, beta: float = 20.0, dt: float = DT
     pen_a = beta * F.softplus((da - _DELTA_A) / _TAU_A)
     pen_k = beta * F.softplus((dk - _DELTA_K) / _TAU_K)
     return pen_a, pen_k
+
+
+def slip_box(kin: torch.Tensor, accel: torch.Tensor, dt: float = DT, *, min_chord: float = 0.1):
+    """The curvatures ``(lo, hi)`` (...) that keep the path through the next position
+    within ``MAX_CURVATURE`` (module docstring): with ``kin`` (..., 4) = (v, a_prev,
+    κ_prev, length), ``accel`` the step's acceleration, ``v' = max(v + a dt, 0)``,
+    ``l_r = 0.3 length`` and ``s = max((v + v') dt / 2, min_chord)``, the κ with
+    ``|v' κ dt + asin(κ l_r) - asin(κ_prev l_r)| <= MAX_CURVATURE s``. The turn is
+    increasing in κ, so each bound is found by bisection (30 halvings of [-1/l_r, 1/l_r]);
+    always contains κ_prev when ``|κ_prev| <= MAX_CURVATURE``."""
+    v, k_prev, length = kin[..., 0], kin[..., 2], kin[..., 3]
+    v_new = (v + accel * dt).clamp(min=0.0)
+    lr = (0.3 * length).clamp(min=1e-3)
+    chord = ((v + v_new) * dt / 2).clamp(min=min_chord)
+    beta_prev = torch.asin((k_prev * lr).clamp(-1.0, 1.0))
+
+    def turn(k):
+        return v_new * k * dt + torch.asin((k * lr).clamp(-1.0, 1.0)) - beta_prev
+
+    out = []
+    for target in (-MAX_CURVATURE * chord, MAX_CURVATURE * chord):
+        lo, hi = -1.0 / lr, 1.0 / lr
+        for _ in range(30):
+            mid = (lo + hi) / 2
+            below = turn(mid) < target
+            lo, hi = torch.where(below, mid, lo), torch.where(below, hi, mid)
+        out.append((lo + hi) / 2)
+    return out[0], out[1]
 
 
 def _manoeuvre_penalty(kin, shape, beta: float):
@@ -347,7 +389,7 @@ class DeltaSim(nn.Module):
         return a, k, m
 
     @torch.no_grad()
-    def _act(self, lanes, agents, controlled, generator, greedy, shaping, force):
+    def _act(self, lanes, agents, controlled, generator, greedy, shaping, force, dt=DT):
         lanes, controlled = _check_pair(lanes, agents, controlled)
         if controlled is None:
             raise ValueError("controlled must be a (B, V) bool mask of the agents to drive")
@@ -374,6 +416,8 @@ class DeltaSim(nn.Module):
         if self.shaping if shaping is None else shaping:  # the box again, in the state's dtype
             lo_a, hi_a, lo_k, hi_k = feasible_box(feats.kin)
             a = torch.maximum(torch.minimum(a, hi_a), lo_a)
+            lo_s, hi_s = slip_box(feats.kin, a, dt)  # the slip changes gently, then the box
+            k = torch.maximum(torch.minimum(k, hi_s), lo_s)
             k = torch.maximum(torch.minimum(k, hi_k), lo_k)
         a = torch.where(controlled, a, agents.accel)
         k = torch.where(controlled, k, agents.kappa)
@@ -395,7 +439,7 @@ class DeltaSim(nn.Module):
         """One closed-loop step: :meth:`act`, then :func:`step_agents` with the policy's
         memory updated (lane association, manoeuvre, lane-change origin). Returns
         ``(new AgentState, Features of the old state)``."""
-        a, k, m, feats = self._act(lanes, agents, controlled, generator, greedy, shaping, force)
+        a, k, m, feats = self._act(lanes, agents, controlled, generator, greedy, shaping, force, dt)
         origin = _next_origin(m, agents.manoeuvre, feats)
         new = step_agents(
             agents, a, k, controlled & agents.valid, dt, manoeuvre=m, lane=feats.lane, origin=origin

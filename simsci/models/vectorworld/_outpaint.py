@@ -65,6 +65,11 @@ Design choices, and why
   placed after the context's seam slots, skipping pins within ``seam_tol`` of a pin of
   the same kind already there, while lane slots remain. Not seen in training: the pins
   fix where lanes meet those seams, the network fills in the rest.
+- **Seams are lanes.** In training a seam slot may stay empty; at sampling
+  (``continue_seams=True``, the default) every seam slot of the context has ``is_lane``
+  pinned to 1 as well, so every context lane end on the edge is continued.
+  :func:`close_seams` then makes a new tile meet all its existing neighbours exactly
+  (snaps, trims, stubs), the streaming world's last step before a tile is kept.
 - **Exact seams.** Pinned entries never change in the samplers; decoding writes the
   float64 pin (the context endpoint mapped into the target frame, ``p - 64 step``)
   back into each seam lane, so a seam endpoint equals the context's endpoint.
@@ -102,6 +107,7 @@ from simsci.models.vectorworld._tokens import (
     TOKEN_DIM,
     TokenLayout,
     _direction,
+    _end_tangents,
     _seam_slots,
     check_scene_layout,
     check_tile,
@@ -116,6 +122,7 @@ from simsci.models.vectorworld._tokens import (
 __all__ = [
     "TileGenerator",
     "TileSamples",
+    "close_seams",
     "collate_blocks",
     "evaluate_tile_generator",
     "has_ego_lane",
@@ -353,9 +360,14 @@ class TileGenerator(nn.Module):
         max_tries: int = 3,
         smooth: bool = True,
         neighbours: list | None = None,
+        continue_seams: bool = True,
     ) -> tuple[list[dict], dict]:
         """New tiles from their neighbours, batched. ``smooth``: project every generated
         lane onto a cubic Bézier (:func:`smooth_lane`; tangent-continuous at seams).
+        ``continue_seams``: every seam slot of the context is a lane (``is_lane`` pinned
+        to 1, as the other neighbours' pins always are): in training a seam slot may stay
+        empty (a truncated target), but a map whose lane stops at a seam is broken; False
+        samples the network's own choice (what :func:`evaluate_tile_generator` measures).
 
         ``contexts[b]``: the neighbour tile in its own frame, a dict ``points`` (n, 20, 2),
         ``width`` (n,), ``speed_limit`` (n,), ``kind`` (n,) int, ``agents`` (m, 7)
@@ -364,7 +376,10 @@ class TileGenerator(nn.Module):
         with a None context. ``steps=1, mode="meanflow"``: one network call
         (:func:`~._dit.sample_one_step`); otherwise :func:`~._dit.sample_multistep`
         (``mode="flow"``: Euler on the instantaneous velocity). ``generator``: the noise
-        (default the global RNG of the model's device). ``neighbours[b]``: the new tile's
+        (default the global RNG of the model's device), or a list of one generator per
+        tile: each tile's noise (its redraws included) then comes from its own, so a
+        tile depends on its generator alone, not on what else is in the batch (up to
+        float rounding of batched kernels). ``neighbours[b]``: the new tile's
         other existing 4-neighbours, a list of ``(tile, direction)`` (tile dicts as
         ``contexts``, direction = the step from that neighbour's cell to the new one);
         their lane ends on the shared edges are pinned as lanes of the new tile (module
@@ -405,10 +420,18 @@ class TileGenerator(nn.Module):
                 "neighbours must be None or a list with one entry (a list of (tile, "
                 f"direction) pairs) per new tile, {len(contexts)} here"
             )
+        per_tile = isinstance(generator, (list, tuple))
+        if per_tile and len(generator) != B:
+            raise ValueError(
+                f"generator must be one torch.Generator or a list of one per tile ({B}), "
+                f"got a list of {len(generator)}"
+            )
         blocks = []
         for b, (c, d) in enumerate(zip(contexts, directions)):
             try:
                 blocks.append(generation_block(c, d, self.layout))
+                if continue_seams:
+                    _force_lanes(blocks[-1], self.layout)
                 if neighbours is not None and neighbours[b]:
                     _pin_neighbours(blocks[-1], neighbours[b], self.layout)
             except (ValueError, TypeError) as exc:
@@ -428,10 +451,7 @@ class TileGenerator(nn.Module):
         todo = list(range(B))
         for attempt in range(max_tries):
             idx = torch.as_tensor(todo, device=dev)
-            gdev = generator.device if generator is not None else dev
-            noise = torch.randn(
-                (len(todo), *known.shape[1:]), generator=generator, device=gdev, dtype=dtype
-            ).to(dev)
+            noise = _noise(generator, todo, known.shape[1:], dtype, dev)
             args = (noise, rel[idx], mask[idx], cond[idx], pinned[idx], known[idx])
             if steps == 1 and mode == "meanflow":
                 out = sample_one_step(self.net, *args)
@@ -455,6 +475,29 @@ class TileGenerator(nn.Module):
         stats["agents"] = int(sum(len(t["agents"]) for t in tiles))
         stats["seams"] = seams
         return tiles, stats
+
+
+def _noise(generator, todo: list, shape, dtype, dev) -> torch.Tensor:
+    """Standard normal noise ``(len(todo), *shape)`` for the tiles ``todo``: from one
+    generator, or row by row from each tile's own (``generator`` a list)."""
+    if isinstance(generator, (list, tuple)):
+        rows = [
+            torch.randn((1, *shape), generator=g, device=g.device, dtype=dtype).to(dev)
+            for g in (generator[b] for b in todo)
+        ]
+        return torch.cat(rows)
+    gdev = generator.device if generator is not None else dev
+    return torch.randn((len(todo), *shape), generator=generator, device=gdev, dtype=dtype).to(dev)
+
+
+def _force_lanes(block: dict, layout: TokenLayout) -> None:
+    """Pin ``is_lane`` to 1 in the context's seam slots of a generation block (sampling
+    only: ``generate(continue_seams=True)``)."""
+    M = layout.max_lanes + layout.max_agents
+    rows = M + np.arange(block["n_seam"])
+    for arr in (block["x"], block["known"]):
+        arr[rows, IS_LANE] = 1.0
+    block["pinned"][rows, IS_LANE] = True
 
 
 def _pin_neighbours(block: dict, neighbours, layout: TokenLayout) -> None:
@@ -583,6 +626,212 @@ def smooth_lane(points, *, start=None, start_tangent=None, end=None, end_tangent
     out = np.stack([np.interp(q, s, dense[:, 0]), np.interp(q, s, dense[:, 1])], -1)
     out[0], out[-1] = P0v, P3v  # exact endpoints (pins stay bit-exact)
     return out
+
+
+# ------------------------------------------------------------------ closed seams
+_EXACT = 1e-9  # m: an end point on its partner's (a pin written back, a snap)
+_STUB_LENGTH = 16.0  # m: a stub continuing a neighbour's lane into the new tile
+_MIN_LENGTH = 5.0  # m: a trimmed lane shorter than this is dropped
+
+
+def _in_band(p: np.ndarray, side: np.ndarray, tolerance: float) -> np.ndarray:
+    """Points ``p`` (..., 2) (tile frame) within ``tolerance`` of the tile's edge facing
+    the unit vector ``side``: the band of :func:`simsci.driving.metrics.seam_gaps`."""
+    along = p @ side
+    across = p @ np.array([-side[1], side[0]])
+    half = 0.5 * TILE_SIZE
+    return (np.abs(along - half) <= tolerance) & (np.abs(across) <= half + tolerance)
+
+
+def _neighbour_ends(neighbours, tolerance: float) -> list:
+    """Every lane end of ``neighbours`` in the band of its shared edge, in the new tile's
+    frame: dicts ``side`` (index into the neighbours), ``p`` (2,), ``kind`` (0 the lane's
+    first point, 1 its last), ``t`` (its unit direction of travel there), ``lane``."""
+    ends = []
+    for k, (tile, direction) in enumerate(neighbours):
+        step = np.asarray(DIRECTIONS[direction], np.float64)
+        pts = np.asarray(tile["points"], np.float64).reshape(-1, LANE_POINTS, 2) - TILE_SIZE * step
+        if not len(pts):
+            continue
+        t_in, t_out = _end_tangents(pts)
+        for kind, col, t in ((0, 0, t_in), (1, -1, t_out)):
+            for j in np.flatnonzero(_in_band(pts[:, col], -step, tolerance)):
+                ends.append({"side": k, "p": pts[j, col], "kind": kind, "t": t[j], "lane": int(j)})
+    return ends
+
+
+def _trim(points: np.ndarray, end: int, sides: list, clear: float) -> np.ndarray | None:
+    """``points`` (20, 2) cut back from its ``end`` (0 first, 1 last point) to where it
+    lies ``clear`` m inside every edge of ``sides``, resampled evenly in arc length;
+    None when less than :data:`_MIN_LENGTH` remains."""
+    p = points if end == 1 else points[::-1]
+    inside = np.min([0.5 * TILE_SIZE - p @ s for s in sides], axis=0)  # (20,) m inside
+    ok = np.flatnonzero(inside >= clear)
+    if not len(ok) or ok[-1] == len(p) - 1:
+        return None if not len(ok) else points
+    k = ok[-1]  # the last point far enough inside; the edge is crossed after it
+    u = (inside[k] - clear) / (inside[k] - inside[k + 1])  # inside is linear along a segment
+    kept = np.concatenate([p[: k + 1], p[k : k + 1] + u * (p[k + 1 : k + 2] - p[k : k + 1])])
+    s = np.concatenate([[0.0], np.cumsum(np.hypot(*np.diff(kept, axis=0).T))])
+    if s[-1] < _MIN_LENGTH:
+        return None
+    q = np.linspace(0.0, s[-1], len(points))
+    out = np.stack([np.interp(q, s, kept[:, 0]), np.interp(q, s, kept[:, 1])], -1)
+    return out if end == 1 else out[::-1]
+
+
+def _stub(end: dict, into: np.ndarray, clear: float) -> np.ndarray:
+    """A straight lane (20, 2) continuing a neighbour's lane ``end`` into the new tile
+    (``into``: the unit normal of the shared edge, pointing inside), at most
+    :data:`_STUB_LENGTH` long and ending ``clear`` m inside every edge."""
+    t = end["t"] if end["kind"] == 1 else -end["t"]  # from the edge into the tile
+    if t @ into < 0.3:  # running along the edge (or out of it): turn it inwards
+        t = t + into
+        t = t / np.hypot(*t)
+    q, lim = end["p"], 0.5 * TILE_SIZE - clear
+    room = [((lim if t[a] > 0 else -lim) - q[a]) / t[a] for a in (0, 1) if abs(t[a]) > 1e-9]
+    length = max(min([_STUB_LENGTH, *room]), 1.0)
+    pts = q + np.linspace(0.0, length, LANE_POINTS)[:, None] * t
+    return pts if end["kind"] == 1 else pts[::-1]
+
+
+def close_seams(
+    tile: dict,
+    neighbours,
+    *,
+    tolerance: float = 0.5,
+    snap: float = 4.0,
+    max_turn: float = 60.0,
+    max_lanes: int | None = None,
+) -> tuple[dict, dict]:
+    """A new tile (own frame) made to meet its existing ``neighbours`` exactly at every
+    shared edge; returns ``(tile, counts)``.
+
+    ``neighbours``: ``(tile, direction)`` pairs as :meth:`TileGenerator.generate`'s
+    (direction = the step from that neighbour's cell to the new one), every existing
+    4-neighbour, the context included. An end point *on a seam* lies within
+    ``tolerance`` of a shared edge (the band of :func:`simsci.driving.metrics.seam_gaps`,
+    whose gaps this closes: a lane's end meets a lane's start of the other tile).
+
+    1. A new lane end on a seam whose nearest complementary neighbour end is within
+       ``snap`` m and heads within ``max_turn`` degrees of it is moved onto it
+       (``snapped``): the displacement is blended along the lane (smoothstep in arc
+       length, the other end fixed), then the lane is refit by :func:`smooth_lane` with
+       the neighbour lane's tangent there, so it continues without a kink.
+    2. Any other new lane end on a seam runs into the neighbour where it has no lane:
+       the lane is **trimmed** back to ``2 tolerance`` inside the edge (``trimmed``), and
+       dropped when less than 5 m of it remains (``dropped``). Trimmed, not dropped,
+       because the rest of the lane is road the generator drew (the ego or an NPC may be
+       on it); its dead end is now the tile's own, not a broken seam.
+    3. A neighbour end on a seam with no new end on it (a seam slot the network left
+       short, a pin past ``edge_tol`` or past ``max_lanes``) gets a straight **stub**
+       (``stubs``) continuing its lane into the tile (16 m at most, its width, speed
+       limit and kind).
+
+    ``max_lanes``: the most lanes the tile may keep (the world's slots); lanes beyond it
+    are dropped shortest first, those without a seam end before the others
+    (``over_capacity``). ``exact``: new ends that already met their partner.
+    """
+    out = {k: np.array(v, copy=True) for k, v in tile.items()}
+    pts = np.asarray(out["points"], np.float64).reshape(-1, LANE_POINTS, 2)
+    counts = dict.fromkeys(("exact", "snapped", "trimmed", "dropped", "stubs", "over_capacity"), 0)
+    sides = [-np.asarray(DIRECTIONS[d], np.float64) for _, d in neighbours]  # outward normals
+    ends = _neighbour_ends(neighbours, tolerance)
+    cos_max = math.cos(math.radians(max_turn))
+    # 1-2: every new end on a seam: already met, snapped, or trimmed
+    targets, trims = {}, {}
+    if len(pts):
+        t_in, t_out = _end_tangents(pts)
+    for i in range(len(pts)):
+        for kind, col, t in ((0, 0, t_in[i]), (1, -1, t_out[i])):
+            p = pts[i, col]
+            bands = [k for k, s in enumerate(sides) if _in_band(p, s, tolerance)]
+            if not bands:
+                continue
+            cand = [e for e in ends if e["side"] in bands and e["kind"] != kind]
+            d = np.array([np.hypot(*(e["p"] - p)) for e in cand])
+            if len(cand) and d.min() <= _EXACT:
+                counts["exact"] += 1
+                targets[i, kind] = cand[int(d.argmin())], False
+                continue
+            fits = [j for j in np.argsort(d) if d[j] <= snap and cand[j]["t"] @ t >= cos_max]
+            if fits:
+                targets[i, kind] = cand[fits[0]], True
+                counts["snapped"] += 1
+            else:
+                trims.setdefault(i, []).append((kind, [sides[k] for k in bands]))
+    for i in sorted({i for (i, _), (_, moved) in targets.items() if moved}):
+        pts[i] = _snap_lane(pts[i], targets.get((i, 0)), targets.get((i, 1)))
+    keep = np.ones(len(pts), bool)
+    for i, cuts in trims.items():
+        for kind, edge_sides in cuts:
+            cut = _trim(pts[i], kind, edge_sides, 2.0 * tolerance) if keep[i] else None
+            if cut is None:
+                keep[i] = False
+            else:
+                pts[i] = cut
+        counts["trimmed" if keep[i] else "dropped"] += 1
+    lane_keys = ("width", "speed_limit", "kind")
+    out["points"] = pts[keep]
+    for key in lane_keys:
+        out[key] = np.asarray(out[key])[keep]
+    # 3: a stub for every neighbour end left without a partner
+    new = out["points"]
+    stubs = []
+    for e in ends:
+        col = 0 if e["kind"] == 1 else -1  # the complementary end of a new lane
+        if len(new) and np.hypot(*(new[:, col] - e["p"]).T).min() <= _EXACT:
+            continue
+        if any(np.hypot(*(s[col] - e["p"])) <= _EXACT for s, _ in stubs):
+            continue  # two neighbour lanes meeting at one point share a stub
+        src = neighbours[e["side"]][0]
+        attrs = {key: np.asarray(src[key])[e["lane"]] for key in lane_keys}
+        stubs.append((_stub(e, -sides[e["side"]], 2.0 * tolerance), attrs))
+    counts["stubs"] = len(stubs)
+    if stubs:
+        out["points"] = np.concatenate([new, np.stack([s for s, _ in stubs])])
+        for key in lane_keys:
+            out[key] = np.concatenate([out[key], np.array([a[key] for _, a in stubs])])
+    if max_lanes is not None and len(out["points"]) > max_lanes:
+        out = _cap_lanes(out, sides, tolerance, max_lanes, counts)
+    out["kind"] = np.asarray(out["kind"], np.int64)
+    return out, counts
+
+
+def _snap_lane(points: np.ndarray, start, end) -> np.ndarray:
+    """A lane (20, 2) with its start and/or end moved onto a neighbour's end point
+    (``start`` / ``end``: ``(neighbour end, moved)`` or None): each end's displacement
+    blended along the lane by a smoothstep in arc length, then the lane refit as a
+    cubic (:func:`smooth_lane`) through its ends with the neighbours' tangents."""
+    p = np.array(points, np.float64)
+    s = np.concatenate([[0.0], np.cumsum(np.hypot(*np.diff(p, axis=0).T))])
+    u = s / s[-1] if s[-1] > 1e-9 else np.linspace(0.0, 1.0, len(p))
+    w = (u * u * (3.0 - 2.0 * u))[:, None]  # 0 at the start, 1 at the end
+    if start is not None:
+        p += (1.0 - w) * (start[0]["p"] - points[0])
+    if end is not None:
+        p += w * (end[0]["p"] - points[-1])
+    return smooth_lane(
+        p,
+        start=p[0] if start is None else start[0]["p"],
+        start_tangent=None if start is None else start[0]["t"],
+        end=p[-1] if end is None else end[0]["p"],
+        end_tangent=None if end is None else end[0]["t"],
+    )
+
+
+def _cap_lanes(tile: dict, sides: list, tolerance: float, max_lanes: int, counts: dict) -> dict:
+    """Keep ``max_lanes`` lanes of ``tile``: drop lanes with no end on a seam first, then
+    the others, shortest first."""
+    pts = tile["points"]
+    on_seam = np.zeros(len(pts), bool)
+    for s in sides:
+        on_seam |= _in_band(pts[:, [0, -1]], s, tolerance).any(-1)
+    length = np.hypot(*np.diff(pts, axis=1).transpose(2, 0, 1)).sum(-1)
+    order = np.lexsort((-length, ~on_seam))  # seam lanes first, then the longest
+    keep = np.sort(order[:max_lanes])
+    counts["over_capacity"] += len(pts) - len(keep)
+    return {k: (np.asarray(v)[keep] if k != "agents" else v) for k, v in tile.items()}
 
 
 # ------------------------------------------------------------------ data
@@ -1007,6 +1256,7 @@ def evaluate_tile_generator(
                 generator=gen,
                 max_tries=max_tries,
                 smooth=smooth,
+                continue_seams=False,  # the network's own seams, as trained
             )
             tiles += out
             for key in totals:

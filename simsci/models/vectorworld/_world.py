@@ -3,8 +3,12 @@ r"""Streaming closed-loop rollouts: the world is generated tile by tile as the e
 :class:`StreamingWorld` holds ``n`` independent worlds as tensors (CPU or CUDA) and
 advances them at the driving world's 10 Hz:
 
-1. **Reset.** The tile generator makes a first tile (unconditional: a lane through its
-   centre along +x, like tile 0 of the driving data); the ego is put on a lane near the
+1. **Reset.** An episode opens with :meth:`StreamingWorld.opening` of a seed drawn from
+   the world's generator: a first tile (unconditional: a lane through its centre along
+   +x, like tile 0 of the driving data) and the tile east of it, each episode's from a
+   noise generator of its own, so openings can be made ahead in one batched call (a
+   ``pool``, as ``simsci/VectorWorld-v1`` keeps) and give what a reset would make; the
+   ego is put on a lane near the
    origin (each lane's point nearest it, scored by the lane length ahead of it minus
    twice its distance), heading along the lane at 0.8 x its speed limit (as
    ``simsci/Driving-v0`` starts it); the motion-aware gated VAE fills the tile with as
@@ -17,8 +21,9 @@ advances them at the driving world's 10 Hz:
    one network call from the cell before it on that walk (its 4-neighbour, the
    context), with the seam endpoints of *every* existing 4-neighbour pinned (the
    context's through the context tokens, the others' as extra pinned lanes:
-   :meth:`~._outpaint.TileGenerator.generate`'s ``neighbours``). Requests of all worlds
-   are batched into one generator call. At most ``max_tiles`` tiles are kept; adding one
+   :meth:`~._outpaint.TileGenerator.generate`'s ``neighbours``), then closed against
+   all of them (:func:`~._outpaint.close_seams`). Requests of all worlds are batched
+   into one generator call. At most ``max_tiles`` tiles are kept; adding one
    drops the tile farthest from the ego that is neither the ego's cell nor on its
    look-ahead walk, and its agents leave with it (the tile stays in the store).
 3. **Agents.** A new tile's agents (generated with it, so their density is the
@@ -59,6 +64,17 @@ Design choices, and why
   The generator never saw such extra pins in training: they fix where lanes meet the
   seams, the network fills in the rest. :func:`seam_gaps` measures every seam
   (:func:`simsci.driving.metrics.drive_seam_gaps`, the one definition).
+- **Closed seams, by construction.** Pins alone leave seams open: the network adds
+  lanes that run into a neighbour's edge where it has no lane, and a context end farther
+  than ``edge_tol`` (1 cm) from the edge gets no pin. So every new tile is closed
+  against every existing neighbour at the seam band of the one definition (0.5 m): its
+  lane ends there are snapped onto the neighbour's complementary end within 4 m (and
+  60 degrees; the lane refit smoothly), or trimmed back 1 m from the edge (dropped when
+  under 5 m), and a neighbour's end left without a partner gets a 16 m stub continuing
+  it (``stats``: ``seam_exact``, ``seam_snapped``, ``seam_trimmed``, ``seam_dropped``,
+  ``seam_stubs``). A tile is closed when it is made, against the tiles made before it,
+  and never changed after: every seam is closed by the later of its two tiles, so
+  restored tiles and cells with several neighbours close too.
 - **Off-road** as in ``simsci/Driving-v0``: the ego's centre more than 0.5 m beyond the
   edge of every lane whose direction agrees with its heading (oncoming lanes do not
   count), or no lane within reach at all.
@@ -255,6 +271,12 @@ class StreamingWorld:
                 "init_rejected",
                 "uncontexted",
                 "npc_lost",
+                "seam_exact",
+                "seam_snapped",
+                "seam_trimmed",
+                "seam_dropped",
+                "seam_stubs",
+                "seam_over_capacity",
             )
         }
         self._ego_lane = torch.zeros(n, dtype=torch.long, device=dev)
@@ -264,11 +286,20 @@ class StreamingWorld:
         self._ego_offroad = torch.zeros(n, dtype=torch.bool, device=dev)
 
     # ------------------------------------------------------------------ reset
-    def reset(self, index=None) -> None:
-        """Fresh worlds: all (``index`` None) or those in ``index`` (1-D ints)."""
+    def reset(self, index=None, *, pool: dict | None = None) -> None:
+        """Fresh worlds: all (``index`` None) or those in ``index`` (1-D ints).
+
+        Each episode draws an opening seed from :attr:`generator` and opens with
+        :meth:`opening` of it. ``pool``: openings made ahead, ``{seed: opening}`` (a dict
+        the caller keeps and refills, :meth:`opening`'s batched call): an episode whose
+        seed is in it takes its entry (removed) instead of making it, and gets the very
+        same tiles, since an opening depends on its seed alone."""
         idx = list(range(self.n)) if index is None else [int(i) for i in index]
         if not idx:
             return
+        # the seeds first: nothing else draws from the generator before them, so a
+        # caller can tell an episode's opening seeds from the generator's seed
+        seeds = [int(torch.randint(2**62, (1,), generator=self.generator)) for _ in idx]
         for b in idx:
             self.tiles[b] = {}
             self.store[b] = {}
@@ -278,18 +309,61 @@ class StreamingWorld:
             self.valid[b] = False
             self._freed_at[b] = -(10**9)
         self.driven[idx] = 0.0
-        # first tiles: more draws, so that a lane through the origin along +x (where the
-        # ego starts, as in the data's tile 0) is found more often
-        firsts, _ = self._generate(
-            [None] * len(idx), [None] * len(idx), max_tries=8, steps=self.first_steps
-        )
+        pool = {} if pool is None else pool
+        missing = list(dict.fromkeys(s for s in seeds if s not in pool))
+        if missing:
+            pool.update(zip(missing, self.opening(missing)))
+        openings = [pool[s] for s in seeds]
+        for s in seeds:
+            pool.pop(s, None)
         self.stats["first_tiles"] += len(idx)
-        for b, tile in zip(idx, firsts):
-            self._add_tile(b, (0, 0), tile, spawn=False)
-            self._place_ego(b, tile)
-            self._init_agents(b, tile)
+        for b, tiles in zip(idx, openings):
+            (cell, first), rest = tiles[0], tiles[1:]
+            self._add_tile(b, cell, first, spawn=False)
+            self._place_ego(b, first)
+            self._init_agents(b, first)
+            for cell, tile in rest:
+                self._add_tile(b, cell, tile)
         self._stream(idx)
         self._associate_ego(torch.as_tensor(idx, device=self.device))
+
+    @staticmethod
+    def opening_seeds(seed: int, k: int = 1) -> list[int]:
+        """The opening seeds :meth:`reset` draws for ``k`` worlds right after
+        ``generator.manual_seed(seed)`` (what a pool of openings is keyed by)."""
+        gen = torch.Generator(device="cpu").manual_seed(int(seed))
+        return [int(torch.randint(2**62, (1,), generator=gen)) for _ in range(k)]
+
+    def opening(self, seeds) -> list[list]:
+        """The opening tiles of episodes with these ``seeds``: per seed ``[((0, 0), first
+        tile), ((1, 0), the tile east of it)]`` (own frames), all seeds in one batched
+        generator call per tile. The first tile (unconditional: a lane through its centre
+        along +x, like tile 0 of the driving data) gets more draws and flow steps
+        (``first_steps``), so that lane is found more often; the east one is the tile the
+        ego's look-ahead asks for first, outpainted from it and closed against it. Each
+        seed's noise comes from its own generator, so an opening depends on its seed
+        alone, not on the batch (a pool made ahead gives what a reset would make)."""
+        from simsci.models.vectorworld._tokens import DIRECTIONS
+
+        seeds = [int(s) for s in seeds]
+        if not seeds:
+            return []
+        gens = [torch.Generator(device="cpu").manual_seed(s) for s in seeds]
+        k = len(seeds)
+        firsts, _ = self._generate(
+            [None] * k, [None] * k, max_tries=8, steps=self.first_steps, generator=gens
+        )
+        east = DIRECTIONS.index((1, 0))
+        # a lane-less first tile has nothing to continue: its neighbour is drawn like a
+        # first tile (as the stream does)
+        lanes = [len(t["points"]) > 0 for t in firsts]
+        self.stats["uncontexted"] += lanes.count(False)
+        contexts = [t if ok else None for t, ok in zip(firsts, lanes)]
+        nexts, _ = self._generate(contexts, [east if ok else None for ok in lanes], generator=gens)
+        return [
+            [((0, 0), first), ((1, 0), self._close(nxt, [(first, east)]))]
+            for first, nxt in zip(firsts, nexts)
+        ]
 
     def _place_ego(self, b: int, tile: dict) -> None:
         pts = np.asarray(tile["points"], np.float64)
@@ -359,7 +433,13 @@ class StreamingWorld:
 
     # ------------------------------------------------------------------ tiles
     def _generate(
-        self, contexts, directions, neighbours=None, max_tries: int = 3, steps: int | None = None
+        self,
+        contexts,
+        directions,
+        neighbours=None,
+        max_tries: int = 3,
+        steps: int | None = None,
+        generator=None,
     ):
         steps = self.tile_steps if steps is None else int(steps)
         # only a request with extra neighbours passes them (a generator without the
@@ -370,7 +450,7 @@ class StreamingWorld:
             directions,
             steps=steps,
             mode=self.tile_mode if steps == self.tile_steps else "flow",
-            generator=self.generator,
+            generator=self.generator if generator is None else generator,
             max_tries=max_tries,
             **extra,
         )
@@ -503,13 +583,14 @@ class StreamingWorld:
                 return
             for b, c in back:
                 self._restore(b, c, protect=walks[b])
-            contexts, dirs, neighbours, cells = [], [], [], []
+            contexts, dirs, neighbours, cells, around = [], [], [], [], []
             for b, prev, c in req:
                 # the context: the cell it is reached from, else any existing neighbour;
                 # a lane-less one has nothing to continue (drawn like a first tile if all are)
                 near = self._neighbours(b, c, prev)
                 if not near:  # nothing around it to continue (cannot happen while driving)
                     continue
+                around.append([(t, _direction(p, c)) for p, t in near])  # lane-less ones too
                 near = [(p, t) for p, t in near if len(t["points"])]
                 if not near:
                     self.stats["uncontexted"] += 1
@@ -522,8 +603,18 @@ class StreamingWorld:
                 cells.append((b, c))
             if cells:
                 tiles, _ = self._generate(contexts, dirs, neighbours)
-                for (b, c), tile in zip(cells, tiles):
-                    self._add_tile(b, c, tile, protect=walks[b])
+                for (b, c), tile, near in zip(cells, tiles, around):
+                    self._add_tile(b, c, self._close(tile, near), protect=walks[b])
+
+    def _close(self, tile: dict, neighbours) -> dict:
+        """``tile`` closed against every existing neighbour (:func:`._outpaint.close_seams`,
+        at the seam band of the one seam-gap definition); counted in ``stats``."""
+        from simsci.models.vectorworld._outpaint import close_seams
+
+        tile, counts = close_seams(tile, neighbours, max_lanes=self.Lt)
+        for key, value in counts.items():
+            self.stats[f"seam_{key}"] += value
+        return tile
 
     def _neighbours(self, b: int, cell, first=None) -> list:
         """The existing (kept or stored) 4-neighbours of ``cell`` as ``(cell, tile)``,

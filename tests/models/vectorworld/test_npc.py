@@ -1,6 +1,7 @@
 """ΔSim, VectorWorld's NPC policy: features, shaping, behaviour cloning, closed loop
 (simsci.models.vectorworld._features, _npc, _bc, _npc_eval)."""
 
+import dataclasses
 import json
 import math
 
@@ -149,6 +150,35 @@ def test_shaped_actions_always_feasible():
         assert torch.all(((k - ag.kappa).abs() <= MAX_CURVATURE_RATE * 0.1 + 1e-9)[inside])
         traj = _roll(model, lanes, ag, 8, True, gen)
         assert int(metrics.infeasible_steps(traj).sum()) == 0
+
+
+def test_curvature_rate_limited_so_the_slip_keeps_positions_feasible():
+    """The slip ``asin(κ l_r)`` moves the centre sideways when κ changes: shaped ΔSim
+    (untrained, so its controls jump) keeps every κ inside ``slip_box``, where the path
+    turn through the next position stays within MAX_CURVATURE per metre, so the recorded
+    positions are feasible too (the stated controls always were); unshaped, they are not."""
+    torch.manual_seed(0)
+    model = vw.DeltaSim(hidden=16, depth=1)
+    gen = torch.Generator().manual_seed(3)
+    lanes, ag = _random_states(64, gen)
+    ag = dataclasses.replace(ag, v=ag.v * 0.25)  # 0-10 m/s: where the slip dominates
+    a, k, _ = model.act(lanes, ag, ag.valid, generator=gen)
+    kin = vw.features(lanes, ag).kin
+    lo, hi = _npc.slip_box(kin, a)
+    assert torch.all((k >= lo - 1e-12) & (k <= hi + 1e-12)) and torch.all(lo <= hi)
+    # at the bounds, the turn is the limit times the mean chord (at least 0.1 m)
+    v_new = (ag.v + a * 0.1).clamp(min=0)
+    lr, chord = 0.3 * ag.length, ((ag.v + v_new) * 0.05).clamp(min=0.1)
+    for bound, sign in ((lo, -1), (hi, 1)):
+        turn = v_new * bound * 0.1 + torch.asin(bound * lr) - torch.asin(ag.kappa * lr)
+        assert torch.allclose(turn, sign * MAX_CURVATURE * chord, atol=1e-7)
+    assert torch.all((lo <= ag.kappa) & (ag.kappa <= hi))  # keeping κ is always allowed
+    for shaping, ok in ((True, True), (False, False)):
+        traj = _roll(model, lanes, ag, 20, shaping, torch.Generator().manual_seed(4))
+        moving = traj[..., 2] > 1.0  # >= 0.1 m per step, where positions tell curvature
+        path = metrics.path_infeasible_steps(traj, moving)
+        assert (int(path.sum()) == 0) == ok
+        assert int(metrics.infeasible_steps(traj).sum()) == 0 or not shaping
 
 
 def test_unshaped_actions_can_be_infeasible():

@@ -1,5 +1,7 @@
 """The tile generator (simsci.models.vectorworld._outpaint)."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -7,10 +9,12 @@ from torch import nn
 
 from simsci import data as sdata
 from simsci.driving import make_scenes, read_scene
+from simsci.driving.metrics import drive_seam_gaps as seam_gaps_of_drive
 from simsci.driving.metrics import seam_gaps
 from simsci.models.vectorworld._outpaint import (
     TileGenerator,
     TileSamples,
+    close_seams,
     collate_blocks,
     has_ego_lane,
     tile_metrics,
@@ -22,6 +26,7 @@ from simsci.models.vectorworld._tokens import (
     IS_LANE,
     TOKEN_DIM,
     episode_tile,
+    generation_block,
     generation_pair,
     pair_steps,
 )
@@ -118,13 +123,20 @@ def test_empty_tiles_resampled_and_counted(scene):
     tg = TileGenerator(**TINY)
     ctxs, dirs = [p[0] for p in pairs[:2]] + [None], [p[1] for p in pairs[:2]] + [None]
     tg.net = _Fixed(empty=True)
-    tiles, stats = tg.generate(ctxs, dirs, max_tries=3)
+    tiles, stats = tg.generate(ctxs, dirs, max_tries=3, continue_seams=False)
     assert stats["empty"] == 3 and stats["resampled"] == 6 and tg.net.calls == 3
     assert all(len(t["points"]) == 0 for t in tiles)
     tg.net = _Fixed(empty_calls=1)  # the first draw is empty, the redraw is not
-    tiles, stats = tg.generate(ctxs, dirs, max_tries=3)
+    tiles, stats = tg.generate(ctxs, dirs, max_tries=3, continue_seams=False)
     assert stats["empty"] == 0 and stats["resampled"] == 3 and tg.net.calls == 2
     assert all(len(t["points"]) == 24 for t in tiles)
+    # by default every seam slot of the context is a lane, whatever the network says
+    tg.net = _Fixed(empty=True)
+    tiles, stats = tg.generate(ctxs, dirs, max_tries=3)
+    for ctx, d, tile, rows in zip(ctxs[:2], dirs[:2], tiles, stats["seams"]):
+        n_seam = generation_block(ctx, d, tg.layout)["n_seam"]
+        assert n_seam > 0 and len(tile["points"]) == n_seam == len({r[1] for r in rows})
+    assert stats["empty"] == 1  # the first tile has no seam to keep
 
 
 def test_dataset_collate_and_loss_decreases(scene):
@@ -289,3 +301,69 @@ def test_every_neighbour_pins_its_seam(scene):
         assert (got[:, -1] == pts[1, 0] - shift).all(1).any()
     with pytest.raises(ValueError, match="neighbours"):
         tg.generate([ctx], [d], neighbours=[])
+
+
+def _lane(a, b):
+    return np.linspace(np.asarray(a, float), np.asarray(b, float), 20)
+
+
+def _tile_of(*lanes) -> dict:
+    n = len(lanes)
+    return {
+        "points": np.stack(lanes) if n else np.zeros((0, 20, 2)),
+        "width": np.full(n, 3.5),
+        "speed_limit": np.full(n, 13.9),
+        "kind": np.zeros(n, np.int64),
+        "agents": np.zeros((0, 7)),
+    }
+
+
+def _gaps(tiles_by_cell: dict) -> np.ndarray:
+    """The one seam-gap definition over tiles (own frames) live together at one step."""
+    cells = list(tiles_by_cell)
+    pts = [tiles_by_cell[c]["points"] for c in cells]
+    ids = np.arange(len(cells))
+    zero = np.zeros(len(cells), np.int64)
+    return seam_gaps_of_drive(
+        np.concatenate(pts), np.repeat(ids, [len(p) for p in pts]), ids, np.array(cells), zero, zero
+    )
+
+
+def test_close_seams_snaps_trims_and_stubs_every_neighbour():
+    """A new cell (1, 1) between its west neighbour (0, 1) (the context) and its south
+    one (1, 0): a lane 1.25 m off the west neighbour's lane end is snapped onto it, a lane
+    running into the south edge where that tile has no lane is trimmed back, the south
+    tile's lane that ends on the edge gets a stub; afterwards every gap is 0."""
+    west = _tile_of(_lane((-32, -1.75), (32, -1.75)), _lane((32, 1.75), (-32, 1.75)))
+    south = _tile_of(_lane((5, -32), (5, 32)))
+    new = _tile_of(
+        _lane((-32, -0.5), (32, -0.5)),  # starts 1.25 m off the west lane's end: snapped
+        _lane((32, 1.75), (-32, 1.75)),  # meets the west tile's westbound lane exactly
+        _lane((-20, 20), (-20, -32)),  # runs into the south edge, nothing there: trimmed
+    )
+    east, north = DIRECTIONS.index((1, 0)), DIRECTIONS.index((0, 1))
+    tiles = {(0, 1): west, (1, 0): south, (1, 1): new}
+    before = _gaps(tiles)
+    assert np.isinf(before).sum() >= 2 and (before[np.isfinite(before)] > 1.0).any()
+    closed, counts = close_seams(new, [(west, east), (south, north)])
+    assert counts == {
+        "exact": 1, "snapped": 1, "trimmed": 1, "dropped": 0, "stubs": 1, "over_capacity": 0
+    }  # fmt: skip
+    after = _gaps({**tiles, (1, 1): closed})
+    assert len(after) == len(before) and np.all(after <= 1e-9)
+    snapped = closed["points"][0]
+    assert np.array_equal(snapped[0], [-32.0, -1.75]) and np.array_equal(snapped[-1], [32, -0.5])
+    seg = np.diff(snapped, axis=0)
+    turn = np.degrees(np.abs(np.diff(np.arctan2(seg[:, 1], seg[:, 0]))))
+    # G1 with the west lane (+x) at the seam: the first chord of the cubic within 1 degree
+    assert turn.max() < 1.0 and abs(math.degrees(math.atan2(seg[0, 1], seg[0, 0]))) < 1.0
+    trimmed = closed["points"][2]
+    assert trimmed[-1, 1] == pytest.approx(-31.0) and trimmed[0].tolist() == [-20, 20]
+    stub = closed["points"][3]  # continues the south lane north, 16 m
+    assert np.array_equal(stub[0], [5.0, -32.0]) and np.allclose(stub[-1], [5.0, -16.0])
+    assert closed["kind"].dtype == np.int64 and len(closed["width"]) == 4
+    # nothing to do without neighbours, and a lane-count cap drops lanes off the seams
+    same, counts = close_seams(new, [])
+    assert np.array_equal(same["points"], new["points"]) and not any(counts.values())
+    capped, counts = close_seams(new, [(west, east), (south, north)], max_lanes=2)
+    assert counts["over_capacity"] == 2 and len(capped["points"]) == 2

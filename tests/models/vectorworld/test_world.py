@@ -19,6 +19,7 @@ from gymnasium.utils.env_checker import check_env
 import simsci.data as sd
 from simsci.driving import metrics
 from simsci.envs import vectorworld_rollout
+from simsci.envs._vectorworld import OPENING_POOL
 from simsci.models.vectorworld import (
     DeltaSim,
     DriveRecorder,
@@ -49,14 +50,14 @@ class StraightTiles(torch.nn.Module):
     """A 'generator' of the same straight road tile for every cell (row j = 0);
     ``empty``: lane-less tiles only; ``ending``: the straight tile on a reset (the first
     call), lane-less tiles after it, so the road ends 32 m east of the origin;
-    ``jitter``: every call's lanes shifted north by 1 mm per call, so a cell generated
-    twice differs. ``neighbours`` records the keyword of each call."""
+    ``jitter``: every call's lanes shifted north by ``shift`` (1 mm) per call, so a cell
+    generated twice differs. ``neighbours`` records the keyword of each call."""
 
-    def __init__(self, empty: bool = False, ending: bool = False, jitter: bool = False):
+    def __init__(self, empty=False, ending=False, jitter=False, shift=1e-3):
         super().__init__()
         self.layout = TokenLayout(max_lanes=8, max_agents=4)
         self.dummy = torch.nn.Parameter(torch.zeros(1))
-        self.empty, self.ending, self.jitter = empty, ending, jitter
+        self.empty, self.ending, self.jitter, self.shift = empty, ending, jitter, shift
         self.calls, self.neighbours = [], []
 
     def generate(
@@ -78,8 +79,21 @@ class StraightTiles(torch.nn.Module):
             return [dict(tile) for _ in range(n)], {"tiles": n, "resampled": 2 * n, "empty": n}
         tiles = [_straight_tile() for _ in range(n)]
         for t in tiles:
-            t["points"][..., 1] += 1e-3 * len(self.calls) * self.jitter
+            t["points"][..., 1] += self.shift * len(self.calls) * self.jitter
         return tiles, {"tiles": n, "resampled": 0, "empty": 0}
+
+
+class SeededTiles(StraightTiles):
+    """Straight tiles shifted north by a draw of the tile's noise generator (one per tile
+    when ``generator`` is a list, as :meth:`StreamingWorld.opening` passes): a tile that
+    depends on its generator alone, as the real generator's."""
+
+    def generate(self, contexts, directions, *, generator=None, **kw):
+        tiles, stats = super().generate(contexts, directions, generator=generator, **kw)
+        gens = generator if isinstance(generator, (list, tuple)) else [generator] * len(tiles)
+        for t, g in zip(tiles, gens):
+            t["points"][..., 1] += float(torch.rand((), generator=g))
+        return tiles, stats
 
 
 class OnLaneVAE(torch.nn.Module):
@@ -96,8 +110,8 @@ class OnLaneVAE(torch.nn.Module):
 
 
 class FakeWorldModel:
-    def __init__(self, empty: bool = False, device="cpu", ending: bool = False, jitter=False):
-        self.tiles, self.vae = StraightTiles(empty, ending, jitter), OnLaneVAE()
+    def __init__(self, empty=False, device="cpu", ending=False, jitter=False, shift=1e-3):
+        self.tiles, self.vae = StraightTiles(empty, ending, jitter, shift), OnLaneVAE()
         self.npc = DeltaSim(hidden=16, depth=1).eval()
         self.device = torch.device(device)
         self.to(self.device)
@@ -199,6 +213,29 @@ def test_a_new_cell_is_conditioned_on_every_existing_neighbour():
     assert direction == DIRECTIONS.index((0, 1)) and tile is world.store[0][(0, 0)]["tile"]
 
 
+def test_every_seam_of_a_multi_neighbour_cell_closes():
+    """Tiles drawn 1 m apart (every generator call shifts its lanes 1 m north) still meet
+    exactly: a new tile's lane ends on a shared edge are snapped onto its neighbours'
+    ends, the context's (east of the origin, north of it) and another's too (the cell
+    (0, 1), reached from (1, 1), touching (0, 0) below)."""
+    model = FakeWorldModel(jitter=True, shift=1.0)
+    world = StreamingWorld(model, 1, max_tiles=8, seed=0, lookahead=40.0, window=100.0)
+    world.reset()
+    world.x[0, 0], world.y[0, 0], world.theta[0, 0] = 70.0, 20.0, math.pi / 2
+    _drive(world, 1)
+    world.x[0, 0], world.y[0, 0], world.theta[0, 0] = 40.0, 70.0, math.pi
+    _drive(world, 1)
+    assert {(0, 0), (1, 0), (1, 1), (0, 1)} <= _cells(world)
+    assert world.stats["pinned_neighbours"] == 1 and world.stats["seam_snapped"] >= 4
+    gaps = seam_gaps(world, 0)
+    assert len(gaps) >= 8 and float(np.max(gaps)) <= 1e-9
+    # the snapped lanes join their neighbours' as successors
+    (slot,) = [s for s, r in world.tiles[0].items() if r["cell"] == (0, 1)]
+    lanes = torch.arange(slot * world.Lt, (slot + 1) * world.Lt)
+    lanes = lanes[world.lane_valid[0, lanes]]
+    assert bool((world.lane_succ[0, lanes, 0] >= 0).all())  # eastbound into (1, 1)
+
+
 def test_seams_join_and_successors_cross_tiles():
     world = StreamingWorld(FakeWorldModel(), 1, seed=0)
     world.reset()
@@ -283,6 +320,47 @@ def _env(**kw):
 
     kw.setdefault("checkpoint", FakeWorldModel())
     return VectorWorldEnv(**kw)
+
+
+def test_resets_take_openings_made_ahead_and_the_same_seed_gives_the_same_episode():
+    """Unseeded resets take their opening tiles from a pool made ahead in one batched
+    call and get exactly what a reset making its own gets (an opening depends on its
+    seed alone); a seed gives the same episode whatever came before it."""
+    model = FakeWorldModel()
+    model.tiles = SeededTiles()
+
+    def episode(env):
+        sim = env._vec.world.sim
+        return [sim.store[0][c]["tile"]["points"].copy() for c in ((0, 0), (1, 0))] + [
+            float(sim.x[0, 0]),
+            float(sim.y[0, 0]),
+        ]
+
+    pooled, direct = _env(checkpoint=model), _env(checkpoint=model)
+    runs = {"pooled": [], "direct": []}
+    for name, env in (("pooled", pooled), ("direct", direct)):
+        env.reset(seed=7)
+        for _ in range(4):
+            if name == "direct":  # no pool: every reset makes its own opening
+                env._vec.world.pool.clear()
+                env._vec.world._after = None
+            calls = len(model.tiles.calls)
+            env.reset()
+            runs[name].append((episode(env), len(model.tiles.calls) - calls))
+    for (a, _), (b, calls_b) in zip(runs["pooled"], runs["direct"]):
+        assert all(np.array_equal(x, y) for x, y in zip(a, b))
+        assert calls_b == 2  # the first tile, the one east of it
+    assert runs["pooled"][0][1] == 2 and all(c == 0 for _, c in runs["pooled"][1:])
+    assert len(pooled._vec.world.pool) == OPENING_POOL - 4  # made at the first, 4 used
+    # a seed's episode does not depend on what came before it
+    pooled.reset(seed=3)
+    first = episode(pooled)
+    pooled.reset()
+    pooled.reset(seed=3)
+    assert all(np.array_equal(x, y) for x, y in zip(first, episode(pooled)))
+    fresh = _env(checkpoint=model)
+    fresh.reset(seed=3)
+    assert all(np.array_equal(x, y) for x, y in zip(first, episode(fresh)))
 
 
 def test_env_passes_check_env_with_driving_spaces():
@@ -411,8 +489,9 @@ def test_rollout_records_the_whole_drive(tmp_path):
 
 
 def test_an_episode_ended_by_leaving_the_generated_lanes_says_so():
-    """The road ends 32 m east of the origin (no tile beyond): the ego drives off its end.
-    Terminated and rewarded as any off-road (dynamics and reward unchanged), but
+    """The generator's road ends 32 m east of the origin (lane-less tiles beyond, where
+    the closed seams continue its lanes by 16 m stubs): the ego drives off their end at
+    48 m. Terminated and rewarded as any off-road (dynamics and reward unchanged), but
     ``info["end_reason"]`` tells it apart from leaving a lane that goes on."""
     env = _env(checkpoint=FakeWorldModel(ending=True))
     obs, info = env.reset(seed=0)
@@ -425,8 +504,8 @@ def test_an_episode_ended_by_leaving_the_generated_lanes_says_so():
         assert "end_reason" not in info
     assert term and not trunc and info["offroad"] and not info["collision"] and r == -20.0
     assert info["end_reason"] == "left_generated_lanes"
-    # off 0.5 * 3.5 + 0.5 m beyond the lane's end at x = 32
-    assert 32.0 + 2.25 <= x0 + info["distance"] <= 32.0 + 2.25 + 1.7
+    # off 0.5 * 3.5 + 0.5 m beyond the stub's end at x = 48
+    assert 48.0 + 2.25 <= x0 + info["distance"] <= 48.0 + 2.25 + 1.7
 
 
 def test_leaving_a_lane_that_goes_on_is_offroad():
@@ -458,12 +537,12 @@ def test_the_end_reasons_of_the_vector_env_and_the_same_step_final_info():
 def test_a_rollout_that_stops_early_says_why():
     res = vectorworld_rollout(FakeWorldModel(ending=True), km=0.2, seed=0)
     s = res["stats"]
-    assert s["end_reason"] == "left_generated_lanes" and s["distance_m"] < 40.0
+    assert s["end_reason"] == "left_generated_lanes" and s["distance_m"] < 56.0
     assert s["ego_offroad_steps"] == s["ego_left_lanes_steps"] == 1
     go_on = vectorworld_rollout(FakeWorldModel(ending=True), km=0.1, stop_on_failure=False)
     g = go_on["stats"]
     assert g["end_reason"] == "distance" and g["distance_m"] >= 100.0
-    assert g["ego_left_lanes_steps"] == g["ego_offroad_steps"] > 30
+    assert g["ego_left_lanes_steps"] == g["ego_offroad_steps"] > 20
     capped = vectorworld_rollout(FakeWorldModel(), km=0.2, max_steps=5, record=False)
     assert capped["stats"]["end_reason"] == "time_limit" and capped["stats"]["steps"] == 5
     with pytest.raises(TypeError, match="unknown world options"):
