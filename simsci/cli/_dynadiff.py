@@ -5,6 +5,7 @@ sub-parser per action."""
 from __future__ import annotations
 
 import json
+import sys
 import warnings
 from pathlib import Path
 
@@ -35,7 +36,9 @@ examples:
 BUILD_DESCRIPTION = """\
 Train a pooled model on every environment of --data, then one expert per environment
 started at it, all at once (torch.func.vmap); write --out (a zoo file with each expert's
-weights, environment parameters and validation RMSE) and print its summary. --data is a
+weights, environment parameters, validation RMSE and the persistence RMSE of its
+validation episodes) and print its summary (JSON on stdout; one line on stderr: expert
+and persistence RMSE, their ratio, build seconds). --data is a
 file or a directory of `simsci dynadiff data` (train.h5 + val.h5). The runs
 (checkpoints, metrics) go to --runs (default OUT.runs): rerunning the same command
 resumes an interrupted build. --param sets a field of the experts' architecture
@@ -47,7 +50,8 @@ example:
 
 INFO_DESCRIPTION = """\
 Summarise a zoo file as JSON: system, experts, architecture, parameters per expert, the
-varied environment parameters and their range, validation RMSE, build time.
+varied environment parameters and their range, validation RMSE against persistence
+(ratio < 1: better than predicting no change), build time.
 
 example:
   simsci zoo info runs/lv/zoo.pt
@@ -283,7 +287,16 @@ def run_build(args) -> int:
         vmapped=not args.one_at_a_time, run_dir=args.runs, progress=not args.no_progress,
     )  # fmt: skip
     zoo = dd.load_zoo(path)
-    print(json.dumps(_zoo_summary(zoo), indent=2))
+    summary = _zoo_summary(zoo)
+    print(json.dumps(summary, indent=2))
+    # one line for the eye, on stderr so stdout stays one JSON document
+    print(
+        f"zoo: {zoo.num_experts} experts in {summary['build_seconds']:.0f} s; validation "
+        f"RMSE median {summary['val_rmse_median']:.3g}, max {summary['val_rmse_max']:.3g}; "
+        f"persistence median {summary['persistence_rmse_median']:.3g}; expert/persistence "
+        f"median {summary['ratio_median']:.2f}, max {summary['ratio_max']:.2f}",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -297,8 +310,7 @@ def _zoo_summary(zoo) -> dict:
         "params_per_expert": zoo.spec.num_params,
         "varied": varied,
         "range": {k: v for k, v in zoo.param_range().items() if k in varied},
-        "val_rmse_median": float(zoo.val_rmse.median()),
-        "val_rmse_max": float(zoo.val_rmse.max()),
+        **zoo.quality(),
         "experts_per_minute": zoo.record.get("experts_per_minute"),
         "seconds": zoo.record.get("seconds"),
     }

@@ -1,8 +1,9 @@
 """DynaDiff generates a predictor for an unseen Lotka-Volterra from a 10-frame context.
 
-19. write the Lotka-Volterra protocol of CoDA (25 training environments, beta and delta
-    on a grid over [0.5, 1]; 6 unseen in-domain environments);
-20. build the model zoo (a pooled model, then 25 experts trained at once with vmap)
+19. write the Lotka-Volterra protocol of CoDA (81 training environments, beta and delta
+    on a 9 x 9 grid over [0.5, 1]; unseen in-domain environments; --quick: 3 x 3);
+20. build the model zoo (a pooled model, then one expert per environment, all trained
+    at once with vmap)
     and train the generator (weight autoencoder, then latent diffusion conditioned on
     the prompt of a 10-frame context);
 21. for each unseen environment, generate a predictor from one 10-frame context and
@@ -24,7 +25,7 @@ def run(ctx: Context) -> dict:
     from simsci.models import dynadiff as dd
 
     zoo_steps, ae, diff = (30, 10, 30) if ctx.quick else (200, 50, 250)
-    banner("19. data: the CoDA Lotka-Volterra protocol (25 training environments)")
+    banner("19. data: the CoDA Lotka-Volterra protocol (a grid of training environments)")
     data_dir = ctx.out / "dynadiff_data"
     paths = dd.make_environments("lotka_volterra", data_dir, seed=ctx.seed, quick=ctx.quick)
     banner(f"20. zoo: pooled model + one expert per environment at once ({zoo_steps} steps)")

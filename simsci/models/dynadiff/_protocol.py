@@ -15,29 +15,37 @@ Dynamical Systems that Generalize Across Environments", NeurIPS.
 The protocols (``PROTOCOLS``; frames = ``t_end / dt + 1``; ctx = ``context_steps``;
 episodes per environment train / val / test):
 
-- ``lotka_volterra``: beta, delta in linspace(0.5, 1, 5) (25 environments), alpha =
+- ``lotka_volterra``: beta, delta in linspace(0.5, 1, 9) (81 environments), alpha =
   gamma = 0.5; 6 in-domain, 6 out-of-domain; T = 10, dt = 0.5 (21 frames), ctx 10;
   8 / 2 / 8.
-- ``glycolytic_oscillator``: k1 in linspace(80, 100, 4), K1 in linspace(0.5, 1, 4) (16);
+- ``glycolytic_oscillator``: k1 in linspace(80, 100, 8), K1 in linspace(0.5, 1, 8) (64);
   4 + 4 held out; T = 1, dt = 0.05 (21 frames), ctx 10; 8 / 2 / 8.
-- ``damped_pendulum``: g in linspace(4, 16, 4), damping in linspace(0.1, 0.5, 4) (16),
+- ``damped_pendulum``: g in linspace(4, 16, 8), damping in linspace(0.1, 0.5, 8) (64),
   L = 1; 4 + 4 held out; T = 10, dt = 0.1 (101 frames), ctx 40; 8 / 2 / 8.
 - ``gray_scott`` (32 x 32, box 0.5): F in (0.03, 0.04, 0.05), k in (0.052, 0.055,
   0.058) (9); 3 + 3 held out; T = 300, dt = 20 (16 frames), ctx 8; 4 / 1 / 2.
-- ``navier_stokes_2d`` (32 x 32): nu in linspace(8e-4, 1.2e-3, 5) (5); 3 + 3 held out;
-  T = 10, dt = 1 (11 frames), ctx 7; 4 / 1 / 2.
+- ``navier_stokes_2d`` (32 x 32, unforced): nu in linspace(8e-4, 1.2e-3, 7) (7); 3 + 3
+  held out; T = 10, dt = 1 (11 frames), ctx 7; 16 / 2 / 2.
 
 Design choices the task left open, and why:
 
-- **Lotka-Volterra** follows CoDA: alpha = gamma = 0.5 fixed, (beta, delta) on a 5 x 5
-  grid over [0.5, 1]^2; in-domain points drawn uniformly in (0.5, 1)^2 (numpy
-  ``default_rng(2022)``, rounded to 3 decimals, redrawn when within 5% of a grid
-  spacing of a grid line); out-of-domain points have beta and/or delta in
+- **Dense grids.** A weight-space generator interpolates between experts, so the zoo
+  must cover the range: the ODE grids have 64-81 points (issue 24; 5 x 5 and 4 x 4
+  before). Lotka-Volterra has 9 points per axis, so its quick grid (end points and the
+  middle, 0.75) is the one the tests and the tour always used; the glycolytic
+  oscillator and the pendulum have 8, which keeps every in-domain coordinate off the
+  grid lines (at least 3% of a spacing from the nearest; with 9, k1 = 82.5 would lie on
+  one). The field grids stay small because each field expert costs minutes to train on
+  one CPU thread (see the table of zoo build times below).
+- **Lotka-Volterra** follows CoDA: alpha = gamma = 0.5 fixed, (beta, delta) on a 9 x 9
+  grid over [0.5, 1]^2 (CoDA's is 5 x 5); in-domain points drawn uniformly in
+  (0.5, 1)^2 (numpy ``default_rng(2022)``, rounded to 3 decimals, redrawn when within
+  5% of a grid spacing of a grid line); out-of-domain points have beta and/or delta in
   [0.3, 0.45] or [1.05, 1.2]. CoDA draws initial states uniformly in [1, 3]^2; simsci's
   system draws them in [0.5, 4.5]^2 and :func:`~simsci.systems.generate` takes no
   initial states, so the protocol keeps simsci's distribution (the wider box means some
   orbits come close to the axes: populations down to ~1e-4 over T = 10).
-- **Glycolytic oscillator** follows CoDA's (k1, K1) ranges on a 4 x 4 grid; the twelve
+- **Glycolytic oscillator** follows CoDA's (k1, K1) ranges on an 8 x 8 grid; the twelve
   other parameters keep the system's values (Daniels & Nemenman). T = 1 at dt = 0.05
   (the system's own default window is 5 at 0.01): on [0, 1] every species moves by
   10-190% of its mean, so one window is far from trivial. Held-out points are
@@ -57,11 +65,21 @@ Design choices the task left open, and why:
   into spots, k = 0.065 at F = 0.03 dies out). Solver: the system's ETDRK4, step 1.
   The sharp initial squares leave small spectral undershoots (values down to about
   -0.02) on the 32-point grid.
-- **Navier-Stokes** follows CoDA: nu in linspace(8e-4, 1.2e-3, 5), T = 10, frames every
-  1 (11 frames), FNO's forcing and initial fields, solved at 32 x 32 (a 32-point solve of
-  a 32-mode initial field matches a 128-point solve to 1e-3). In-domain nu are the
-  mid-points 8.5e-4, 1.05e-3, 1.15e-3; out-of-domain 6e-4, 7e-4, 1.4e-3 (frames differ
-  from nu = 1e-3 by 2-17%).
+- **Navier-Stokes** follows CoDA's viscosities, window and initial fields: nu in
+  linspace(8e-4, 1.2e-3, 7), T = 10, frames every 1 (11 frames), FNO's initial fields,
+  solved at 32 x 32 (a 32-point solve of a 32-mode initial field matches a 128-point
+  solve to 1e-3). In-domain nu 8.5e-4, 1.05e-3, 1.15e-3 (a quarter spacing from the
+  grid); out-of-domain 6e-4, 7e-4, 1.4e-3. **Unforced** (forcing = 0), unlike CoDA's
+  ``0.1 (sin 2 pi (x + y) + cos 2 pi (x + y))``: a fixed forcing field is not
+  translation-invariant, and the experts (convolutions and Fourier layers on the torus,
+  no position input) are, so they cannot represent it; with it, the forcing dominates
+  the change between frames (it adds about 0.1 of vorticity per frame, the whole
+  frame-to-frame change) and experts trained on it rolled out worse than persistence
+  (ratio 1.37 median). Unforced, the vorticity decays (pointwise std 0.18 -> 0.10 over
+  the window) and the experts beat persistence by far (ratio ~0.06). 16 training and 2
+  validation episodes per environment (CoDA's 4 / 1 let an expert memorise its 44
+  frames: training MSE 1e-4, validation 1.8 in normalised units). A position-aware
+  expert (FNO's grid channels) would allow the forcing back.
 - **Validation episodes.** ``generate``'s split is one seeded permutation over the whole
   file (exact counts, not per environment), so it cannot promise every environment a
   validation episode. Validation episodes therefore go to their own file, ``val.h5``,
@@ -79,23 +97,26 @@ Design choices the task left open, and why:
   ``meta["system"]`` (with the fixed parameters), ``meta["grid"]`` (train/val) and
   ``/episodes/params`` describe the environments completely.
 - **quick** (:meth:`Protocol.quick`): each varied axis keeps its end points and, when it
-  has more than three values, its middle one (5 x 5 -> 3 x 3, 4 x 4 -> 3 x 3,
-  3 x 3 -> 2 x 2, 5 -> 3); the range, so every held-out point's role, is unchanged; two
+  has more than three values, its middle one (9 x 9 and 8 x 8 -> 3 x 3, 3 x 3 -> 2 x 2,
+  7 -> 3); the range, so every held-out point's role, is unchanged; two
   held-out points of each kind, 2 / 1 / 2 episodes per environment, same time window.
 
 Measured wall time of ``make_environments(name, out, device="cpu")`` at full size on
 this machine's CPU, one thread (``OMP_NUM_THREADS=1``, float64, a 2-core machine shared
-with other jobs; median of 3 runs, each a fresh process, min-max in brackets):
+with other jobs; one run each, ``benchmarks/bench_dynadiff_zoo.py --part quality``), and
+of the zoo built on it with ``build_zoo``'s defaults (1500 pooled and 1500 expert steps,
+the same bench; expert / persistence: the median and the largest ratio of validation
+rollout RMSE to persistence RMSE, see :mod:`._zoo`):
 
-=====================  ========  ===================
-system                 episodes  seconds
-=====================  ========  ===================
-lotka_volterra         250 + 96  0.28 (0.20-0.31)
-glycolytic_oscillator  160 + 64  1.1 (1.0-1.6)
-damped_pendulum        160 + 64  1.05 (0.73-1.5)
-gray_scott             45 + 12   2.4 (2.3-2.6)
-navier_stokes_2d       25 + 12   5.4 (5.3-6.0)
-=====================  ========  ===================
+=====================  ==========  ========  =====  ==========  ================
+system                 episodes    data (s)  zoo    zoo (s)     expert / persist.
+=====================  ==========  ========  =====  ==========  ================
+lotka_volterra         810 + 96    0.31      81     56          0.066, 0.35
+glycolytic_oscillator  640 + 64    1.5       64     47          0.17, 1.30
+damped_pendulum        640 + 64    0.82      64     52          0.012, 0.23
+gray_scott             45 + 12     1.5       9      448         0.058, 0.071
+navier_stokes_2d       126 + 12    48        7      458         0.045, 0.060
+=====================  ==========  ========  =====  ==========  ================
 
 (episodes: train + val, then in-domain + out-of-domain.)
 """
@@ -482,7 +503,7 @@ PROTOCOLS: dict[str, Protocol] = {
             system="lotka_volterra",
             varied=("beta", "delta"),
             fixed={"alpha": 0.5, "gamma": 0.5},
-            train_grid={"beta": _linspace(0.5, 1.0, 5), "delta": _linspace(0.5, 1.0, 5)},
+            train_grid={"beta": _linspace(0.5, 1.0, 9), "delta": _linspace(0.5, 1.0, 9)},
             in_domain=_points(
                 ("beta", "delta"),
                 [
@@ -508,7 +529,7 @@ PROTOCOLS: dict[str, Protocol] = {
         Protocol(
             system="glycolytic_oscillator",
             varied=("k1", "K1"),
-            train_grid={"k1": _linspace(80.0, 100.0, 4), "K1": _linspace(0.5, 1.0, 4)},
+            train_grid={"k1": _linspace(80.0, 100.0, 8), "K1": _linspace(0.5, 1.0, 8)},
             in_domain=_points(
                 ("k1", "K1"), [(82.5, 0.523), (86.1, 0.765), (96.6, 0.689), (91.1, 0.761)]
             ),
@@ -526,7 +547,7 @@ PROTOCOLS: dict[str, Protocol] = {
             system="damped_pendulum",
             varied=("g", "damping"),
             fixed={"L": 1.0},
-            train_grid={"g": _linspace(4.0, 16.0, 4), "damping": _linspace(0.1, 0.5, 4)},
+            train_grid={"g": _linspace(4.0, 16.0, 8), "damping": _linspace(0.1, 0.5, 8)},
             in_domain=_points(
                 ("g", "damping"),
                 [(6.49, 0.298), (9.82, 0.351), (13.35, 0.148), (15.68, 0.445)],
@@ -560,14 +581,14 @@ PROTOCOLS: dict[str, Protocol] = {
             system="navier_stokes_2d",
             system_options={"resolution": 32},
             varied=("nu",),
-            fixed={"forcing": 0.1},
-            train_grid={"nu": _linspace(8e-4, 1.2e-3, 5)},
+            fixed={"forcing": 0.0},
+            train_grid={"nu": _linspace(8e-4, 1.2e-3, 7)},
             in_domain=_points(("nu",), [(8.5e-4,), (1.05e-3,), (1.15e-3,)]),
             out_of_domain=_points(("nu",), [(6e-4,), (7e-4,), (1.4e-3,)]),
             t_end=10.0,
             dt=1.0,
-            n_train_per_env=4,
-            n_val_per_env=1,
+            n_train_per_env=16,
+            n_val_per_env=2,
             n_test_per_env=2,
             context_steps=7,
         ),

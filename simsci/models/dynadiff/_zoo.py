@@ -25,6 +25,16 @@ The zoo file (``save_zoo`` / ``load_zoo``; ``torch.save`` with weights-only type
 written atomically) holds the spec, stacked weights, the pooled weights, each expert's
 environment parameters and validation RMSE (full-horizon rollouts of its environment's
 validation episodes, original units), the normalisation and the frame interval.
+
+Expert quality is judged against **persistence**, the forecast that nothing moves:
+for an episode ``x`` of T frames, ``persistence_rmse = sqrt(mean_t (x_t - x_0)^2)``,
+the error of predicting every frame with the last one seen (the first, in a rollout
+from it), over the same frames and units as ``val_rmse`` (so the ratio
+``val_rmse / persistence_rmse`` < 1 means an expert has learnt some dynamics; frame 0,
+exact for both, scales both errors alike and leaves the ratio unchanged). The file
+records it per expert (``persistence_rmse``) with the build's wall time
+(``seconds``); :meth:`Zoo.quality` sums them up (``simsci zoo build`` prints it). Files
+written before these fields existed still load; their quality omits what is missing.
 """
 
 from __future__ import annotations
@@ -61,6 +71,7 @@ __all__ = [
     "rk4_frame",
     "functional_rollout",
     "default_spec",
+    "persistence_rmse",
 ]
 
 ZOO_KIND = "simsci-dynadiff-zoo"
@@ -92,6 +103,14 @@ def rollout_mse(spec: ExpertSpec, params: dict, episodes_z: torch.Tensor) -> tor
 
     err = vmap(one)(params)
     return torch.where(torch.isfinite(err), err, torch.full_like(err, math.inf))
+
+
+def persistence_rmse(episodes: list[torch.Tensor]) -> torch.Tensor:
+    """Per environment e, the RMSE of persistence (every frame predicted by the first)
+    over ``episodes[e]`` ``(n_e, T, *S)`` in their own units, ``(E,)`` float64: the
+    baseline an expert's ``val_rmse`` must beat (see the module docstring)."""
+    out = [((x.double() - x[:, :1].double()) ** 2).mean().sqrt() for x in episodes]
+    return torch.stack(out)
 
 
 def default_spec(kind: str, channels: int, system: str = "") -> ExpertSpec:
@@ -270,6 +289,8 @@ class Zoo:
         self.env_params: torch.Tensor = record["env_params"]
         self.param_names: list[str] = list(record["param_names"])
         self.val_rmse: torch.Tensor = record["val_rmse"]
+        #: (E,) float64 or None (files from before it was recorded)
+        self.persistence_rmse: torch.Tensor | None = record.get("persistence_rmse")
         self.mean = record["mean"]
         self.std = record["std"]
         self.dt = float(record["dt"])
@@ -291,6 +312,24 @@ class Zoo:
 
     def expert(self, e: int) -> dict[str, torch.Tensor]:
         return {n: w[e] for n, w in self.weights.items()}
+
+    def quality(self) -> dict:
+        """The experts' validation error against persistence, and the build time:
+        ``val_rmse_median`` / ``_max`` (original units), ``persistence_rmse_median``,
+        ``ratio_median`` / ``ratio_max`` (per expert ``val_rmse / persistence_rmse``;
+        < 1 beats persistence), ``build_seconds``. Absent figures (older files) are
+        left out."""
+        val = self.val_rmse.double()
+        out = {"val_rmse_median": float(val.median()), "val_rmse_max": float(val.max())}
+        if self.persistence_rmse is not None:
+            ratio = val / self.persistence_rmse.clamp_min(1e-12)
+            out["persistence_rmse_median"] = float(self.persistence_rmse.median())
+            out["ratio_median"] = float(ratio.median())
+            out["ratio_max"] = float(ratio.max())
+        seconds = self.record.get("seconds") or {}
+        if "total" in seconds:
+            out["build_seconds"] = float(seconds["total"])
+        return out
 
 
 def save_zoo(path, record: dict) -> Path:
@@ -363,7 +402,13 @@ def load_zoo(path) -> Zoo:
                 )
             if not torch.isfinite(t).all():
                 raise CheckpointError(f"{str(path)!r}: zoo {what}[{name!r}] is not finite")
-    if rec["val_rmse"].shape != (E,) or len(rec["param_names"]) != rec["env_params"].shape[1]:
+    persistence = rec.get("persistence_rmse", rec["val_rmse"])  # optional: older files
+    if (
+        rec["val_rmse"].shape != (E,)
+        or not isinstance(persistence, torch.Tensor)
+        or persistence.shape != (E,)
+        or len(rec["param_names"]) != rec["env_params"].shape[1]
+    ):
         raise CheckpointError(f"{str(path)!r}: zoo records disagree on the number of experts")
     return Zoo(rec, str(path))
 
@@ -441,7 +486,7 @@ def build_zoo(
     def expert(n: int) -> ExpertZoo:  # n experts of the spec, stacked
         return ExpertZoo(spec.to_dict(), n, mean, std, seed=seed, window=window)
 
-    t0 = time.perf_counter()
+    t_start = t0 = time.perf_counter()
     pooled = expert(1)
     _train(
         pooled,
@@ -463,6 +508,7 @@ def build_zoo(
     checker = expert(E)
     checker.load_stacked(weights)
     val_rmse = checker.rollout_rmse([x.float() for x in val_episodes]).cpu()
+    t_total = time.perf_counter() - t_start
     record = {
         "spec": spec.to_dict(),
         "weights": weights,
@@ -470,6 +516,7 @@ def build_zoo(
         "env_params": torch.as_tensor(train.params, dtype=torch.float64),
         "param_names": list(train.param_names),
         "val_rmse": val_rmse.float(),
+        "persistence_rmse": persistence_rmse(val_episodes),
         "mean": torch.tensor(mean),
         "std": torch.tensor(std),
         "dt": float(env.dt),
@@ -481,7 +528,7 @@ def build_zoo(
         "steps": int(steps),
         "pool_steps": int(pool_steps),
         "vmapped": bool(vmapped),
-        "seconds": {"pooled": float(t_pool), "experts": float(t_experts)},
+        "seconds": {"pooled": float(t_pool), "experts": float(t_experts), "total": t_total},
         "experts_per_minute": float(60.0 * E / max(t_experts, 1e-9)),
     }
     return save_zoo(out, record)

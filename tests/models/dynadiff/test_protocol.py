@@ -18,11 +18,11 @@ from simsci.models.dynadiff._protocol import (
 )
 
 GRID_SIZES = {
-    "lotka_volterra": 25,
-    "glycolytic_oscillator": 16,
-    "damped_pendulum": 16,
+    "lotka_volterra": 81,
+    "glycolytic_oscillator": 64,
+    "damped_pendulum": 64,
     "gray_scott": 9,
-    "navier_stokes_2d": 5,
+    "navier_stokes_2d": 7,
 }
 NAMES = list(GRID_SIZES)
 
@@ -75,6 +75,20 @@ def test_specific_ranges():
     assert ns.param_range() == {"nu": (8e-4, 1.2e-3)}
     assert ns.make_system().resolution == (32, 32)
     assert get_protocol("gray_scott").make_system().state_shape == (32, 32, 2)
+    # unforced: a fixed forcing field is out of reach of translation-equivariant experts
+    assert ns.fixed == {"forcing": 0.0} and ns.n_train_per_env == 16
+
+
+def test_dense_grids_keep_the_held_out_points_apart():
+    # the ODE zoos have 64+ experts; every in-domain point stays off the grid lines of
+    # the denser grids (at least 3% of a spacing from each) and inside the range
+    for name in ("lotka_volterra", "glycolytic_oscillator", "damped_pendulum"):
+        p = get_protocol(name)
+        assert len(p.environments("train")) >= 64
+        for point in p.in_domain:
+            for k in p.varied:
+                grid = np.asarray(p.train_grid[k])
+                assert np.abs(grid - point[k]).min() >= 0.03 * (grid[1] - grid[0]), (name, point)
 
 
 def test_is_extrapolation_inputs():
@@ -134,8 +148,11 @@ def test_quick_shrinks_and_keeps_the_range():
         assert len(q.environments("train")) < len(p.environments("train"))
         assert set(map(tuple, q.param_rows("train"))) <= set(map(tuple, p.param_rows("train")))
         assert (q.t_end, q.dt, q.context_steps) == (p.t_end, p.dt, p.context_steps)
+    # the quick sizes the tests and the tour run on stay small as the full grids grow
     assert len(get_protocol("lotka_volterra").quick().environments("train")) == 9
+    assert get_protocol("lotka_volterra").quick().train_grid["beta"] == [0.5, 0.75, 1.0]
     assert len(get_protocol("gray_scott").quick().environments("train")) == 4
+    assert len(get_protocol("navier_stokes_2d").quick().environments("train")) == 3
 
 
 def _check_files(paths, protocol):
@@ -201,7 +218,7 @@ def test_env_ids_matching_and_errors():
     torch.testing.assert_close(env_ids(rows, p, which="out_of_domain"), torch.tensor([2, 0, 1, 2]))
     # a tensor keeps its device; float32 storage still matches
     t = torch.as_tensor(p.param_rows("train"), dtype=torch.float32)
-    torch.testing.assert_close(env_ids(t, "navier_stokes_2d"), torch.arange(5))
+    torch.testing.assert_close(env_ids(t, "navier_stokes_2d"), torch.arange(7))
     with pytest.raises(ValueError, match="matches no 'train' environment"):
         env_ids(p.param_rows("in_domain"), p)
     with pytest.raises(ValueError, match=r"shape \(N, 2\)"):
