@@ -210,6 +210,22 @@ def add_to(sub) -> None:
         "--finetune-steps", type=int, default=100, help="steps of the fine-tuning baseline"
     )
     c.add_argument("--coda", default=None, help="a CoDA run folder or checkpoint to add")
+    c.add_argument(
+        "--guidance", type=float, default=None,
+        help="guidance scale of dynadiff_guided (default: the generator's, else 0.3)",
+    )  # fmt: skip
+    c.add_argument(
+        "--polish-steps", type=int, default=None,
+        help="polishing steps of dynadiff_guided at noise level 0 (default: the generator's)",
+    )  # fmt: skip
+    c.add_argument("--finetune-lr", type=float, default=1e-3, help="fine-tuning learning rate")
+    c.add_argument("--coda-lr", type=float, default=1e-2, help="CoDA adaptation learning rate")
+    c.add_argument(
+        "--tune-on", default=None, metavar="VAL",
+        help="pick the fine-tuning and CoDA learning rates and the guidance scale by a sweep "
+        "on the environments of this file (e.g. the protocol's val.h5); overrides "
+        "--finetune-lr, --coda-lr, --guidance and --polish-steps",
+    )  # fmt: skip
     add_seed(c, help="the seed of the diffusion sampling")
     add_out(c, "file", help="the full results (JSON)")
 
@@ -373,10 +389,23 @@ def run_compare(args) -> int:
         coda = load_model(cpath / "checkpoints" / "last.pt" if cpath.is_dir() else cpath)
     else:
         methods.remove("coda")
+    lrs = {"finetune": args.finetune_lr, "coda": args.coda_lr}
+    tuned = None
+    if args.tune_on is not None:
+        tuned = dd.tune_methods(
+            gen, zoo, args.tune_on, coda=coda, finetune_steps=args.finetune_steps,
+            seed=args.seed,
+        )  # fmt: skip
+        lrs.update({k: tuned[k] for k in lrs if k in tuned})
+        args.guidance, args.polish_steps = tuned["guidance"], tuned["polish_steps"]
     res = dd.compare_methods(
         gen, zoo, args.data, coda=coda, methods=methods, finetune_steps=args.finetune_steps,
-        seed=args.seed,
+        finetune_lr=lrs["finetune"], coda_lr=lrs["coda"], guidance=args.guidance,
+        polish_steps=args.polish_steps, seed=args.seed,
     )  # fmt: skip
+    res["settings"] = {**lrs, "guidance": args.guidance, "polish_steps": args.polish_steps}
+    if tuned is not None:
+        res["sweep"] = tuned["sweep"]
     if args.out:
         from simsci._io import write_json
 

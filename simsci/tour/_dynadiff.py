@@ -6,7 +6,8 @@
     at once with vmap)
     and train the generator (weight autoencoder, then latent diffusion conditioned on
     the prompt of a 10-frame context);
-21. for each unseen environment, generate a predictor from one 10-frame context and
+21. for each unseen environment, generate a predictor from one 10-frame context, with
+    and without guidance of the reverse diffusion by the context's rollout error, and
     compare its rollout error and deploy time with fine-tuning the pooled model on
     the same context (100 steps) and with the nearest expert.
 """
@@ -55,10 +56,11 @@ def run(ctx: Context) -> dict:
     print(f"[zoo + generator trained in {time.perf_counter() - start:.0f} s]")
     banner("21. adapt to unseen environments from a 10-frame context")
     res = dd.compare_methods(
-        gen, zoo, paths["in_domain"], methods=("dynadiff", "finetune", "nearest", "pooled"),
+        gen, zoo, paths["in_domain"],
+        methods=("dynadiff", "dynadiff_guided", "finetune", "nearest", "pooled"),
         seed=ctx.seed,
     )  # fmt: skip
     for name, r in res["summary"].items():
-        print(f"{name:>9s}: rollout RMSE {r['rmse']:.4f}   deploy {1000 * r['seconds']:8.1f} ms")
+        print(f"{name:>15s}: rollout RMSE {r['rmse']:.4f}   deploy {1000 * r['seconds']:8.1f} ms")
     print("[`simsci dynadiff adapt GEN --context FILE --out pred.pt` writes a checkpoint]")
     return res["summary"]

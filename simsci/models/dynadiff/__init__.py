@@ -14,7 +14,9 @@
   zoo=...)`` builds one untrained); :func:`adapt` generates a :class:`Predictor` for a new
   environment from a context file (``simsci dynadiff adapt``).
 - Baselines in the same harness (:data:`BASELINES`, :class:`CoDA`) and
-  :func:`compare_methods`.
+  :func:`compare_methods` (``dynadiff_guided``: generation with context guidance of the
+  reverse diffusion); :func:`tune_methods` gives the gradient baselines their best
+  learning rate on validation environments.
 """
 
 from simsci.models.dynadiff._baselines import BASELINES, CoDA
@@ -34,6 +36,7 @@ from simsci.models.dynadiff._pipeline import (
     read_context,
     train_baselines,
     train_generator,
+    tune_methods,
 )
 from simsci.models.dynadiff._predictor import Predictor
 from simsci.models.dynadiff._prompter import Prompter, context_features
@@ -68,5 +71,6 @@ __all__ = [
     "CoDA",
     "METHODS",
     "compare_methods",
+    "tune_methods",
     "train_baselines",
 ]

@@ -37,11 +37,18 @@ __all__ = [
     "read_context",
     "adapt",
     "compare_methods",
+    "tune_methods",
     "zoo_order",
     "METHODS",
 ]
 
-METHODS = ("dynadiff", "dynadiff_refine") + baselines.BASELINES
+METHODS = ("dynadiff", "dynadiff_guided", "dynadiff_refine") + baselines.BASELINES
+#: the default guidance scale of ``dynadiff_guided`` when the generator's own is 0
+GUIDANCE = 0.3
+#: the guidance settings (scale, polishing steps) :func:`tune_methods` tries
+GUIDANCE_SETTINGS = tuple((g, n) for g in (0.1, 0.3, 1.0) for n in (0, 20))
+#: the learning rates :func:`tune_methods` tries for the gradient baselines
+LEARNING_RATES = {"finetune": (3e-4, 1e-3, 3e-3, 1e-2), "coda": (3e-3, 1e-2, 3e-2, 1e-1)}
 
 
 def zoo_order(zoo: Zoo, env: EnvData) -> EnvData:
@@ -206,6 +213,26 @@ def adapt(
     return Path(path), info
 
 
+def _adapt_one(name, generator, zoo, coda, ctx, *, seed, guidance, polish_steps,
+               refine_steps, finetune_steps, finetune_lr, coda_steps, coda_lr):  # fmt: skip
+    """One method's predictor for context ``ctx`` ``(M, K, *S)``."""
+    if name == "dynadiff":
+        return generator.generate(ctx, seed=seed, refine_steps=0, guidance=0.0)[0]
+    if name == "dynadiff_guided":
+        return generator.generate(
+            ctx, seed=seed, refine_steps=0, guidance=guidance, polish_steps=polish_steps
+        )[0]
+    if name == "dynadiff_refine":
+        return generator.generate(ctx, seed=seed, refine_steps=refine_steps, guidance=0.0)[0]
+    if name == "finetune":
+        flat = baselines.finetune(zoo, ctx, steps=finetune_steps, lr=finetune_lr)
+    elif name == "coda":
+        flat = coda.adapt(ctx, steps=coda_steps, lr=coda_lr)
+    else:
+        flat = getattr(baselines, name)(zoo, ctx)
+    return predictor_from_weights(flat, zoo, source=name)
+
+
 def compare_methods(
     generator: DynaDiff,
     zoo: Zoo,
@@ -216,11 +243,18 @@ def compare_methods(
     finetune_steps: int = 100,
     finetune_lr: float = 1e-3,
     coda_steps: int = 100,
+    coda_lr: float = 1e-2,
     refine_steps: int = 30,
+    guidance: float | None = None,
+    polish_steps: int | None = None,
     context_episodes: int | None = None,
     seed: int = 0,
 ) -> dict:
     """Every method on every environment of ``data`` (see the module docstring).
+
+    ``guidance`` and ``polish_steps`` set ``dynadiff_guided`` (default: the generator's,
+    or :data:`GUIDANCE` and 0 when its guidance is 0). Every method reads the same
+    context frames; its deployment time is reported beside its error.
 
     Returns ``{"environments": [{params, method: {rmse, mse, seconds}}...],
     "summary": {method: {rmse, mse, seconds}}}`` (summary: medians of seconds, means of
@@ -234,6 +268,15 @@ def compare_methods(
         raise ValueError(f"unknown methods {unknown}; valid: {list(METHODS)}")
     if "coda" in methods and coda is None:
         raise ValueError("method 'coda' needs a trained CoDA model (coda=)")
+    own = generator.init_args
+    if guidance is None:
+        guidance = own["guidance"] or GUIDANCE
+    if polish_steps is None:
+        polish_steps = own["polish_steps"] if own["guidance"] else 0
+    opts = dict(seed=seed, guidance=float(guidance), polish_steps=int(polish_steps),
+                refine_steps=refine_steps,
+                finetune_steps=finetune_steps, finetune_lr=finetune_lr,
+                coda_steps=coda_steps, coda_lr=coda_lr)  # fmt: skip
     rows = []
     for e, x in enumerate(env.episodes):
         if x.shape[0] < M + 1:
@@ -246,18 +289,7 @@ def compare_methods(
         row = {"params": dict(zip(env.param_names, env.params[e].tolist()))}
         for name in methods:
             t0 = time.perf_counter()
-            if name == "dynadiff":
-                model, _ = generator.generate(ctx, seed=seed, refine_steps=0)
-            elif name == "dynadiff_refine":
-                model, _ = generator.generate(ctx, seed=seed, refine_steps=refine_steps)
-            else:
-                if name == "finetune":
-                    flat = baselines.finetune(zoo, ctx, steps=finetune_steps, lr=finetune_lr)
-                elif name == "coda":
-                    flat = coda.adapt(ctx, steps=coda_steps)
-                else:
-                    flat = getattr(baselines, name)(zoo, ctx)
-                model = predictor_from_weights(flat, zoo, source=name)
+            model = _adapt_one(name, generator, zoo, coda, ctx, **opts)
             seconds = time.perf_counter() - t0
             err = rollout_errors(model, test)
             row[name] = {"rmse": err["rmse"], "mse": err["mse"], "seconds": seconds}
@@ -271,6 +303,56 @@ def compare_methods(
             "seconds": float(np.median([r[name]["seconds"] for r in rows])),
         }
     return {"environments": rows, "summary": summary}
+
+
+def tune_methods(
+    generator: DynaDiff, zoo: Zoo, data, *, coda=None, rates=None, guidance=GUIDANCE_SETTINGS,
+    max_envs: int = 8, finetune_steps: int = 100, coda_steps: int = 100, seed: int = 0,
+) -> dict:  # fmt: skip
+    """Each tunable method's best setting on validation environments: the learning rate
+    of ``finetune`` and ``coda``, the guidance scale and polishing steps of
+    ``dynadiff_guided``.
+
+    ``data``: a file (or EnvData) whose environments have at least M + 1 episodes, e.g.
+    the protocol's ``val.h5`` (the training environments' validation episodes, which
+    neither the zoo, CoDA nor the generator trained on); at most ``max_envs`` of them,
+    evenly spread. Each value of ``rates`` (default :data:`LEARNING_RATES`) and each
+    ``(scale, polish_steps)`` of ``guidance`` is scored by the mean rollout RMSE of
+    :func:`compare_methods`, the smallest wins. Returns ``{"finetune": lr, "coda": lr,
+    "guidance": scale, "polish_steps": n, "sweep": {method: {value: rmse}}}`` (the
+    guided sweep's keys are ``"scale/steps"`` strings).
+    """
+    env = data if isinstance(data, EnvData) else load_environments(data)
+    keep = np.unique(np.linspace(0, env.num_envs - 1, min(max_envs, env.num_envs)).round())
+    keep = keep.astype(int)
+    env = EnvData(
+        [env.episodes[i] for i in keep], env.params[keep], env.param_names, env.dt, env.kind,
+        env.system, [env.split[i] for i in keep] if env.split else [], env.path,
+    )  # fmt: skip
+    rates = LEARNING_RATES if rates is None else rates
+    grids = {"finetune": rates["finetune"], "dynadiff_guided": tuple(guidance)}
+    if coda is not None:
+        grids["coda"] = rates["coda"]
+    out = {"sweep": {}}
+    for name, values in grids.items():
+        scores = {}
+        for v in values:
+            g, n = v if name == "dynadiff_guided" else (None, None)
+            res = compare_methods(
+                generator, zoo, env, coda=coda, methods=(name,), seed=seed, guidance=g,
+                polish_steps=n, finetune_steps=finetune_steps, finetune_lr=v,
+                coda_steps=coda_steps, coda_lr=v,
+            )  # fmt: skip
+            scores[v] = res["summary"][name]["rmse"]
+        best = min(scores, key=lambda v: (scores[v], v))  # ties: the smaller setting
+        if name == "dynadiff_guided":
+            out["guidance"], out["polish_steps"] = float(best[0]), int(best[1])
+            scores = {f"{g:g}/{n}": r for (g, n), r in scores.items()}
+        else:
+            out[name] = float(best)
+            scores = {float(k): r for k, r in scores.items()}
+        out["sweep"][name] = scores
+    return out
 
 
 def train_baselines(zoo, data, out_dir, *, coda_steps=1500, device="auto", seed=0, progress=False):

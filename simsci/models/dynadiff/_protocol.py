@@ -99,7 +99,7 @@ Design choices the task left open, and why:
 - **quick** (:meth:`Protocol.quick`): each varied axis keeps its end points and, when it
   has more than three values, its middle one (9 x 9 and 8 x 8 -> 3 x 3, 3 x 3 -> 2 x 2,
   7 -> 3); the range, so every held-out point's role, is unchanged; two
-  held-out points of each kind, 2 / 1 / 2 episodes per environment, same time window.
+  held-out points of each kind, 2 / 2 / 2 episodes per environment, same time window.
 
 Measured wall time of ``make_environments(name, out, device="cpu")`` at full size on
 this machine's CPU, one thread (``OMP_NUM_THREADS=1``, float64, a 2-core machine shared
@@ -463,7 +463,9 @@ class Protocol:
     def quick(self) -> Protocol:
         """A small version for tests and the tour (see the module docstring): per axis the
         end points, plus the middle value when there are more than three; two held-out
-        points of each kind; 2 / 1 / 2 episodes per environment; the same time window."""
+        points of each kind; 2 / 2 / 2 episodes per environment (two validation
+        episodes, so :func:`._pipeline.tune_methods` can run on them); the same time
+        window."""
 
         def shrink(values):
             if len(values) > 3:
@@ -476,7 +478,7 @@ class Protocol:
             in_domain=self.in_domain[:2],
             out_of_domain=self.out_of_domain[:2],
             n_train_per_env=min(self.n_train_per_env, 2),
-            n_val_per_env=1,
+            n_val_per_env=2,
             n_test_per_env=2,
         )
 

@@ -136,6 +136,30 @@ def test_generation_is_deterministic_given_the_seed(lv):
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
 
 
+def test_guidance_pulls_the_samples_towards_the_context(lv):
+    """Guided sampling lowers the context error of the candidates it returns, and stays
+    deterministic given the seed."""
+    gen = lv["gen"]
+    env = dd.load_environments(lv["paths"]["in_domain"])
+    plain, guided = [], []
+    for x in env.episodes:
+        ctx = x[:1, :10]
+        _, info0 = gen.generate(ctx, seed=1, guidance=0.0)
+        _, info1 = gen.generate(ctx, seed=1, guidance=0.5)
+        plain.append(np.median(info0["context_mse"]))
+        guided.append(np.median(info1["context_mse"]))
+    assert np.mean(guided) < 0.9 * np.mean(plain)
+    x = env.episodes[0][:1, :10]
+    a, _ = gen.generate(x, seed=3, guidance=0.5)
+    b, _ = gen.generate(x, seed=3, guidance=0.5)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    # the context loss it descends is differentiable in the latent
+    z = gen.latents[:3].clone().requires_grad_(True)
+    wins = dd._baselines.context_windows(gen._normalise_state(x.float()), gen.window)
+    gen.context_fit(z, wins).sum().backward()
+    assert z.grad.shape == z.shape and torch.isfinite(z.grad).all() and z.grad.abs().sum() > 0
+
+
 def test_adapt_writes_a_checkpoint_that_simsci_loads(tmp_path, lv):
     gen_path = lv["root"] / "gen" / "generator.pt"
     out, info = dd.adapt(gen_path, lv["paths"]["in_domain"], tmp_path / "pred.pt")
@@ -199,6 +223,18 @@ def test_baselines_run_in_the_same_harness(lv):
     assert set(res["summary"]) == set(dd.METHODS)
     assert all(math.isfinite(v["rmse"]) for v in res["summary"].values())
     assert len(res["environments"]) == 2
+    # the sweep picks each method's best setting among those it tried
+    tuned = dd.tune_methods(
+        lv["gen"], zoo, lv["paths"]["in_domain"], coda=coda, finetune_steps=3, coda_steps=3,
+        rates={"finetune": (1e-3, 1e-2), "coda": (1e-2, 1e-1)},
+        guidance=((0.1, 0), (1.0, 3)), max_envs=2,
+    )  # fmt: skip
+    grids = {"finetune": {1e-3, 1e-2}, "coda": {1e-2, 1e-1}, "dynadiff_guided": {"0.1/0", "1/3"}}
+    for name, values in grids.items():
+        sweep = tuned["sweep"][name]
+        assert set(sweep) == values
+        key = f"{tuned['guidance']:g}/{tuned['polish_steps']}" if "guided" in name else tuned[name]
+        assert sweep[key] == min(sweep.values())
     # a checkpoint of a generator rebuilds it
     save_model(lv["gen"], lv["root"] / "g2.pt")
     again = load_model(lv["root"] / "g2.pt")
@@ -227,7 +263,7 @@ def test_pipeline_runs_on_the_device(tmp_path, device, lv):
         )  # fmt: skip
     gen = gen.to(device)
     x = dd.load_environments(lv["paths"]["in_domain"]).episodes[0][:1, :10].to(device)
-    model, info = gen.generate(x, candidates=3)
+    model, info = gen.generate(x, candidates=3, guidance=0.5)
     assert len(info["context_mse"]) == 3
     out = model.to(device).rollout(x[:, 0], 5)
     assert out.device.type == device.type and torch.isfinite(out).all()
