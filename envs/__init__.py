@@ -26,7 +26,9 @@ Each has a native batched vector environment (``gymnasium.make_vec(id, num_envs=
 vectorization_mode="vector_entry_point")``): all sub-environments advance as one tensor
 operation on the device, numpy or torch in/out, gymnasium's autoreset semantics.
 :class:`RecordEpisodes` / :class:`RecordVectorEpisodes` write episodes into the
-trajectory format (kind "rollout"); :func:`to_minari` / :func:`from_minari` convert to
+trajectory format (kind "rollout"; a Dict observation as one step field ``x.<key>`` per
+entry, read back as the Dict by :func:`rollout_observations` /
+:func:`rollout_observation_space`); :func:`to_minari` / :func:`from_minari` convert to
 and from Minari datasets (optional extra ``simsci[minari]``).
 
 Surrogate checkpoint interface: a model that can advance an environment's state has
@@ -53,6 +55,7 @@ from simsci.envs._ode import TASKS, ODEControlEnv, ODEControlVectorEnv, Task
 from simsci.envs._pde import PDE_TASKS, PDEControlEnv, PDEControlVectorEnv, PDETask
 from simsci.envs._record import RecordEpisodes, RecordVectorEpisodes
 from simsci.envs._sb3 import to_sb3
+from simsci.envs._spaces import rollout_observation_space, rollout_observations
 from simsci.envs._surrogate import SurrogateEnv, SurrogateVectorEnv, load_surrogate
 from simsci.envs._vectorworld import VectorWorldEnv, VectorWorldVectorEnv
 from simsci.envs._vectorworld_rollout import vectorworld_rollout
@@ -85,6 +88,8 @@ __all__ = [
     "to_sb3",
     "RecordEpisodes",
     "RecordVectorEpisodes",
+    "rollout_observation_space",
+    "rollout_observations",
     "to_minari",
     "from_minari",
     "ENV_IDS",

@@ -53,7 +53,10 @@ Observation space
     (num_lanes, 20, 2) as an image), and :class:`~simsci.envs.RecordEpisodes` records it.
     ``env.single_dict_observation_space`` (vector) / ``env.dict_observation_space``
     (single) is the Dict either way (``gymnasium.spaces.unflatten`` turns one flat
-    observation back into it).
+    observation back into it). With the Dict, ``env.obs_names`` names the last axis of
+    ``ego``, ``agents`` and ``lanes`` (:data:`OBS_NAMES`); :class:`~simsci.envs.RecordEpisodes`
+    records the Dict as one step field per entry (``x.ego``, ``x.agents``, ...) with
+    these names, and :func:`~simsci.envs.rollout_observations` reads it back.
 
 Reward
     ``0.1 * progress`` (metres along the route this step) ``- 0.02 * (jerk / 10)^2``;
@@ -79,7 +82,7 @@ Info
 Version history
     v0: initial version. Later, without a change to dynamics or reward: ``info`` gains
     ``end_reason``; the keywords ``action_scale`` and ``observation`` (their defaults
-    are the v0 spaces).
+    are the v0 spaces); ``obs_names`` (names of the Dict entries' last axes).
 """
 
 from __future__ import annotations
@@ -143,7 +146,12 @@ EGO_FEATURES = (
     "speed_limit",
     "route_fraction",
 )
+#: the features of an observed agent (the ``agents`` entry's last axis)
+AGENT_OBS_FEATURES = ("x", "y", "speed", "cos", "sin", "length", "width")
 LANE_POINTS = 20
+#: names of the last axis of the Dict entries (``env.obs_names`` with observation="dict";
+#: a recorded rollout keeps them as the names of its step fields x.ego, x.agents, x.lanes)
+OBS_NAMES = {"ego": EGO_FEATURES, "agents": AGENT_OBS_FEATURES, "lanes": ("x", "y")}
 PROGRESS_REWARD = 0.1
 JERK_PENALTY = 0.02
 FAILURE_REWARD = -20.0
@@ -633,6 +641,8 @@ class DrivingVectorEnv(gymnasium.vector.VectorEnv):
         self.autoreset_mode = mode
         self.metadata = {**type(self).metadata, "autoreset_mode": mode}
         self.single_dict_observation_space = _dict_space(num_agents, num_lanes)
+        # names of the entries' last axes; the flat vector has none
+        self.obs_names = dict(OBS_NAMES) if observation == "dict" else None
         if observation == "flat":
             # gymnasium's flattening of the Dict: the bounds in the order of FLAT_ORDER
             self.single_observation_space = gymnasium.spaces.flatten_space(
@@ -783,6 +793,7 @@ class DrivingEnv(gymnasium.Env):
         self._vec = self._vector_class()(1, render_mode=render_mode, **kwargs)
         self.observation_space = self._vec.single_observation_space
         self.dict_observation_space = self._vec.single_dict_observation_space
+        self.obs_names = self._vec.obs_names
         self.action_space = self._vec.single_action_space
         self.action_scale = self._vec.action_scale
         self.observation = self._vec.observation

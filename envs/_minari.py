@@ -9,6 +9,8 @@ Mapping of one episode of T transitions (T+1 rows in the file):
 
     file (T+1 rows)                  Minari episode
     x                                observations (T+1, *obs_shape)
+    x.<key> (a Dict observation)     observations[key] (T+1, ...): Minari's own Dict
+                                     layout (nested Dicts nest: x.<key>.<subkey>)
     action[:T]                       actions (T, ...)
     reward[:T], terminated[:T],      rewards, terminations, truncations (T,)
     truncated[:T]
@@ -39,8 +41,14 @@ Design choices (and why):
 - Minari episodes need at least one transition: a rollout episode with a single row is
   an error. Reading a foreign Minari dataset (not written by ``to_minari``) takes
   ``infos["t"]`` / ``infos["state"]`` as the step fields t / state when they have one
-  entry per observation (else t = 0, 1, ..., T); it must have a Box observation space
-  and a Box or Discrete action space.
+  entry per observation (else t = 0, 1, ..., T); it must have a Box or Dict observation
+  space and a Box or Discrete action space.
+- **Dict observations** (``x.<key>`` step fields, ``simsci/Driving-v0``) go to Minari
+  as its native Dict observations, so Minari users (and ``recover_environment()``) get
+  the environment's Dict; from a Minari dataset with a Dict observation space (entries
+  Box, Discrete or Dict) each entry becomes the step field ``x.<key>``, and the space
+  description goes to the file's meta as the recorder writes it. Other observation
+  spaces (Tuple, Text, Graph, ...) are refused with the space named.
 """
 
 from __future__ import annotations
@@ -62,14 +70,27 @@ from gymnasium import spaces
 from simsci._io import check_parent_dir
 from simsci.data import Trajectories, TrajectoryWriter
 from simsci.data import open as open_trajectories
-from simsci.envs._record import jsonable, space_from_json, space_to_json
+from simsci.envs._spaces import (
+    check_observation_fields,
+    inferred_observation_space,
+    is_observation_field,
+    join_rows,
+    jsonable,
+    leaf_dtype,
+    leaf_shape,
+    observation_fields,
+    space_from_json,
+    space_to_json,
+    split_observation,
+)
 from simsci.errors import MissingExtraError, UnknownNameError, unknown_name
 
 __all__ = ["from_minari", "to_minari"]
 
 #: Minari ids: ``(namespace/)name-v<version>``; Minari's parser needs the version.
 _ID_RE = re.compile(r"^(?:[-\w][-\w/]*[-\w]/)?[-\w]+?-v\d+$")
-_REQUIRED = ("x", "action", "reward", "terminated", "truncated")
+#: the step fields of a rollout besides its observations (``x``, or ``x.<key>`` per entry)
+_REQUIRED = ("action", "reward", "terminated", "truncated")
 _CHUNK_BYTES = 64 * 2**20
 _MINARI_NAG = r"(`\w+` is set to None|env_spec is None)"
 
@@ -110,8 +131,10 @@ def _check_rollout(ds: Trajectories) -> None:
     missing = [f for f in _REQUIRED if f not in ds.step_fields]
     if missing:
         raise ValueError(
-            f"{where}: a rollout file needs the step fields {list(_REQUIRED)}; missing {missing}"
+            f"{where}: a rollout file needs the step fields x (or x.<key> for a Dict "
+            f"observation) and {list(_REQUIRED)}; missing {missing}"
         )
+    inferred_observation_space(ds)  # raises when there is no observation (x / x.<key>)
     short = np.flatnonzero(ds.lengths < 2)
     if len(short):
         raise ValueError(
@@ -121,8 +144,8 @@ def _check_rollout(ds: Trajectories) -> None:
 
 
 def _inferred_spaces(ds: Trajectories) -> tuple[spaces.Space, spaces.Space]:
-    x, act = ds.step_fields["x"], ds.step_fields["action"]
-    obs_space = spaces.Box(-np.inf, np.inf, shape=x.shape, dtype=x.dtype)
+    act = ds.step_fields["action"]
+    obs_space = inferred_observation_space(ds)
     if act.dtype.kind in "iu":
         top = max(
             (int(ds.read(i, "action")["action"][:-1].max()) for i in range(len(ds))), default=0
@@ -133,9 +156,10 @@ def _inferred_spaces(ds: Trajectories) -> tuple[spaces.Space, spaces.Space]:
 
 def _fits(ds: Trajectories, obs_space, action_space) -> str | None:
     """Why the spaces do not describe the file's data (None when they do)."""
-    x, act = ds.step_fields["x"], ds.step_fields["action"]
-    if not isinstance(obs_space, spaces.Box) or tuple(obs_space.shape) != x.shape:
-        return f"observation space {obs_space} vs x of per-step shape {x.shape}"
+    act = ds.step_fields["action"]
+    why = check_observation_fields(ds, obs_space, "to_minari")
+    if why is not None:
+        return f"observation space {obs_space}: {why}"
     if isinstance(action_space, spaces.Discrete):
         if act.dtype.kind not in "iu" or act.shape != ():
             return f"action space {action_space} vs actions {act.dtype} {act.shape}"
@@ -201,11 +225,11 @@ def _spaces(ds: Trajectories, env_obj) -> tuple[spaces.Space, spaces.Space]:
     return obs_space, action_space
 
 
-def _buffers(ds: Trajectories, episode_fields: list[str]):
+def _buffers(ds: Trajectories, obs_space: spaces.Space, episode_fields: list[str]):
     """Yield lists of EpisodeBuffers of about _CHUNK_BYTES each."""
     from minari.data_collector import EpisodeBuffer
 
-    extra_steps = [f for f in ds.step_fields if f not in _REQUIRED]
+    extra_steps = [f for f in ds.step_fields if f not in _REQUIRED and not is_observation_field(f)]
     chunk, size = [], 0
     for i in range(len(ds)):
         ep = ds[i]
@@ -213,7 +237,7 @@ def _buffers(ds: Trajectories, episode_fields: list[str]):
         seed = int(ep["seed"]) if "seed" in ep else -1
         buf = EpisodeBuffer(
             seed=None if seed < 0 else seed,
-            observations=ep["x"],
+            observations=join_rows(ep, obs_space),
             actions=ep["action"][:n],
             rewards=ep["reward"][:n],
             terminations=ep["terminated"][:n],
@@ -321,7 +345,7 @@ def _to_minari(minari, ds: Trajectories, dataset_id: str, env, overwrite: bool, 
 
 def _create(minari, ds, dataset_id, env_obj, obs_space, action_space, episode_fields, block, **kw):
     dataset = None
-    for chunk in _buffers(ds, episode_fields):
+    for chunk in _buffers(ds, obs_space, episode_fields):
         buffers = [b for b, _ in chunk]
         first = 0 if dataset is None else dataset.total_episodes
         if dataset is None:
@@ -364,18 +388,35 @@ def _episode_meta(dataset) -> list[dict]:
     return list(dataset.storage.get_episode_metadata(dataset.episode_indices))
 
 
-def _rows(ep, i: int, discrete: bool, act_space, step_fields, dataset_id) -> dict:
-    where = f"Minari dataset {dataset_id!r}, episode {i}"
-    obs = ep.observations
-    if not isinstance(obs, np.ndarray):
+def _observation_rows(obs, obs_fields: dict, n: int, where: str) -> dict:
+    """The observation step fields (``x``, or ``x.<key>`` per Dict entry) of an episode
+    of ``n`` steps from Minari's observations (an array, or a nested dict of arrays)."""
+    if "x" in obs_fields and not isinstance(obs, np.ndarray):
         raise TypeError(f"{where}: observations must be one array, got {type(obs).__name__}")
+    rows = {}
+    for name, value in split_observation(obs, obs_fields, where).items():
+        arr = np.asarray(value)
+        space = obs_fields[name]
+        what = "observations" if name == "x" else f"observations of the entry {name[2:]!r}"
+        if len(arr) != n + 1:
+            raise ValueError(
+                f"{where}: {len(arr)} {what} for {n} steps; Minari episodes hold T+1 "
+                "observations for T steps"
+            )
+        if arr.shape[1:] != leaf_shape(space):
+            raise ValueError(
+                f"{where}: {what} of shape {arr.shape[1:]} per step, but the observation "
+                f"space says {leaf_shape(space)}"
+            )
+        rows[name] = arr.astype(leaf_dtype(space)) if isinstance(space, spaces.Discrete) else arr
+    return rows
+
+
+def _rows(ep, i: int, discrete: bool, act_space, obs_fields, step_fields, dataset_id) -> dict:
+    where = f"Minari dataset {dataset_id!r}, episode {i}"
     rewards = np.asarray(ep.rewards).reshape(-1)
     n = len(rewards)
-    if len(obs) != n + 1:
-        raise ValueError(
-            f"{where}: {len(obs)} observations for {n} steps; Minari episodes hold T+1 "
-            "observations for T steps"
-        )
+    obs_rows = _observation_rows(ep.observations, obs_fields, n, where)
     actions = np.asarray(ep.actions)
     if discrete:
         action = np.zeros(n + 1, np.int64)
@@ -393,9 +434,9 @@ def _rows(ep, i: int, discrete: bool, act_space, step_fields, dataset_id) -> dic
         flag[:n] = np.asarray(value).reshape(n)
         flags[name] = flag
     infos = ep.infos or {}
-    rows = {"x": obs, "action": action, "reward": reward, **flags}
+    rows = {**obs_rows, "action": action, "reward": reward, **flags}
     for name in step_fields:
-        if name in ("x", *flags, "action", "reward"):
+        if name in (*flags, "action", "reward") or is_observation_field(name):
             continue
         value = infos.get(name)
         if isinstance(value, np.ndarray) and value.dtype.kind in "biuf" and len(value) == n + 1:
@@ -418,7 +459,8 @@ def from_minari(
 ) -> Path:
     """Write the local Minari dataset ``dataset_id`` as the rollout file ``path``.
 
-    Observations (T+1) -> x, actions/rewards/flags (T) -> the first T rows (the last row
+    Observations (T+1) -> x (a Dict observation: x.<key> per entry), actions/rewards/flags
+    (T) -> the first T rows (the last row
     holds NaN / 0 / False), infos t/state -> step fields, episode seeds -> the episode
     field ``seed`` (-1 for none). A dataset written by ``to_minari`` comes back as it
     was. ``compression`` None, "gzip" or "lzf"; ``overwrite`` as TrajectoryWriter.
@@ -428,11 +470,13 @@ def from_minari(
     path = check_parent_dir(path)
     dataset = _load(minari, dataset_id)
     obs_space, act_space = dataset.observation_space, dataset.action_space
-    if not isinstance(obs_space, spaces.Box):
+    try:
+        obs_fields = observation_fields(obs_space, "a rollout file")
+    except TypeError as exc:
         raise TypeError(
-            f"Minari dataset {dataset_id!r}: rollout files store Box observations, the "
-            f"dataset has {obs_space}"
-        )
+            f"Minari dataset {dataset_id!r}: rollout files store Box observations or "
+            f"Dicts of Box, Discrete and Dict entries, the dataset has {obs_space}: {exc}"
+        ) from None
     if not isinstance(act_space, (spaces.Box, spaces.Discrete)):
         raise TypeError(
             f"Minari dataset {dataset_id!r}: rollout files store Box or Discrete actions, "
@@ -483,7 +527,7 @@ def from_minari(
         overwrite=overwrite,
     ) as writer:
         for i, (ep, emeta) in enumerate(zip(dataset.iterate_episodes(), episode_meta)):
-            rows = _rows(ep, i, discrete, act_space, step_fields, dataset_id)
+            rows = _rows(ep, i, discrete, act_space, obs_fields, step_fields, dataset_id)
             if has_seed:
                 seed = emeta.get("seed")
                 rows["seed"] = np.int64(-1 if seed is None else seed)

@@ -13,6 +13,9 @@ Row layout of an episode of T actions (T+1 rows):
 
     t           float64 (T+1,)      info["t"] when the env reports it, else 0, 1, ..., T
     x           (T+1, *obs_shape)   observation x_j (the last row: the final observation)
+    x.<key>     (T+1, *entry_shape) instead of x for a Dict observation: one field per
+                                    entry (nested Dicts: x.<key>.<subkey>), Box entries in
+                                    their dtype, Discrete entries int64 (see _spaces.py)
     action      (T+1, *act_shape)   Box: the action space's dtype, last row NaN;
                 (T+1,) int64        Discrete: last row 0
     reward      float32 (T+1,)      the reward that followed action j; last row NaN
@@ -37,6 +40,13 @@ Design choices (and why):
   transition: the data up to there are valid, the episode was cut short from outside
   (time-limit semantics). One without any transition is dropped. Steps taken after an
   episode ended and before the next reset (not a gymnasium episode) are not recorded.
+- **Dict observations** are stored one step field per entry, ``x.<key>``, with the Dict
+  described in the meta ``observation_space``: plain step fields of format version 1
+  that every reader takes, and ``simsci.envs.rollout_observations(file, i)`` gives the
+  Dict back (the layout and its reasons are in ``envs/_spaces.py``). Entries must be
+  Box, Discrete or Dict spaces with str keys without "." or "/"; other spaces are
+  refused when the wrapper is made. Names of an entry's last axis come from a dict
+  ``env.unwrapped.obs_names`` = ``{key: [names]}``.
 - **Dtypes.** ``x`` and Box actions keep the spaces' dtypes (float32 for every simsci
   environment, lossless for others); actions are cast to the action space's dtype as a
   Box contains them. ``reward`` is float32 as the format says (a float64 reward is
@@ -70,9 +80,7 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 from collections.abc import Mapping, Sequence
-from enum import Enum
 from pathlib import Path
 
 import gymnasium
@@ -87,6 +95,17 @@ from simsci.data import (
     # until every caller imports it from simsci.data
     recorded_env_kwargs,  # noqa: F401
 )
+from simsci.envs._spaces import (
+    OBS_FIELD,
+    jsonable,
+    leaf_dtype,
+    leaf_shape,
+    observation_fields,
+    space_from_json,
+    space_to_json,
+    split_observation,
+)
+from simsci.envs._spaces import to_numpy as _np
 
 __all__ = ["RecordEpisodes", "RecordVectorEpisodes", "space_from_json", "space_to_json"]
 
@@ -112,105 +131,15 @@ _OWN_META = (
 
 
 # --------------------------------------------------------------------------- helpers
-def _np(value) -> np.ndarray:
-    """numpy arrays, torch tensors (any device), scalars -> ndarray (no copy for numpy)."""
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(value, torch.Tensor):
-        value = value.detach()
-        if value.dtype == torch.bfloat16:
-            value = value.float()
-        return value.cpu().numpy()
-    return np.asarray(value)
-
-
-def jsonable(value):
-    """``value`` with everything JSON cannot hold replaced by its ``str``.
-
-    Dicts (keys as str), lists/tuples, numpy scalars and arrays are converted entry by
-    entry; NaN/inf become "nan"/"inf"/"-inf"; an Enum becomes its value."""
-    if value is None or isinstance(value, (bool, str)):
-        return value
-    if isinstance(value, Enum):
-        return jsonable(value.value)
-    if isinstance(value, (int, np.integer)) and not isinstance(value, np.bool_):
-        return int(value)
-    if isinstance(value, np.bool_):
-        return bool(value)
-    if isinstance(value, (float, np.floating)):
-        value = float(value)
-        return value if math.isfinite(value) else str(value)
-    if isinstance(value, Mapping):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
-        return jsonable(value.tolist())
-    return str(value)
-
-
-def _bound(arr: np.ndarray):
-    """Box bounds for JSON: a scalar when all entries agree, inf as "inf"/"-inf"."""
-    flat = arr.reshape(-1)
-    if flat.size and np.all(flat == flat[0]):
-        return jsonable(flat[0].item())
-    return jsonable(arr.tolist())
-
-
-def _unbound(value, shape: tuple, dtype: np.dtype) -> np.ndarray:
-    # entries are numbers or "inf"/"-inf"/"nan"; float() reads both
-    arr = np.vectorize(float, otypes=[np.float64])(np.asarray(value, dtype=object))
-    return np.broadcast_to(arr, shape).astype(dtype)
-
-
-def space_to_json(space: spaces.Space) -> dict:
-    """A Box or Discrete space as a JSON-able dict (stored in a rollout file's meta).
-
-    ``{"type": "Box", "shape": [...], "dtype": "float32", "low": ..., "high": ...}``
-    (bounds as one number when all entries agree, infinities as "inf"/"-inf") or
-    ``{"type": "Discrete", "n": n, "start": start}``."""
-    if isinstance(space, spaces.Box):
-        return {
-            "type": "Box",
-            "shape": list(space.shape),
-            "dtype": np.dtype(space.dtype).name,
-            "low": _bound(space.low),
-            "high": _bound(space.high),
-        }
-    if isinstance(space, spaces.Discrete):
-        return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
-    raise TypeError(f"only Box and Discrete spaces can be described, got {space}")
-
-
-def space_from_json(desc: Mapping) -> spaces.Space:
-    """The inverse of ``space_to_json``."""
-    if not isinstance(desc, Mapping) or desc.get("type") not in ("Box", "Discrete"):
-        raise ValueError(
-            "a space description is a dict with type 'Box' (shape, dtype, low, high) or "
-            f"'Discrete' (n, start), got {desc!r}"
-        )
-    if desc["type"] == "Discrete":
-        return spaces.Discrete(int(desc["n"]), start=int(desc.get("start", 0)))
-    shape = tuple(int(s) for s in desc["shape"])
-    dtype = np.dtype(desc["dtype"])
-    return spaces.Box(
-        low=_unbound(desc["low"], shape, dtype),
-        high=_unbound(desc["high"], shape, dtype),
-        shape=shape,
-        dtype=dtype,
-    )
-
-
-def _check_spaces(obs_space, action_space, who: str) -> None:
-    if not isinstance(obs_space, spaces.Box):
-        raise TypeError(
-            f"{who} records Box observations (stored as the step field x), got the "
-            f"observation space {obs_space}; flatten it first, e.g. "
-            "gymnasium.wrappers.FlattenObservation(env)"
-        )
+def _check_spaces(obs_space, action_space, who: str) -> dict[str, spaces.Space]:
+    """The observation's step fields (``observation_fields``); TypeError for spaces the
+    recorder cannot store."""
+    fields = observation_fields(obs_space, who)
     if not isinstance(action_space, (spaces.Box, spaces.Discrete)):
         raise TypeError(
             f"{who} records Box or Discrete actions, got the action space {action_space}"
         )
+    return fields
 
 
 def _check_seed(seed, who: str) -> None:
@@ -226,19 +155,23 @@ def _check_seed(seed, who: str) -> None:
         )
 
 
+def _name_list(names, shape: tuple, what: str, label: str, attr: str) -> list[str]:
+    names = [str(n) for n in names]
+    width = shape[-1] if shape else 1
+    if len(names) != width:
+        raise ValueError(
+            f"{label} has {len(names)} names but the {what}'s last axis has {width} "
+            f"entries (shape {tuple(shape)}); fix the env's {attr}"
+        )
+    return names
+
+
 def _names(src, attrs: Sequence[str], shape: tuple, what: str) -> list[str] | None:
     for attr in attrs:
         names = getattr(src, attr, None)
         if names is None:
             continue
-        names = [str(n) for n in names]
-        width = shape[-1] if shape else 1
-        if len(names) != width:
-            raise ValueError(
-                f"{type(src).__name__}.{attr} has {len(names)} names but the {what}'s last "
-                f"axis has {width} entries (shape {tuple(shape)}); fix the env's {attr}"
-            )
-        return names
+        return _name_list(names, shape, what, f"{type(src).__name__}.{attr}", attr)
     return None
 
 
@@ -305,7 +238,8 @@ class _Recorder:
         path,
         *,
         who: str,
-        obs_space: spaces.Box,
+        obs_space: spaces.Space,
+        obs_fields: dict[str, spaces.Space],
         action_space: spaces.Space,
         system: str,
         meta: dict,
@@ -351,8 +285,11 @@ class _Recorder:
         self.obs_space = obs_space
         self.action_space = action_space
         self.discrete = isinstance(action_space, spaces.Discrete)
-        self.obs_shape = tuple(obs_space.shape)
-        self.obs_dtype = np.dtype(obs_space.dtype)
+        # step field -> (per-step shape, dtype, Discrete?): "x", or "x.<key>" per Dict entry
+        self.obs_fields = {
+            name: (leaf_shape(sub), leaf_dtype(sub), isinstance(sub, spaces.Discrete))
+            for name, sub in obs_fields.items()
+        }
         if not self.discrete:
             self.act_shape = tuple(action_space.shape)
             self.act_dtype = np.dtype(action_space.dtype)
@@ -377,14 +314,25 @@ class _Recorder:
         self._done = False
 
     # ------------------------------------------------------------- conversion
-    def obs(self, value, where: str) -> np.ndarray:
-        arr = _np(value)
-        if arr.shape != self.obs_shape:
-            raise ValueError(
-                f"{self.who}: {where}: observation of shape {arr.shape}, but the "
-                f"observation space has shape {self.obs_shape}"
-            )
-        return np.array(arr, dtype=self.obs_dtype, copy=True)
+    def obs(self, value, where: str) -> dict[str, np.ndarray]:
+        """One observation as ``{step field: array}`` (copies in the stored dtypes)."""
+        out = {}
+        entries = split_observation(value, self.obs_fields, f"{self.who}: {where}")
+        for name, entry in entries.items():
+            shape, dtype, discrete = self.obs_fields[name]
+            arr = _np(entry)
+            what = "observation" if name == OBS_FIELD else f"observation entry {name!r}"
+            if discrete and (arr.size != 1 or arr.dtype.kind not in "iu"):
+                raise ValueError(
+                    f"{self.who}: {where}: the {what} is Discrete, one integer, got {entry!r}"
+                )
+            if not discrete and arr.shape != shape:
+                raise ValueError(
+                    f"{self.who}: {where}: {what} of shape {arr.shape}, but the "
+                    f"observation space has shape {shape}"
+                )
+            out[name] = np.array(arr, dtype=dtype, copy=True).reshape(shape)
+        return out
 
     def action(self, value, where: str):
         arr = _np(value)
@@ -454,7 +402,7 @@ class _Recorder:
         t = np.asarray(ep.t, np.float64) if self.has_t else np.arange(n + 1, dtype=np.float64)
         out = {
             "t": t,
-            "x": np.stack(ep.obs),
+            **{name: np.stack([o[name] for o in ep.obs]) for name in self.obs_fields},
             "action": action,
             "reward": reward,
             "terminated": terminated,
@@ -512,17 +460,53 @@ def _single_meta(env, who: str) -> tuple[str, dict, dict]:
     return system, meta, unwrapped
 
 
-def _names_for(unwrapped, obs_shape) -> dict:
-    """Names of x / state from the env (or its ``dynamics`` / ``dynamics.system``)."""
+def _entry_names(src, obs_fields: dict[str, spaces.Space]) -> dict | None:
+    """Names of the Dict entries' last axes from ``src.obs_names`` (or
+    ``observation_names``) when that is a mapping ``{key: [names]}`` (nested keys joined
+    with "."); entries it does not name get none."""
+    for attr in ("obs_names", "observation_names"):
+        table = getattr(src, attr, None)
+        if table is None:
+            continue
+        if not isinstance(table, Mapping):
+            raise ValueError(
+                f"{type(src).__name__}.{attr} is a list, but the observation space is a "
+                "Dict; give a dict {key: [names of the entry's last axis]} (or None)"
+            )
+        out = {}
+        for key, names in table.items():
+            field = f"{OBS_FIELD}.{key}"
+            if field not in obs_fields:
+                raise ValueError(
+                    f"{type(src).__name__}.{attr} names the entry {key!r}, which the "
+                    f"observation Dict does not have ({[f[2:] for f in obs_fields]})"
+                )
+            label = f"{type(src).__name__}.{attr}[{key!r}]"
+            shape = leaf_shape(obs_fields[field])
+            out[field] = _name_list(names, shape, f"entry {key!r}", label, attr)
+        return out
+    return None
+
+
+def _names_for(unwrapped, obs_fields: dict[str, spaces.Space]) -> dict:
+    """Names of x (or the x.<key> entries) / state from the env (or its ``dynamics`` /
+    ``dynamics.system``)."""
     dynamics = getattr(unwrapped, "dynamics", None)
     candidates = (unwrapped, dynamics, getattr(dynamics, "system", None))
     sources = [o for o in candidates if o is not None]
     names = {}
     for src in sources:
-        found = _names(src, ("obs_names", "observation_names"), obs_shape, "observation")
-        if found is not None:
-            names["x"] = found
-            break
+        if OBS_FIELD in obs_fields:
+            shape = tuple(obs_fields[OBS_FIELD].shape)
+            found = _names(src, ("obs_names", "observation_names"), shape, "observation")
+            if found is not None:
+                names[OBS_FIELD] = found
+                break
+        else:
+            found = _entry_names(src, obs_fields)
+            if found is not None:
+                names.update(found)
+                break
     state_shape = getattr(unwrapped, "state_shape", None)
     if state_shape is not None:
         for src in sources:
@@ -563,17 +547,18 @@ class RecordEpisodes(gymnasium.Wrapper):
     ):
         super().__init__(env)
         who = type(self).__name__
-        _check_spaces(env.observation_space, env.action_space, who)
+        obs_fields = _check_spaces(env.observation_space, env.action_space, who)
         system, base, unwrapped = _single_meta(env, who)
         self._rec = _Recorder(
             path,
             who=who,
             obs_space=env.observation_space,
+            obs_fields=obs_fields,
             action_space=env.action_space,
             system=system,
             meta=base,
             user_meta=meta,
-            names=_names_for(unwrapped, tuple(env.observation_space.shape)),
+            names=_names_for(unwrapped, obs_fields),
             max_episodes=max_episodes,
             compression=compression,
         )
@@ -659,6 +644,36 @@ def _sub(infos, key: str, i: int):
     return value[i]
 
 
+def _batch(obs):
+    """A vector env's observations as numpy: an array, or a (nested) dict of arrays."""
+    if isinstance(obs, Mapping):
+        return {k: _batch(v) for k, v in obs.items()}
+    return _np(obs)
+
+
+def _row(obs, i: int):
+    """Sub-env ``i``'s observation of a batch (an array, or a nested dict of arrays). In
+    a dict, a key ``_k`` beside ``k`` is a vector info's mask (SyncVectorEnv stores a
+    Dict ``final_obs`` so) and is left out."""
+    if isinstance(obs, Mapping):
+        return {
+            k: _row(v, i)
+            for k, v in obs.items()
+            if not (isinstance(k, str) and k.startswith("_") and k[1:] in obs)
+        }
+    return obs[i]
+
+
+def _final_obs(infos, i: int):
+    """``infos["final_obs"]`` of sub-env ``i`` (SAME_STEP); None when absent for it."""
+    if not isinstance(infos, Mapping) or "final_obs" not in infos:
+        return None
+    mask = infos.get("_final_obs")
+    if mask is not None and not bool(_np(mask)[i]):
+        return None
+    return _row(infos["final_obs"], i)
+
+
 def _vector_seeds(seed, n: int, who: str) -> list:
     if seed is None:
         return [None] * n
@@ -726,18 +741,19 @@ class RecordVectorEpisodes(VectorWrapper):
     ):
         super().__init__(env)
         who = type(self).__name__
-        _check_spaces(env.single_observation_space, env.single_action_space, who)
+        obs_fields = _check_spaces(env.single_observation_space, env.single_action_space, who)
         self._mode = _autoreset_mode(env)
         system, base, names_source = _vector_meta(env, who)
         self._rec = _Recorder(
             path,
             who=who,
             obs_space=env.single_observation_space,
+            obs_fields=obs_fields,
             action_space=env.single_action_space,
             system=system,
             meta=base,
             user_meta=meta,
-            names=_names_for(names_source, tuple(env.single_observation_space.shape)),
+            names=_names_for(names_source, obs_fields),
             max_episodes=max_episodes,
             compression=compression,
         )
@@ -762,7 +778,7 @@ class RecordVectorEpisodes(VectorWrapper):
 
     def _start(self, i: int, seed, obs, infos, where: str) -> None:
         self._episodes[i] = self._rec.start(
-            seed, obs[i], _sub(infos, "t", i), _sub(infos, "state", i), where
+            seed, _row(obs, i), _sub(infos, "t", i), _sub(infos, "state", i), where
         )
 
     def reset(self, *, seed=None, options=None):
@@ -779,7 +795,7 @@ class RecordVectorEpisodes(VectorWrapper):
         obs, infos = self.env.reset(seed=seed, options=options)
         self._rec.note_reset(seed)
         which = range(self._n) if mask is None else np.flatnonzero(mask)
-        obs_np = _np(obs)
+        obs_np = _batch(obs)
         for i in which:
             self._rec.finish(self._episodes[i], interrupted=True)
             self._episodes[i] = None
@@ -810,7 +826,7 @@ class RecordVectorEpisodes(VectorWrapper):
 
     def _record(self, stored, obs, rewards, terminations, truncations, infos) -> None:
         rec = self._rec
-        obs = _np(obs)
+        obs = _batch(obs)
         rewards = _np(rewards).reshape(-1)
         terminations = _np(terminations).reshape(-1).astype(np.bool_)
         truncations = _np(truncations).reshape(-1).astype(np.bool_)
@@ -827,7 +843,7 @@ class RecordVectorEpisodes(VectorWrapper):
             ep = self._episodes[i]
             if ep is not None:
                 if same_step and done:
-                    final_obs = _sub(infos, "final_obs", i)
+                    final_obs = _final_obs(infos, i)
                     if final_obs is None:
                         raise RuntimeError(
                             f"{rec.who}: {where}: autoreset_mode SAME_STEP but "
@@ -840,7 +856,7 @@ class RecordVectorEpisodes(VectorWrapper):
                     next_obs = final_obs
                 else:
                     t, state = _sub(infos, "t", i), _sub(infos, "state", i)
-                    next_obs = obs[i]
+                    next_obs = _row(obs, i)
                 rec.add(
                     ep,
                     stored[i],

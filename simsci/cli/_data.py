@@ -263,8 +263,9 @@ def add_import_minari(dsub) -> None:
         dsub,
         "import-minari",
         help="write a local Minari dataset as a rollout file",
-        description="Write a local Minari dataset (Box observations, Box or Discrete "
-        "actions) as a trajectory file of kind 'rollout'. Needs the optional package "
+        description="Write a local Minari dataset (Box observations, or Dict observations "
+        "of Box, Discrete and Dict entries, stored as one step field x.<key> per entry; Box "
+        "or Discrete actions) as a trajectory file of kind 'rollout'. Needs the optional package "
         'minari: pip install "simsci[minari]".',
         run=run_import_minari,
     )

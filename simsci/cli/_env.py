@@ -22,8 +22,8 @@ from simsci.cli._common import (
 DESCRIPTION = """\
 The gymnasium environments of simsci (import simsci.envs registers them):
 simsci/ODEControl-v0, simsci/PDEControl-v0, simsci/Surrogate-v0, simsci/Driving-v0
-(recorded here with --param observation=flat, one vector per step; `simsci driving`
-for RL in it).
+(its Dict observation recorded as one step field x.<key> per entry, or with --param
+observation=flat as one vector x; `simsci driving` for RL in it).
 Run 'simsci env ACTION --help' for each action's options.
 
 examples:
@@ -40,12 +40,16 @@ Run a policy (zero or uniformly random actions) in the batched vector environmen
 record every finished episode as a rollout file (kind "rollout": observations x,
 actions, rewards, flags, raw states), the data a surrogate (simsci train controlled_ode)
 learns from. --param sets a keyword of the environment (task=pendulum-swingup,
-max_episode_steps=100, target=[0,0], system=lorenz63, ...).
+max_episode_steps=100, target=[0,0], system=lorenz63, ...). A Dict observation
+(Driving) is stored as one step field per entry (x.ego, x.agents, x.lanes, ...; read it
+back with simsci.envs.rollout_observations).
 
 examples:
   simsci env rollout ODEControl --param task=pendulum-swingup -n 64 --out data/pend.h5
   simsci env rollout PDEControl --param task=heat-track --param max_episode_steps=50 \\
       -n 16 --num-envs 16 --out data/heat.h5
+  simsci env rollout Driving --param max_episode_steps=200 -n 8 --num-envs 4 \\
+      --out data/driving.h5
 """
 
 SHORT = {
@@ -73,7 +77,9 @@ def add_to(sub) -> None:
         extra_options=True,  # the deprecated free-form --KEY VALUE keywords
     )
     p.add_argument(
-        "env", metavar="ENV", help="ODEControl, PDEControl, Surrogate or an id (simsci/...-v0)"
+        "env",
+        metavar="ENV",
+        help="ODEControl, PDEControl, Surrogate, Driving or an id (simsci/...-v0)",
     )
     add_episodes(p, default=32, help="episodes to record")
     p.add_argument("--num-envs", type=int, default=16, help="sub-environments stepped together")

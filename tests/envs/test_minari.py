@@ -280,12 +280,13 @@ def test_bad_input(tmp_path, monkeypatch):
         from_minari("simsci/pendulum-v0", tmp_path / "x.h5")
 
 
-def test_dict_observation_dataset_is_refused(tmp_path):
+def test_tuple_observation_dataset_is_refused(tmp_path):
+    # Dict observations are imported (x.<key> step fields): test_record_dict.py
     from minari.data_collector import EpisodeBuffer
 
-    obs_space = spaces.Dict({"a": spaces.Box(-1, 1, (2,), np.float32)})
+    obs_space = spaces.Tuple([spaces.Box(-1, 1, (2,), np.float32)])
     buffer = EpisodeBuffer(
-        observations={"a": np.zeros((3, 2), np.float32)},
+        observations=(np.zeros((3, 2), np.float32),),
         actions=np.zeros(2, np.int64),
         rewards=np.zeros(2),
         terminations=np.array([False, True]),
@@ -293,10 +294,13 @@ def test_dict_observation_dataset_is_refused(tmp_path):
     )
     with pytest.warns(UserWarning):
         minari.create_dataset_from_buffers(
-            "dicty-v0", [buffer], observation_space=obs_space, action_space=spaces.Discrete(2)
+            "tuply-v0", [buffer], observation_space=obs_space, action_space=spaces.Discrete(2)
         )
-    with pytest.raises(TypeError, match="Box observations"):
-        from_minari("dicty-v0", tmp_path / "x.h5")
+    with pytest.raises(
+        TypeError, match=r"'tuply-v0': rollout files store Box observations or Dicts.*Tuple"
+    ):
+        from_minari("tuply-v0", tmp_path / "x.h5")
+    assert not (tmp_path / "x.h5").exists()
 
 
 # ------------------------------------------------------------------------ CLI

@@ -402,8 +402,8 @@ def test_simsci_vector_env_torch_backend(mode, tmp_path):
 
 
 # ------------------------------------------------------------------ bad input
-class DictObs(gymnasium.Env):
-    observation_space = spaces.Dict({"a": spaces.Box(-1, 1, (2,))})
+class TupleObs(gymnasium.Env):  # Dict observations are recorded: test_record_dict.py
+    observation_space = spaces.Tuple([spaces.Box(-1, 1, (2,))])
     action_space = spaces.Discrete(2)
 
 
@@ -417,11 +417,11 @@ def test_bad_input_is_rejected_before_stepping(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         RecordEpisodes(env, tmp_path / "no" / "such" / "x.h5")
     with pytest.raises(TypeError, match="Box observations.*FlattenObservation"):
-        RecordEpisodes(DictObs(), tmp_path / "x.h5")
+        RecordEpisodes(TupleObs(), tmp_path / "x.h5")
     with pytest.raises(TypeError, match="Box or Discrete actions"):
         RecordEpisodes(MultiAction(), tmp_path / "x.h5")
     with pytest.raises(TypeError, match="Box observations"):
-        RecordVectorEpisodes(SyncVectorEnv([DictObs] * 2), tmp_path / "x.h5")
+        RecordVectorEpisodes(SyncVectorEnv([TupleObs] * 2), tmp_path / "x.h5")
     with pytest.raises(FileNotFoundError, match="does not exist"):
         RecordVectorEpisodes(SyncVectorEnv([osc] * 2), tmp_path / "no" / "x.h5")
     with pytest.raises(ValueError, match="is a directory"):
@@ -461,7 +461,7 @@ def test_json_helpers():
         spaces.Discrete(5, start=2),
     ):
         assert space_from_json(space_to_json(space)) == space
-    with pytest.raises(TypeError, match="Box and Discrete"):
+    with pytest.raises(TypeError, match="Box, Discrete and Dict"):
         space_to_json(spaces.MultiBinary(3))
 
 
