@@ -76,9 +76,17 @@ def check_dim(dim) -> int:
 
 
 def check_finite(x: Tensor, what: str = "input") -> None:
-    """Raise ValueError naming the first sample (index along axis 0) holding NaN/inf."""
+    """Raise ValueError naming the first sample (index along axis 0) holding NaN/inf.
+
+    Under ``torch.export`` (``simsci.train.export_model``) the values are unknown while
+    tracing and the check passes: an exported program has no checks."""
     finite = torch.isfinite(x.flatten(1)).all(dim=1) if x.ndim > 1 else torch.isfinite(x)
-    if not bool(finite.all()):
+    ok = finite.all().item()
+    if not isinstance(ok, bool):  # a symbolic value: torch.export is tracing
+        from torch.fx.experimental.symbolic_shapes import guard_or_true
+
+        ok = guard_or_true(ok)
+    if not ok:
         bad = torch.nonzero(~finite).flatten().tolist()
         listing = ", ".join(map(str, bad[:10])) + (", ..." if len(bad) > 10 else "")
         raise ValueError(

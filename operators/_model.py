@@ -587,6 +587,92 @@ class OperatorModel(nn.Module):
             u = self.step(u[:, None], action if self.action_dim else None)
         return u
 
+    def export_spec(self, example_shape: Sequence[int] | None = None) -> dict:
+        """What :func:`simsci.train.export_model` exports: :meth:`step` (rollout task) or
+        :meth:`map` (map task), normalisation included, on an example input of
+        ``example_shape`` (the first input's shape; default a batch of 2 at the
+        training resolution)."""
+        C = len(self.channels)
+        train_grid = [-(-g // s) for g, s in zip(self.grid, self.subsample)]
+        if self.task == "rollout":
+            lead, last, name = (2, self.in_frames), C, "history"
+        else:
+            lead, last, name = (2,), len(self.channels), "x"
+        shape = [*lead, *train_grid, last] if example_shape is None else list(example_shape)
+        want = len(lead) + self.dim + 1
+        if len(shape) != want or list(shape[1 : len(lead)]) != list(lead[1:]) or shape[-1] != last:
+            layout = "(B, in_frames, *grid, C)" if self.task == "rollout" else "(B, *grid, C)"
+            raise ValueError(
+                f"example shape {tuple(shape)} does not fit this {self.task} operator: it takes "
+                f"{layout} = (B, {', '.join(map(str, lead[1:] + ('*grid',)))}, {last}) with "
+                f"{self.dim} grid axes, e.g. {tuple([*lead, *train_grid, last])}"
+            )
+        p = first_real(self)
+        gen = torch.Generator().manual_seed(0)
+        x = torch.randn(*shape, generator=gen, dtype=torch.float64)
+        x = (x * self.std.double() + self.mean.double()).to(p.device, p.dtype)
+        grid_axes = "grid" if self.dim == 1 else "grid axes (2-D)"
+        if self.task == "map":
+            return {
+                "kind": "operator",
+                "module": _MapProgram(self),
+                "inputs": (x,),
+                "input_names": ["x"],
+                "inputs_doc": {
+                    "x": f"(B, *grid, {last}) the fields {self.channels} on the {grid_axes}, "
+                    f"channels last, physical units; channels {self.inputs} are read"
+                },
+                "output_names": ["y"],
+                "outputs_doc": {"y": f"(B, *grid, {len(self.targets)}) channels {self.targets}"},
+                "function": "OperatorModel.map(x): the steady map of inputs to targets",
+                "free_axes": {"x": list(range(1, 1 + self.dim))},
+            }
+        inputs, names = (x,), [name]
+        docs = {
+            name: f"(B, {self.in_frames}, *grid, {C}) the last {self.in_frames} frames of the "
+            f"fields {self.channels} on the {grid_axes}, channels last, physical units"
+        }
+        if self.action_dim:
+            a = torch.randn(shape[0], self.action_dim, generator=gen, dtype=torch.float64)
+            a = (a * self.a_std.double() + self.a_mean.double()).to(p.device, p.dtype)
+            inputs, names = (x, a), [name, "action"]
+            docs["action"] = f"(B, {self.action_dim}) the action held over the step"
+        step = "one model step" + (f" of dt = {self.dt:g}" if self.dt is not None else "")
+        return {
+            "kind": "operator",
+            "module": _StepProgram(self),
+            "inputs": inputs,
+            "input_names": names,
+            "inputs_doc": docs,
+            "output_names": ["next"],
+            "outputs_doc": {"next": f"(B, *grid, {C}) the next frame, physical units"},
+            "function": f"OperatorModel.step({', '.join(names)}): {step} (roll out by feeding "
+            "it back)",
+            "free_axes": {name: list(range(2, 2 + self.dim))},  # any resolution
+        }
+
+
+class _StepProgram(nn.Module):
+    """``OperatorModel.step`` as a module (the exported program's forward)."""
+
+    def __init__(self, model: OperatorModel):
+        super().__init__()
+        self.model = model
+
+    def forward(self, history: torch.Tensor, action: torch.Tensor | None = None) -> torch.Tensor:
+        return self.model.step(history, action)
+
+
+class _MapProgram(nn.Module):
+    """``OperatorModel.map`` as a module (the exported program's forward)."""
+
+    def __init__(self, model: OperatorModel):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model.map(x)
+
 
 @torch.no_grad()
 def evaluate_operator(

@@ -3,7 +3,7 @@
 Subcommands live in one private module each and register themselves on the parser:
 ``generate``, ``data info|check|import|...``, ``train``, ``evaluate``, ``predict``, ``events
 predict|generate``, ``zoo build|info``, ``dynadiff data|train|adapt|compare``, ``driving
-roads|metrics|ppo|eval``, ``rollout``, ``env list|rollout``, ``bench pde|SCRIPT``,
+roads|metrics|ppo|eval``, ``rollout``, ``env list|rollout``, ``bench pde|SCRIPT``, ``export``,
 ``tour``. A command with several actions has one sub-parser per action (its own usage
 line, options and help); the options every command shares are built once, in
 :mod:`simsci.cli._common`, under one name per concept. Later capabilities add theirs to
@@ -29,6 +29,7 @@ from simsci.cli import (
     _dynadiff,
     _env,
     _events,
+    _export,
     _generate,
     _predict,
     _tour,
@@ -52,6 +53,7 @@ _COMMANDS = (
     _data,
     _train,
     _predict,
+    _export,
     _events,
     _dynadiff,
     _driving,

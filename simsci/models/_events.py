@@ -305,6 +305,59 @@ class EventModel(nn.Module):
         """Model-specific terms added to the training loss (e.g. CoCLD's alignment)."""
         return {}
 
+    def export_spec(self, example_shape=None) -> dict:
+        """What :func:`simsci.train.export_model` exports: the conditional intensity
+        after each event, ``history`` then ``intensity``, in data units, for B complete
+        sequences of L events each (no padding); ``example_shape`` is (B, L) or
+        (B, L, G) (default (2, 8, 4)). B and G are free in the program, L too where the
+        model's ``history`` allows it (the manifest lists the free axes)."""
+        if not self.trainable:
+            raise TypeError(
+                f"{type(self).__name__} has no network to export (it computes the true "
+                "process with numpy); export a trained event model (rmtpp, nhp, thp, cocld)"
+            )
+        shape = [2, 8, 4] if example_shape is None else [int(v) for v in example_shape]
+        if len(shape) == 2:
+            shape.append(4)
+        if len(shape) != 3 or min(shape) < 1 or shape[1] < 2:
+            raise ValueError(
+                f"example shape {tuple(example_shape)} does not fit an event model: give "
+                "(B, L) or (B, L, G), B sequences of L >= 2 events and G query offsets"
+            )
+        B, L, G = shape
+        gen = torch.Generator().manual_seed(0)
+        gaps = torch.rand(B, L, generator=gen, dtype=torch.float64) + 0.05
+        t = torch.cumsum(gaps * self.time_scale, 1)
+        mark = torch.randint(0, self.num_marks, (B, L), generator=gen)
+        tau = torch.rand(B, L, G, generator=gen, dtype=torch.float64) * 2 * self.time_scale
+        device = next(iter(self.parameters()), self.gl_nodes).device
+        inputs = [t, mark, tau.float()]
+        names = ["t", "mark", "tau"]
+        docs = {
+            "t": f"(B, {L}) float64 event times, data units, strictly increasing per row",
+            "mark": f"(B, {L}) int64 event types in 0..{self.num_marks - 1}",
+            "tau": f"(B, {L}, G) float32 offsets past each event, data units, >= 0",
+        }
+        if self.num_groups > 1:
+            inputs.append(torch.randint(0, self.num_groups, (B,), generator=gen))
+            names.append("group")
+            docs["group"] = f"(B,) int64 population ids in 0..{self.num_groups - 1}"
+        return {
+            "kind": "event_model",
+            "module": _IntensityProgram(self),
+            "inputs": tuple(x.to(device) for x in inputs),
+            "input_names": names,
+            "inputs_doc": docs,
+            "output_names": ["intensity"],
+            "outputs_doc": {
+                "intensity": f"(B, {L}, G, {self.num_marks}) lambda_k(t_j + tau) per data "
+                "time unit, given events 0..j and none in (t_j, t_j + tau)"
+            },
+            "function": f"{type(self).__name__}.intensity(history(batch), t, tau / "
+            "time_scale) / time_scale: the conditional intensity after each event",
+            "free_axes": {"t": [1], "mark": [1], "tau": [1, 2]},
+        }
+
     # --------------------------------------------------------------- likelihood
     def log_likelihood_terms(self, batch: dict) -> dict:
         """``event`` (B, L): log λ_{m_j}(t_j) (data units) for j >= 1, 0 elsewhere;
@@ -537,6 +590,30 @@ class EventModel(nn.Module):
             k: v.to(batch["t"].device) if torch.is_tensor(v) else v
             for k, v in pad_events(seqs, self.time_scale).items()
         }
+
+
+class _IntensityProgram(nn.Module):
+    """``EventModel.export_spec``'s program: complete sequences (t, mark[, group]) and
+    offsets tau -> the intensity after each event, all in data units."""
+
+    def __init__(self, model: EventModel):
+        super().__init__()
+        self.model = model
+
+    def forward(self, t, mark, tau, group=None):
+        m = self.model
+        B, L = t.shape
+        dt = torch.cat([torch.zeros_like(t[:, :1]), (t[:, 1:] - t[:, :-1]) / m.time_scale], 1)
+        batch = {
+            "t": t,
+            "mark": mark,
+            "dt": dt.float(),
+            "valid": torch.ones(B, L, dtype=torch.bool, device=t.device),
+            "length": torch.full((B,), L, dtype=torch.long, device=t.device),
+            "group": torch.zeros(B, dtype=torch.long, device=t.device) if group is None else group,
+        }
+        H = m.history(batch)
+        return m.intensity(H, t, tau / m.time_scale) / m.time_scale
 
 
 def pad_events(seqs: list[dict], time_scale: float) -> dict:

@@ -75,7 +75,7 @@ import torch
 from torch import nn
 
 from simsci.data import recorded_env_kwargs
-from simsci.integrate import odeint
+from simsci.integrate import FixedStepSolver, odeint
 
 __all__ = ["ControlledODE"]
 
@@ -597,6 +597,67 @@ class ControlledODE(nn.Module):
             "zero_model_mse": self._mse(z[:, :1].expand_as(target), target, mask),
             "zero_model_one_step_mse": self._mse(z[:, :-1], target, step_ok),
         }
+
+    # ---------------------------------------------------------------- export
+    def export_spec(self, example_shape: Sequence[int] | None = None) -> dict:
+        """What :func:`simsci.train.export_model` exports: :meth:`advance` over one control
+        interval of the training ``dt`` (RK4 as ``advance`` runs it, without its input
+        checks), on an example state of ``example_shape`` ((B, *state_shape); default a
+        batch of 2) and an action."""
+        shape = [2, *self.state_shape] if example_shape is None else list(example_shape)
+        if len(shape) < 2 or tuple(shape[1:]) != self.state_shape or shape[0] < 1:
+            raise ValueError(
+                f"example shape {tuple(shape)} does not fit this model: a state batch is "
+                f"(B, *state_shape) = (B, {', '.join(map(str, self.state_shape))})"
+            )
+        p = next(self.parameters())
+        gen = torch.Generator().manual_seed(0)
+        x = torch.randn(*shape, generator=gen, dtype=torch.float64)
+        x = x * self.state_std.double() + self.state_mean.double()
+        u = torch.randn(shape[0], self.action_dim, generator=gen, dtype=torch.float64)
+        u = u * self.action_std.double() + self.action_mean.double()
+        dims = ", ".join(map(str, self.state_shape))
+        return {
+            "kind": "controlled_ode",
+            "module": _AdvanceProgram(self, p.dtype, p.device),
+            "inputs": (x.to(p.device, p.dtype), u.to(p.device, p.dtype)),
+            "input_names": ["state", "action"],
+            "inputs_doc": {
+                "state": f"(B, {dims}) the environment state ({self.env_id or 'no env'}), "
+                "physical units",
+                "action": f"(B, {self.action_dim}) the action held over the interval",
+            },
+            "output_names": ["next_state"],
+            "outputs_doc": {"next_state": f"(B, {dims}) the state dt = {self.dt:g} later"},
+            "function": f"ControlledODE.advance(state, action, dt={self.dt:g}): one control "
+            f"interval, {self.substeps} RK4 steps (3/8 rule); roll out by feeding it back",
+        }
+
+
+class _AdvanceProgram(nn.Module):
+    """``ControlledODE.advance(state, action, model.dt)`` as a module: the same RK4 steps
+    (``FixedStepSolver``: odeint's, bit for bit) without the data-dependent input checks
+    that a traced program cannot hold."""
+
+    def __init__(self, model: ControlledODE, dtype: torch.dtype, device):
+        super().__init__()
+        self.model = model
+        self.solver = FixedStepSolver(
+            "rk4", [0.0, 1.0], 1.0 / model.substeps, dtype=dtype, device=device
+        )
+
+    def forward(self, state: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        m = self.model
+        z = m.normalise_state(state)
+        a = m.normalise_action(action)
+        N = z.shape[0]
+        h = torch.full((N,), m.dt, dtype=z.dtype, device=z.device)
+        scale = h.reshape(N, *([1] * len(m.state_shape))) * m.rate.to(z)
+
+        def field(t, y):
+            return scale * m.net(torch.cat([y.reshape(N, -1), a], -1)).reshape(y.shape)
+
+        return m.denormalise_state(self.solver(field, z))
 
 
 # ------------------------------------------------------------------------ data helpers

@@ -59,6 +59,10 @@ the versions.
 ``import_model_class("module:qualname")`` returns the class such an import path names
 (what ``load_model`` rebuilds; wrappers that store their inner module's path use it too);
 ``save_checkpoint(path, payload)`` writes any checkpoint dict atomically.
+``export_model(checkpoint_or_model, out_dir)`` writes a trained model as files that run
+with plain torch, without simsci: a ``torch.export`` program (TorchScript where
+``torch.export`` cannot trace it), the weights as safetensors, an example and a
+manifest (``simsci export CKPT --out DIR``; see :mod:`simsci.train._export`).
 """
 
 from simsci.train._checkpoint import (
@@ -72,6 +76,7 @@ from simsci.train._checkpoint import (
     save_model,
 )
 from simsci.train._config import TrainConfig
+from simsci.train._export import export_model
 from simsci.train._sampler import EpochBatchSampler
 from simsci.train._seed import seed_everything
 from simsci.train._trainer import Trainer, evaluate
@@ -85,6 +90,7 @@ __all__ = [
     "save_model",
     "save_checkpoint",
     "import_model_class",
+    "export_model",
     "EpochBatchSampler",
     "seed_everything",
     "CheckpointError",
