@@ -23,6 +23,15 @@ world (``simsci.driving``) with the driving world's metrics, 3 seeds:
   and from the positions, seam gaps of the tiles live together and the ego's tile
   coverage (the recorder's, :mod:`simsci.driving.metrics`' definitions), how each
   rollout ended.
+- **Reset cost** (``resets``, issue 23 part 5): ``simsci/VectorWorld-v1`` resets,
+  seeded (each makes its own opening tiles) and unseeded (openings made ahead in a pool),
+  against ``simsci/Driving-v0`` resets in the same process (median ms, ratio).
+
+``--checkpoint small`` uses :func:`~simsci.models.vectorworld.small_default` (the model
+trained on the fly for tests; cached): the second pass's mechanics (persistent tiles,
+closed seams, NPC feasibility, reset pooling) do not need a good model to be measured,
+and ``--data`` may then be left out (no truth density). ``--km`` sets the rollouts'
+length (default 1 km, 0.3 with ``--quick``).
 
 Usage: ``python benchmarks/bench_vectorworld.py --checkpoint runs/vectorworld --data
 runs/scenes2000.h5 [--parts map,init,npc,rollout] [--quick]``. Writes
@@ -203,10 +212,10 @@ def _truth_density(data, episodes):
     return agents / max(lane_km, 1e-9)
 
 
-def bench_rollout(model, data, episodes, quick):
+def bench_rollout(model, data, episodes, quick, km=None):
     from simsci.envs import vectorworld_rollout as rollout
 
-    km = 0.3 if quick else 1.0
+    km = km if km is not None else (0.3 if quick else 1.0)
     rows = []
     for seed in SEEDS:
         res = rollout(model, km=km, seed=seed, stop_on_failure=False)
@@ -218,30 +227,86 @@ def bench_rollout(model, data, episodes, quick):
               f"{s['npc_path_infeasible_steps']} from positions, seam gap median "
               f"{s['seam_gap_median_m']} (p90 {s['seam_gap_p90_m']}), tile coverage "
               f"{s['tile_coverage']:.3f}, ended {s['end_reason']}")  # fmt: skip
-    truth = _truth_density(data, episodes)
     gen = [r["generated_agents_per_lane_km"] for r in rows]
-    return {
+    out = {
         "km": km,
         "runs": rows,
         "real_time_factor_median": statistics.median(r["real_time_factor"] for r in rows),
-        "truth_agents_per_lane_km": truth,
         "generated_agents_per_lane_km_median": statistics.median(gen),
-        "density_ratio": statistics.median(gen) / max(truth, 1e-9),
+    }
+    for who in ("ego", "npc"):
+        out[f"{who}_path_infeasible_fraction"] = [
+            r[f"{who}_path_infeasible_steps"] / max(r[f"{who}_path_steps_checked"], 1) for r in rows
+        ]
+    if data is not None:
+        truth = _truth_density(data, episodes)
+        out["truth_agents_per_lane_km"] = truth
+        out["density_ratio"] = statistics.median(gen) / max(truth, 1e-9)
+    return out
+
+
+def bench_resets(model, quick):
+    """Reset time (ms; median, and mean, which carries the pool's batched misses) of
+    VectorWorld-v1, seeded and unseeded, and of Driving-v0, interleaved in one process
+    (same load for each)."""
+    import gymnasium
+
+    import simsci.envs  # noqa: F401  (registers the environments)
+
+    n = 8 if quick else 40
+    vw = gymnasium.make("simsci/VectorWorld-v1", checkpoint=model, max_episode_steps=100)
+    drv = gymnasium.make("simsci/Driving-v0", max_episode_steps=100)
+    vw.reset(seed=0)
+    drv.reset(seed=0)  # first resets: warm-up, not timed
+    times = {"vectorworld_seeded": [], "vectorworld_unseeded": [], "driving_unseeded": []}
+
+    def timed(key, env, seed):
+        t0 = time.perf_counter()
+        env.reset(seed=seed)
+        times[key].append(1000 * (time.perf_counter() - t0))
+
+    for i in range(n):  # seeded: each reset makes its own openings
+        timed("vectorworld_seeded", vw, 1000 + i)
+        timed("driving_unseeded", drv, None)
+    # unseeded: one chain from a seeded start, so the pool's misses (one per
+    # OPENING_POOL resets, which make the next openings in one batch) are included
+    vw.reset(seed=0)
+    for _ in range(n):
+        timed("vectorworld_unseeded", vw, None)
+        timed("driving_unseeded", drv, None)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    mean = {k: statistics.fmean(v) for k, v in times.items()}
+    vw.close()
+    drv.close()
+    return {
+        "resets": n,
+        "median_ms": med,
+        "mean_ms": mean,
+        "ms": times,
+        "unseeded_ratio_to_driving": med["vectorworld_unseeded"] / med["driving_unseeded"],
+        "seeded_ratio_to_driving": med["vectorworld_seeded"] / med["driving_unseeded"],
     }
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--checkpoint", required=True, help="VectorWorld directory")
-    p.add_argument("--data", required=True, help="the scene file it was trained on")
+    p.add_argument(
+        "--checkpoint", required=True, help="VectorWorld directory, or 'small' (small_default)"
+    )
+    p.add_argument("--data", default=None, help="the scene file it was trained on")
     p.add_argument("--parts", default="map,latency,init,npc,rollout")
+    p.add_argument("--km", type=float, default=None, help="rollout length (default 1 km)")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--out", default=None)
     args = p.parse_args()
     torch.set_num_threads(1)
     from simsci.models.vectorworld import VectorWorld
 
-    if str(args.checkpoint).endswith(".pt"):  # one part's checkpoint (map, latency, npc)
+    if args.checkpoint == "small":
+        from simsci.models.vectorworld import small_default
+
+        model = small_default()
+    elif str(args.checkpoint).endswith(".pt"):  # one part's checkpoint (map, latency, npc)
         from types import SimpleNamespace
 
         from simsci.models.vectorworld import DeltaSim
@@ -251,19 +316,21 @@ def main() -> None:
         model = SimpleNamespace(**{"npc" if isinstance(part, DeltaSim) else "tiles": part})
     else:
         model = VectorWorld.load(args.checkpoint)
-    held = _held_out(args.data)
+    parts = args.parts.split(",")
+    if args.data is None and set(parts) - {"rollout", "resets"}:
+        raise SystemExit("--data is needed for the parts map, latency, init and npc")
+    held = _held_out(args.data) if args.data is not None else []
     if args.quick:
         held = held[:20]
     result = {
         "claim": "VectorWorld vs the ground-truth driving world (issue VectorWorld)",
         "checkpoint": os.fspath(args.checkpoint),
-        "data": os.fspath(args.data),
-        "held_out_episodes": [held[0], held[-1]],
+        "data": os.fspath(args.data) if args.data is not None else None,
+        "held_out_episodes": [held[0], held[-1]] if held else None,
         "seeds": list(SEEDS),
         "code": code_version("simsci/models/vectorworld", "envs/_vectorworld.py"),
         "quick": bool(args.quick),
     }
-    parts = args.parts.split(",")
     t0 = time.perf_counter()
     for part in parts:
         start = time.perf_counter()
@@ -276,12 +343,16 @@ def main() -> None:
         elif part == "npc":
             result["npc"] = bench_npc(model, args.quick)
         elif part == "rollout":
-            result["rollout"] = bench_rollout(model, args.data, held, args.quick)
+            result["rollout"] = bench_rollout(model, args.data, held, args.quick, args.km)
+        elif part == "resets":
+            result["resets"] = bench_resets(model, args.quick)
         else:
             raise SystemExit(f"unknown part {part!r}")
         print(f"[{part}: {time.perf_counter() - start:.0f} s]", flush=True)
     result["wall_s"] = time.perf_counter() - t0
     name = "vectorworld_cpu.json" if len(parts) == 5 else f"vectorworld_{'_'.join(parts)}_cpu.json"
+    if args.checkpoint == "small":
+        name = name.replace("vectorworld_", "vectorworld_small_")
     out = out_path(args.out, name, RESULTS)
     print(f"wrote {write_result(out, result)}")
 
