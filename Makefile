@@ -1,11 +1,11 @@
 # simsci: the two commands of README.md are `make tour` and `make test`.
 #
 # `make venv` creates .venv and installs simsci editable with its extras (dev, plot, and
-# rl + minari so the Stable Baselines3 and Minari tests run rather than skip; and
-# neuraloperator's model classes, for the neuralop.* backbones' tests). If the Python
-# that creates it already has torch (a user's own CUDA build, say), the venv sees it
-# through --system-site-packages and keeps it; otherwise torch==2.13.0 is installed
-# (on this project's machines a CPU build of it lies on disk).
+# rl + minari so the Stable Baselines3 and Minari tests run rather than skip;
+# neuraloperator's model classes, for the neuralop.* backbones' tests; aeon, for the aeon
+# importer's tests). If the Python that creates it already has torch (a user's own CUDA
+# build, say), the venv sees it through --system-site-packages and keeps it; otherwise
+# torch==2.13.0 is installed (on this project's machines a CPU build of it lies on disk).
 #
 # pip byte-compiles what it installs one file at a time (~50 s of the install on 2 cores,
 # torch alone ~30 s); --no-compile then compileall -j 0 does the same on every core. The
@@ -52,6 +52,15 @@ $(STAMP): pyproject.toml
 # matplotlib
 	$(PY) -m pip install --no-compile --no-deps "neuraloperator==2.0.0" "tensorly==0.10.0" \
 	  "tensorly-torch==0.5.0" "opt_einsum==3.4.0"
+# aeon (the extra simsci[aeon]) for the aeon importer, its tests and the classification
+# test on aeon's bundled sets, with --no-deps: every aeon release caps numba < 0.64, whose
+# releases cap numpy < 2.4, so resolving it would downgrade numpy. numba 0.67.0 takes
+# numpy < 2.6 (aeon-toolkit/aeon#3833 raises aeon's cap past it); the rest are aeon's
+# and scikit-learn's other requirements, all new to the venv (~90 MB of wheels, llvmlite
+# 60 of them)
+	$(PY) -m pip install --no-compile --no-deps "aeon==1.6.0" "numba==0.67.0" "llvmlite==0.49.0" \
+	  "pandas==3.0.6" "scikit-learn==1.9.1" "joblib==1.6.0" "threadpoolctl==3.8.0" \
+	  "narwhals==2.29.0" "Deprecated==1.3.1" "wrapt==2.5.2"
 	@$(PY) -m compileall -q -j 0 -x '/tests/|/site-packages/pip/' \
 	  "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null 2>&1 || true
 	@touch $(STAMP)

@@ -53,7 +53,11 @@ from simsci.errors import MissingExtraError, unknown_name
 #: samples per second of the bundled sets whose rate their documentation gives
 SAMPLING_RATES = {"BasicMotions": 10.0, "JapaneseVowels": 1000.0 / 6.4}
 
-_MISSING = 'the aeon importer needs the optional package aeon: pip install "simsci[aeon]"'
+_MISSING = (
+    'the aeon importer needs the optional package aeon: pip install "simsci[aeon]" (with '
+    "numpy >= 2.4 that downgrades numpy; simsci's Makefile installs aeon 1.6.0 with "
+    "--no-deps beside numba 0.67.0 instead)"
+)
 
 
 def _aeon_data_dir() -> Path:
