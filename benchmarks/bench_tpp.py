@@ -11,7 +11,9 @@ Claims checked:
   Neural Hawkes on the same batches in the same run.
 
 Protocol, identical for every model (``poisson_tpp``, ``rmtpp``, ``nhp``, ``thp``,
-``cocld``, each with its registry defaults, ``Model.from_data(file)``):
+``cocld``, each with its registry defaults, ``Model.from_data(file)``; and
+``nhp_calendar``, the Neural Hawkes with ``calendar=True``: it reads the calendar
+features CoCLD's population latent reads, issue 28):
 
 - data: ``simsci.datasets.make_dataset(name, n, seed=s)`` with n = 600 sequences and the
   builder's 80/10/10 split; seed s is both the data seed and the model's init / data
@@ -91,11 +93,17 @@ DATASETS = {
     "population": ("population_events", {}),
     "mobility": ("mobility", {}),
 }
-#: trained models (registry names), in table order
-MODELS = ("poisson_tpp", "rmtpp", "nhp", "thp", "cocld")
+#: trained models (registry names, or VARIANTS), in table order
+MODELS = ("poisson_tpp", "rmtpp", "nhp", "nhp_calendar", "thp", "cocld")
+#: bench names of a registry model with non-default arguments: name -> (registry, kwargs)
+VARIANTS = {
+    # the Neural Hawkes given the calendar features CoCLD's population latent reads
+    # (issue 28): how much of CoCLD's lead on the coupled sets is access to calendar time
+    "nhp_calendar": ("nhp", {"calendar": True}),
+}
 TRUTH = "truth"
 #: the slowest first, so that two workers finish together
-ORDER = ("cocld", "thp", "nhp", TRUTH, "rmtpp", "poisson_tpp")
+ORDER = ("cocld", "thp", "nhp_calendar", "nhp", TRUTH, "rmtpp", "poisson_tpp")
 HAWKES = ("hawkes-1", "hawkes-5")
 COUPLED = ("population", "mobility")
 GENERATION = ("gap_w1", "count_w1", "mark_jsd", "daily_jsd", "location_jsd")
@@ -171,9 +179,10 @@ def run_one(spec: dict) -> dict:
         model = models.TrueProcessTPP.from_data(traj)
         out["params"] = 0
     else:
-        cls = models.MODELS[name]
+        registry, kwargs = VARIANTS.get(name, (name, {}))
+        cls = models.MODELS[registry]
         torch.manual_seed(seed)
-        model = cls.from_data(traj)
+        model = cls.from_data(traj, **kwargs)
         out["params"] = sum(p.numel() for p in model.parameters())
         train_set, val_set = _datasets(traj, cls)
         config = train.TrainConfig(

@@ -71,6 +71,42 @@ def gauss_legendre(n: int) -> tuple[np.ndarray, np.ndarray]:
     return (x + 1) / 2, w / 2
 
 
+def calendar_features(
+    t: torch.Tensor,
+    *,
+    day_length: float | None,
+    harmonics: int,
+    trend_features: int,
+    span: float | None,
+) -> torch.Tensor:
+    r"""The calendar features :math:`\phi(t)` (..., F) float64 of absolute times ``t``
+    (..., data units): the harmonics n = 1..``harmonics`` of the day and the week (sin and
+    cos of :math:`2\pi n t / T_{day}` and :math:`2\pi n t / 7T_{day}`, in that order)
+    when ``day_length`` is given, then ``trend_features`` Gaussian bumps over
+    :math:`t / T_{span}` (``span``: the end of the training data, 1 when None), centres
+    evenly on [0, 1], width their spacing. F = :func:`calendar_width`. What CoCLD's
+    population latent and the calendar option of the Neural Hawkes read."""
+    t = t.double()
+    feats = []
+    if day_length:
+        n = torch.arange(1, harmonics + 1, device=t.device, dtype=torch.float64)
+        for period in (day_length, 7 * day_length):
+            angle = 2 * math.pi * t[..., None] * n / period
+            feats += [angle.sin(), angle.cos()]
+    if trend_features:
+        centres = torch.linspace(0, 1, trend_features, device=t.device, dtype=torch.float64)
+        width = 1.0 / max(trend_features - 1, 1)
+        feats.append(torch.exp(-0.5 * ((t[..., None] / (span or 1.0) - centres) / width) ** 2))
+    if not feats:
+        return t.new_zeros(*t.shape, 0)
+    return feats[0] if len(feats) == 1 else torch.cat(feats, -1)
+
+
+def calendar_width(day_length: float | None, harmonics: int, trend_features: int) -> int:
+    """F, the width of :func:`calendar_features`."""
+    return 4 * harmonics * (1 if day_length else 0) + trend_features
+
+
 def event_file_kwargs(trajectories) -> dict:
     """Constructor sizes of an event model from a kind="events" file: ``num_marks``,
     ``time_scale`` (the median gap of the train split), ``horizon`` (model units),

@@ -53,6 +53,33 @@ gates :math:`i, f, \bar\imath, \bar f, o = \sigma(\cdot)`, :math:`z = \tanh(\cdo
   first input. :math:`w_k` has no bias (as in the paper); :math:`s_k = e^{\theta_k}`
   is learned, initial 1.
 
+*Calendar option* (``calendar=True``; not in the paper: a baseline given the calendar
+time that CoCLD's population latent reads, so that a comparison can tell the coupling
+from the access to absolute time). The calendar features :math:`\phi(t)` of an absolute
+time are CoCLD's own (:func:`simsci.models._events.calendar_features`, the same
+function and the same options: ``harmonics`` per cycle of the day and the week when the
+file gives ``day_length``, ``trend_features`` bumps over ``calendar_span``); a small net
+:math:`c(t) = \tanh(W_2 \tanh(W_1 \phi(t) + b_1) + b_2) \in \mathbb R^C`
+(``calendar_dim`` C, the shape of CoCLD's population net less the group embedding:
+groups are not read) enters twice:
+
+.. math::
+
+    \text{gates at event } j \mathrel{+}= W_c\, c(t_j), \qquad
+    \lambda_k(t) = s_k \log\left(1 + e^{(w_k^\top h(t) + u_k^\top c(t)) / s_k}\right).
+
+At the events, so that what the cell stores (and its decay rates) can depend on when an
+event happened; in the intensity, read at the query time t itself, because the CT-LSTM
+state between events only relaxes exponentially towards :math:`\bar c` and cannot
+follow a daily cycle through a long quiet gap (a night): without the head term the
+intensity of a quiet stretch could not rise in the morning. The head term is affine in
+c(t), as CoCLD's head is in z(t, g). :math:`\Lambda` stays the harness's quadrature
+(c(t) varies within a gap, so the CT-LSTM's intensity has no closed form either way).
+The location head reads :math:`[h(t), c(t)]` (CoCLD's reads :math:`[h, z]`). The
+calendar layers are built after the paper's, so ``calendar=False`` (the default) builds
+and initialises the same network as before the option existed, and checkpoints without
+the option load as the plain model.
+
 **Transformer Hawkes** (Zuo et al. 2020). Event j's input is its mark embedding plus
 the sinusoidal encoding of its time, :math:`x_j = U y_j + z(T_j)`,
 :math:`z(T)_{2i} = \sin(T / 10000^{2i/M})`, :math:`z(T)_{2i+1} = \cos(\cdot)` (here
@@ -100,9 +127,11 @@ Neural Hawkes: 0.16-0.24). ``current="elapsed"`` restores the paper's form.
 
 Shared choices: the per-mark scale of a softplus (:math:`s_k` above) is
 :math:`e^{\theta_k}`, so it stays positive. Groups (``batch["group"]``), calendar time
-and ``params`` are not read: none of the three papers has them. With a file's
-locations (``num_locations > 0``) each model feeds the location head its state at the
-event (RMTPP and THP :math:`h_j`, the Neural Hawkes :math:`h(t)`). Padded positions
+and ``params`` are not read: none of the three papers has them (calendar time only
+with the Neural Hawkes' ``calendar=True``, above; the Transformer Hawkes' attention and
+RMTPP's closed-form compensator are other code paths, not given the option). With a
+file's locations (``num_locations > 0``) each model feeds the location head its state
+at the event (RMTPP and THP :math:`h_j`, the Neural Hawkes :math:`h(t)`). Padded positions
 follow the valid ones and every model is causal, so they never influence a valid
 position.
 """
@@ -115,7 +144,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from simsci.models._events import EventModel
+from simsci.models._events import EventModel, calendar_features, calendar_width
 
 __all__ = ["RMTPP", "NeuralHawkes", "TransformerHawkes"]
 
@@ -229,12 +258,41 @@ class NeuralHawkes(EventModel):
     Args:
         num_marks: K.
         hidden: CT-LSTM width (the state ``H`` is (B, L, 4 * hidden): c, c̄, δ, o).
+        calendar: read the calendar features of absolute time at the events and in the
+            intensity (module docstring; default False, the paper's model).
+        harmonics, trend_features: the calendar features (CoCLD's options, same
+            defaults); calendar_dim: width C of the calendar net's output. Read only
+            with ``calendar=True``.
         **event_args: the harness's (:class:`~simsci.models._events.EventModel`).
     """
 
-    def __init__(self, num_marks: int, *, hidden: int = 32, **event_args):
+    def __init__(
+        self,
+        num_marks: int,
+        *,
+        hidden: int = 32,
+        calendar: bool = False,
+        harmonics: int = 3,
+        trend_features: int = 8,
+        calendar_dim: int = 8,
+        **event_args,
+    ):
         super().__init__(num_marks, **event_args)
         self.hidden = _positive_int("hidden", hidden)
+        if not isinstance(calendar, bool):
+            raise ValueError(f"calendar must be True or False, got {calendar!r}")
+        for name, value in (("harmonics", harmonics), ("trend_features", trend_features)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+        self.calendar = calendar
+        self.harmonics, self.trend_features = int(harmonics), int(trend_features)
+        self.calendar_dim = _positive_int("calendar_dim", calendar_dim)
+        if calendar and not self.day_length and self.trend_features == 0:
+            raise ValueError(
+                "calendar=True reads calendar time through day/week harmonics (day_length) "
+                "or trend features; with neither there is no input: give day_length, set "
+                "trend_features >= 1, or calendar=False"
+            )
         self.embed = nn.Embedding(self.num_marks, self.hidden)
         # i, f, z, o, ī, f̄, δ, each affine in [x_j, h(t_j^-)]: W x_j + U h(t_j^-) + d (the
         # input part is computed for all events at once, outside the recurrence)
@@ -242,8 +300,46 @@ class NeuralHawkes(EventModel):
         self.gates_h = nn.Linear(self.hidden, 7 * self.hidden, bias=False)
         self.out = nn.Linear(self.hidden, self.num_marks, bias=False)  # w_k, no bias
         self.log_scale = nn.Parameter(torch.zeros(self.num_marks))  # s_k = e^θ_k
-        self._build_location_head(self.hidden, self.hidden)
-        self.init_args = {**self.event_args, "hidden": self.hidden}
+        cal = 0
+        if self.calendar:  # built after the paper's layers: calendar=False inits as before
+            cal = self.calendar_dim
+            F_in = calendar_width(self.day_length, self.harmonics, self.trend_features)
+            self.calendar_net = nn.Sequential(
+                nn.Linear(F_in, self.hidden), nn.Tanh(), nn.Linear(self.hidden, cal), nn.Tanh()
+            )
+            self.calendar_gates = nn.Linear(cal, 7 * self.hidden, bias=False)
+            self.calendar_out = nn.Linear(cal, self.num_marks, bias=False)
+        self._build_location_head(self.hidden + cal, self.hidden)
+        self.init_args = {**self.event_args, "hidden": self.hidden, "calendar": self.calendar}
+        if self.calendar:
+            self.init_args.update(
+                harmonics=self.harmonics,
+                trend_features=self.trend_features,
+                calendar_dim=self.calendar_dim,
+            )
+
+    def _calendar(self, t: torch.Tensor) -> torch.Tensor:
+        """c(t) (..., calendar_dim): the calendar net on the features of absolute times t
+        (..., data units, float64)."""
+        phi = calendar_features(
+            t,
+            day_length=self.day_length,
+            harmonics=self.harmonics,
+            trend_features=self.trend_features,
+            span=self.calendar_span,
+        )
+        return self.calendar_net(phi.to(self.log_scale.dtype))
+
+    def _query_times(self, t_last, tau):
+        """(B, L, G) absolute times t_j + τ s (float64) of offsets τ (B, L, G)."""
+        return t_last.double()[..., None] + tau.double() * self.time_scale
+
+    def _gates_in(self, mark, t):
+        """W x_j + d, plus W_c c(t_j) with the calendar: the input part of the gates."""
+        gx = self.gates_x(self.embed(mark))
+        if self.calendar:
+            gx = gx + self.calendar_gates(self._calendar(t))
+        return gx
 
     def _split(self, H: torch.Tensor):
         return H.split(self.hidden, -1)  # c, c̄, δ, o
@@ -269,7 +365,7 @@ class NeuralHawkes(EventModel):
 
     def history(self, batch: dict) -> torch.Tensor:
         """(B, L, 4 hidden): (c, c̄, δ, o) after each event."""
-        gx = self.gates_x(self.embed(batch["mark"]))
+        gx = self._gates_in(batch["mark"], batch["t"])
         dt = batch["dt"].to(gx.dtype)
         B, L = dt.shape
         zero = gx.new_zeros(B, self.hidden)
@@ -288,16 +384,25 @@ class NeuralHawkes(EventModel):
         return o * torch.tanh(c_t)
 
     def intensity(self, H, t_last, tau):
-        """(B, L, G, K) λ_k(t_j + τ) = s_k softplus(w_k·h(t) / s_k)."""
-        return _scaled_softplus(self.out(self._hidden_at(H, tau)), self.log_scale)
+        """(B, L, G, K) λ_k(t_j + τ) = s_k softplus(w_k·h(t) / s_k), with the calendar
+        s_k softplus((w_k·h(t) + u_k·c(t)) / s_k)."""
+        x = self.out(self._hidden_at(H, tau))
+        if self.calendar:
+            x = x + self.calendar_out(self._calendar(self._query_times(t_last, tau)))
+        return _scaled_softplus(x, self.log_scale)
 
     def features(self, H, t_last, tau):
-        """(B, L, G, hidden): h(t_j + τ)."""
-        return self._hidden_at(H, tau)
+        """(B, L, G, hidden): h(t_j + τ); with the calendar [h(t), c(t)]
+        (hidden + calendar_dim)."""
+        h = self._hidden_at(H, tau)
+        if self.calendar:
+            h = torch.cat([h, self._calendar(self._query_times(t_last, tau))], -1)
+        return h
 
     def extend_state(self, H_last, t_last, tau, mark, group):
         """(B, 4 hidden) after one more event of ``mark`` at offset ``tau``."""
-        gx = self.gates_x(self.embed(mark))
+        t = t_last.double() + tau.double() * self.time_scale if self.calendar else None
+        gx = self._gates_in(mark, t)
         state = self._cell(gx, *self._split(H_last), tau.to(H_last.dtype)[:, None])
         return torch.cat(state, -1)
 

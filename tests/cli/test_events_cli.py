@@ -43,6 +43,20 @@ def test_train_writes_an_event_checkpoint(trained):
     assert model.checkpoint_extra.get("data") == str(path)
 
 
+def test_train_nhp_with_calendar_features(trained, capsys, tmp_path):
+    """`--param calendar=true` gives the Neural Hawkes CoCLD's calendar features; the
+    checkpoint records the option and the file's day_length."""
+    path, _ = trained
+    code, _, err = run(capsys, "train", "nhp", "--data", path, "--out", tmp_path / "run",
+                       "--max-steps", "2", "--no-progress", "--device", "cpu",
+                       "--param", "calendar=true", "--param", "hidden=8")  # fmt: skip
+    assert code == 0, err
+    model = train.load_model(tmp_path / "run" / "checkpoints" / "last.pt")
+    assert type(model).__name__ == "NeuralHawkes"
+    assert model.calendar is True and model.init_args["calendar"] is True
+    assert model.day_length == 24.0 and hasattr(model, "calendar_net")
+
+
 def test_evaluate_prints_event_metrics(trained, capsys, tmp_path):
     path, ckpt = trained
     report = tmp_path / "eval.json"

@@ -9,13 +9,19 @@ import math
 import numpy as np
 import pytest
 import torch
+from torch import nn
 
 from simsci import data, train
 from simsci.models import MODELS
-from simsci.models._events import EventModel, evaluate_events
+from simsci.models._events import (
+    EventModel,
+    calendar_features,
+    calendar_width,
+    evaluate_events,
+)
 from simsci.models.neural_tpp import RMTPP, NeuralHawkes, TransformerHawkes
 from simsci.models.point_process import PoissonTPP
-from simsci.processes import write_event_file
+from simsci.processes import PopulationCoupledProcess, write_event_file
 
 torch.set_num_threads(1)
 
@@ -307,3 +313,223 @@ def test_rmtpp_closed_form_includes_the_survival_to_the_window_end():
     )
     no_end = model.log_likelihood_terms(model.collate([{**item, "t_end": np.float64(1.5)}]))
     assert float(closed["compensator"].sum()) > float(no_end["compensator"].sum())
+
+
+# ---------------------------------------------------------- calendar option (NHP)
+def build_calendar(**kw):
+    torch.manual_seed(0)
+    args = {"calendar": True, "day_length": 24.0, "calendar_span": 60.0, **kw}
+    return NeuralHawkes(K, **args).eval()
+
+
+def test_calendar_features_formula():
+    """The shared feature function: day then week harmonics (sin, cos), then bumps."""
+    t = torch.tensor([[0.0, 6.0], [30.0, 200.0]], dtype=torch.float64)
+    phi = calendar_features(t, day_length=24.0, harmonics=2, trend_features=3, span=100.0)
+    assert phi.shape == (2, 2, calendar_width(24.0, 2, 3)) == (2, 2, 11)
+    assert phi.dtype == torch.float64
+    n = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    day = 2 * math.pi * t[..., None] * n / 24.0
+    week = 2 * math.pi * t[..., None] * n / 168.0
+    bumps = torch.exp(-0.5 * ((t[..., None] / 100.0 - torch.tensor([0, 0.5, 1.0])) / 0.5) ** 2)
+    ref = torch.cat([day.sin(), day.cos(), week.sin(), week.cos(), bumps], -1)
+    torch.testing.assert_close(phi, ref, rtol=1e-12, atol=1e-12)
+    none = calendar_features(t, day_length=None, harmonics=3, trend_features=0, span=None)
+    assert none.shape == (2, 2, 0) and calendar_width(None, 3, 0) == 0
+
+
+def test_cocld_reads_the_shared_calendar_features():
+    """CoCLD's population latent is its net on calendar_features: the first layer's
+    input width is calendar_width + the group embedding's, and z(t) equals the net
+    applied to the shared features by hand."""
+    from simsci.models.cocld import CoCLD
+
+    torch.manual_seed(0)
+    model = CoCLD(2, day_length=24.0, calendar_span=60.0, harmonics=2, trend_features=3)
+    F_ = calendar_width(24.0, 2, 3)
+    assert model.pop_net[0].in_features == F_ + 8
+    t = torch.tensor([1.0, 13.5, 50.0], dtype=torch.float64)
+    group = torch.zeros(3, dtype=torch.long)
+    phi = calendar_features(t, day_length=24.0, harmonics=2, trend_features=3, span=60.0)
+    x = torch.cat([phi.float(), model.group_embed(group)], -1)
+    torch.testing.assert_close(model.population(t, group), model.pop_net(x), rtol=1e-5, atol=1e-6)
+
+
+def test_calendar_shapes_gradients_and_init_args():
+    model = build_calendar(num_locations=4).train()
+    rng = np.random.default_rng(0)
+    items = [{**it, "t": it["t"] + 17.0, "loc_id": rng.integers(0, 4, len(it["t"]))}
+             for it in items3()]  # fmt: skip
+    batch = model.collate(items)
+    B, L = batch["t"].shape
+    H = model.history(batch)
+    assert H.shape == (B, L, 4 * model.hidden)
+    lam = model.intensity(H, batch["t"], torch.rand(B, L, 5) * 10)
+    assert lam.shape == (B, L, 5, K) and torch.isfinite(lam).all() and (lam > 0).all()
+    feats = model.features(H, batch["t"], torch.rand(B, L, 5))
+    assert feats.shape == (B, L, 5, model.hidden + model.calendar_dim)
+    out = model.training_step(batch)
+    assert "loc_nll" in out
+    out["loss"].backward()
+    for pname, p in model.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), pname
+        assert p.grad.abs().sum() > 0, pname
+    assert {"calendar_net.0.weight", "calendar_gates.weight", "calendar_out.weight"} <= set(
+        dict(model.named_parameters())
+    )
+    args = json.loads(json.dumps(model.init_args))
+    assert args["calendar"] is True
+    assert (args["harmonics"], args["trend_features"], args["calendar_dim"]) == (3, 8, 8)
+
+
+def test_calendar_intensity_varies_with_time_of_day_between_events():
+    """The head reads c(t) at the query time: after the same history, the intensity at
+    the same offset differs when the history is moved by half a day, and is the same
+    (up to the trend bumps, off here) when moved by a whole week."""
+    model = build_calendar(trend_features=0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    tau = torch.linspace(0, 30, 7).expand(1, 1, 7)
+
+    def lam(shift):
+        batch = model.collate([{"t": np.array([1.0, 2.0]) + shift, "mark": np.array([0, 1])}])
+        H = model.history(batch)
+        return model.intensity(H[:, -1:], batch["t"][:, -1:], tau)
+
+    torch.testing.assert_close(lam(0.0), lam(168.0), rtol=1e-4, atol=1e-5)
+    assert (lam(0.0) - lam(12.0)).abs().max() > 1e-2
+
+
+def test_calendar_padding_extend_state_and_compensator():
+    model = build_calendar()
+    items = [{**it, "t": it["t"] + 5.0} for it in items3(n=4)]
+    together = per_sequence_ll(model, model.collate(items))
+    alone = torch.cat([per_sequence_ll(model, model.collate([it])) for it in items])
+    torch.testing.assert_close(together, alone, rtol=1e-5, atol=1e-5)
+    # extend_state reads c(t) of the new event's absolute time
+    items = items[:3]
+    batch = model.collate(items)
+    rows, last = torch.arange(3), batch["length"] - 1
+    H = model.history(batch)
+    tau, mark = torch.tensor([0.3, 1.7, 0.05]), torch.tensor([2, 0, 1])
+    t_last = batch["t"][rows, last]
+    new = model.extend_state(H[rows, last], t_last, tau, mark, batch["group"])
+    grown = [
+        {"t": np.append(it["t"], float(t_last[b]) + float(tau[b]) * model.time_scale),
+         "mark": np.append(it["mark"], int(mark[b]))}
+        for b, it in enumerate(items)
+    ]  # fmt: skip
+    gb = model.collate(grown)
+    torch.testing.assert_close(new, model.history(gb)[rows, gb["length"] - 1],
+                               rtol=1e-5, atol=1e-5)  # fmt: skip
+    # the quadrature of an intensity that moves within the gaps
+    terms = model.log_likelihood_terms(batch)
+    dt = batch["dt"][:, 1:]
+    u = torch.linspace(0, 1, 4001)
+    lam = model.intensity(terms["H"][:, :-1], batch["t"][:, :-1], dt[..., None] * u).sum(-1)
+    fine = torch.trapezoid(lam.double(), dx=1.0 / 4000, dim=-1) * dt.double()
+    scored = terms["scored"][:, 1:]
+    torch.testing.assert_close(terms["compensator"][:, 1:].double()[scored], fine[scored],
+                               rtol=1e-4, atol=1e-6)  # fmt: skip
+    out = model.sample(batch, t_last + 6.0, max_new=30, generator=torch.Generator().manual_seed(1))
+    assert sum(len(s["t"]) for s in out) > 0
+
+
+def test_calendar_false_is_the_paper_model_and_old_checkpoints_load(tmp_path):
+    """calendar=False builds the same network, initialised the same, as before the
+    option existed; a checkpoint whose init_args lack the option loads as it; a
+    calendar checkpoint round-trips."""
+    torch.manual_seed(0)
+    plain = NeuralHawkes(K, day_length=24.0)
+    names = {n for n, _ in plain.named_parameters()}
+    assert names == {"embed.weight", "gates_x.weight", "gates_x.bias", "gates_h.weight",
+                     "out.weight", "log_scale"}  # fmt: skip
+    torch.manual_seed(0)
+    ref = {
+        "embed": nn.Embedding(K, 32).weight,
+        "gates_x": nn.Linear(32, 224).weight,
+    }
+    torch.testing.assert_close(plain.embed.weight, ref["embed"], rtol=0, atol=0)
+    torch.testing.assert_close(plain.gates_x.weight, ref["gates_x"], rtol=0, atol=0)
+    old_args = {k: v for k, v in plain.init_args.items() if k != "calendar"}
+    path = train.save_model(plain, tmp_path / "old.pt")
+    ckpt = torch.load(path, weights_only=False)
+    ckpt["model"]["init_args"] = old_args
+    torch.save(ckpt, path)
+    loaded = train.load_model(path)
+    assert loaded.calendar is False and loaded.init_args["calendar"] is False
+    batch = plain.collate(items3())
+    torch.testing.assert_close(per_sequence_ll(loaded, batch), per_sequence_ll(plain, batch),
+                               rtol=0, atol=0)  # fmt: skip
+    model = build_calendar(num_groups=2, time_scale=0.7, harmonics=2, calendar_dim=5)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    loaded = train.load_model(train.save_model(model, tmp_path / "cal.pt"))
+    assert loaded.init_args == model.init_args and loaded.calendar_dim == 5
+    torch.testing.assert_close(per_sequence_ll(loaded, batch), per_sequence_ll(model, batch),
+                               rtol=0, atol=0)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"calendar": "yes"},
+        {"calendar": True, "trend_features": 0},  # neither day_length nor trend features
+        {"calendar": True, "day_length": 24.0, "harmonics": -1},
+        {"calendar": True, "day_length": 24.0, "calendar_dim": 0},
+        {"calendar": True, "day_length": 24.0, "trend_features": 1.5},
+    ],
+)
+def test_calendar_bad_arguments(kw):
+    with pytest.raises(ValueError):
+        NeuralHawkes(2, **kw)
+
+
+def daily_poisson(n, seed):
+    """n sequences of a 1-mark inhomogeneous Poisson process with a daily cycle,
+    λ(t) = 4 σ(3 cos(2π (t - 13) / 24) - 1) per hour (0.07 at night, 3.5 at 13:00), on
+    24-hour windows starting at uniform times over a week: PopulationCoupledProcess with
+    one group, no jumps, no random effect, no weekly cycle and no regime shift."""
+    proc = PopulationCoupledProcess(
+        num_marks=1, groups=1, latent_dim=1, lam_max=[4.0], bias=[-1.0], weights=[[0.0]],
+        jumps=[[0.0]], effect_std=0.0, coupling=[[[1.0, 0, 0, 0, 0]]],
+        daily_amplitude=[3.0], weekly_amplitude=[0.0],
+    )  # fmt: skip
+    start = np.random.default_rng(seed).uniform(0, 7 * 24, n)
+    seqs = proc.sample(n, t_start=start, t_end=start + 24.0, seed=seed)
+    return [
+        {"t": s["t"], "mark": s["mark"], "t_end": float(s["window"][1]), "episode": i}
+        for i, s in enumerate(seqs)
+        if len(s["t"]) >= 2
+    ]
+
+
+def test_calendar_learns_a_daily_cycle_better():
+    """On events whose intensity depends only on the time of day, the Neural Hawkes
+    with calendar features reaches a clearly better held-out log-likelihood than
+    without, after the same short training (60 Adam steps; measured gains 0.08-0.12
+    nats/event over data seeds 0-2)."""
+    items = daily_poisson(48, seed=0)
+    train_items, test_items = items[:36], items[36:]
+    scale = float(np.median(np.concatenate([np.diff(it["t"]) for it in train_items])))
+
+    def fit(calendar):
+        torch.manual_seed(0)
+        model = NeuralHawkes(1, hidden=16, calendar=calendar, trend_features=0,
+                             day_length=24.0, time_scale=scale, calendar_span=192.0)  # fmt: skip
+        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+        gen = torch.Generator().manual_seed(0)
+        for _ in range(60):
+            idx = torch.randperm(len(train_items), generator=gen)[:12].tolist()
+            loss = model.training_step(model.collate([train_items[i] for i in idx]))["loss"]
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        with torch.no_grad():
+            terms = model.log_likelihood_terms(model.collate(test_items))
+        return float((terms["event"].sum() - terms["compensator"].sum()) / terms["scored"].sum())
+
+    plain, calendar = fit(False), fit(True)
+    assert calendar > plain + 0.05, (calendar, plain)

@@ -82,7 +82,7 @@ import math
 import torch
 from torch import nn
 
-from simsci.models._events import EventModel
+from simsci.models._events import EventModel, calendar_features, calendar_width
 from simsci.models.cocld._diffusion import LatentDiffusion
 from simsci.models.cocld._recurrence import Recurrence
 
@@ -152,8 +152,7 @@ class CoCLD(EventModel):
             "align_weight": self.align_weight,
             "use_population": self.use_population,
         }
-        cycles = 2 if self.day_length else 0
-        phi_dim = 2 * self.harmonics * cycles + self.trend_features
+        phi_dim = calendar_width(self.day_length, self.harmonics, self.trend_features)
         self.group_embed = nn.Embedding(self.num_groups, 8)
         self.pop_net = nn.Sequential(
             nn.Linear(phi_dim + 8, w), nn.Tanh(), nn.Linear(w, p), nn.Tanh()
@@ -171,20 +170,15 @@ class CoCLD(EventModel):
     # ---------------------------------------------------------- population
     def population(self, t: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
         """z(t, g): (...,) calendar times (data units, float64) and groups -> (..., P)."""
-        t = t.double()
-        feats = []
-        if self.day_length:
-            n = torch.arange(1, self.harmonics + 1, device=t.device, dtype=torch.float64)
-            for period in (self.day_length, 7 * self.day_length):
-                angle = 2 * math.pi * t[..., None] * n / period
-                feats += [angle.sin(), angle.cos()]
-        if self.trend_features:
-            span = self.calendar_span or 1.0
-            centres = torch.linspace(
-                0, 1, self.trend_features, device=t.device, dtype=torch.float64
+        feats = [
+            calendar_features(
+                t,
+                day_length=self.day_length,
+                harmonics=self.harmonics,
+                trend_features=self.trend_features,
+                span=self.calendar_span,
             )
-            width = 1.0 / max(self.trend_features - 1, 1)
-            feats.append(torch.exp(-0.5 * ((t[..., None] / span - centres) / width) ** 2))
+        ]
         # the first layer on [phi, e_g]: its e_g part once per group (a table), read by a
         # one-hot column per group (several groups) or broadcast (one)
         first, F = self.pop_net[0], sum(f.shape[-1] for f in feats)
