@@ -49,9 +49,20 @@ Design choices, and why
 - **First tiles.** A share ``p_first`` of the training items is an episode's tile 0
   with no context: context slots masked out and the condition's 5th slot
   (:data:`~._tokens.FIRST_TILE`) set instead of a direction one-hot. Tile 0 is centred on
-  the ego with +x along its heading, so generated first tiles learn to carry a lane
-  through the origin along +x; :meth:`~TileGenerator.generate` checks that (a lane
-  within half its width, at least 0.5 m, of the origin heading within 30 degrees of +x)
+  the ego with +x along its heading (every tile 0 of the scene file has such a lane), so
+  generated first tiles learn to carry a lane through the origin along +x. **The ego's
+  lane has its own slot** (the layout's ``ego_slot``, on in
+  :data:`~._tokens.GENERATOR_LAYOUT`; off in a model saved before it existed, which
+  samples as it was trained): in a first tile's block, lane slot 0 is the ego lane, its
+  ``is_lane`` pinned to 1 at training and sampling alike, and training puts there the
+  truth's lane through the origin along +x (:func:`~._tokens.ego_lane_index`; a
+  truth without one leaves the slot unpinned): one slot with one role, rather than
+  "some slot among 24 passes through the origin", and a first tile is never lane-less.
+  Measured (``benchmarks/bench_vectorworld_repr.py``, 1,500 steps, 40 first tiles, one
+  draw): 38-40 % of first tiles with the ego's lane, against 28-38 % before the slot
+  (within the noise of 40 tiles); the resampling below takes it to 73-80 % in 3 draws.
+  :meth:`~TileGenerator.generate` still checks (a lane within half its width, at
+  least 0.5 m, of the origin heading within 30 degrees of +x, :func:`has_ego_lane`)
   and resamples first tiles without one.
 - **Resampling.** A generated tile without a lane (or a first tile without the ego's
   lane) is drawn again with fresh noise, up to ``max_tries`` draws in all; ``stats``
@@ -70,6 +81,19 @@ Design choices, and why
   pinned to 1 as well, so every context lane end on the edge is continued.
   :func:`close_seams` then makes a new tile meet all its existing neighbours exactly
   (snaps, trims, stubs), the streaming world's last step before a tile is kept.
+- **Lanes as Béziers** (``lane_repr="bezier"``, a field of the layout; the default
+  stays ``"points"``, the representation of every checkpoint saved before). A lane slot
+  holds the 4 control points of a cubic instead of 20 free points (module docstring of
+  :mod:`._tokens`): 8 numbers, smooth by construction, whose end control points are the
+  seam pins. Not the default, because it has not yet shown that it learns faster:
+  ``benchmarks/bench_vectorworld_repr.py`` (same data, seed, network and 1,500 steps on
+  one CPU thread, results in ``benchmarks/results/vectorworld_repr_cpu.json``) finds
+  both representations' samples alike, with the same failures (about 2 crossing lane
+  pairs per tile against 0.17 in the truth, 55-65 % of the truth's lanes per tile, no
+  successor link inside a tile): what the generator lacks is coordination between lanes
+  (topology), not smoothness within one. Decoding (``smooth=True``) still refits
+  :func:`smooth_lane`, which is then only the arc-length resampling and the tangent at
+  a seam.
 - **Exact seams.** Pinned entries never change in the samplers; decoding writes the
   float64 pin (the context endpoint mapped into the target frame, ``p - 64 step``)
   back into each seam lane, so a seam endpoint equals the context's endpoint.
@@ -80,6 +104,7 @@ Design choices, and why
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
@@ -96,21 +121,23 @@ from simsci.models.vectorworld._dit import (
 )
 from simsci.models.vectorworld._tokens import (
     _FIRST,
-    _LAST,
     DIRECTIONS,
     GEN_COND_DIM,
     GENERATOR_LAYOUT,
     IS_LANE,
     LANE_POINTS,
+    POINTS_SLICE,
     RELATIONS,
     TILE_SIZE,
     TOKEN_DIM,
     TokenLayout,
+    _decode_geometry,
     _direction,
     _end_tangents,
     _seam_slots,
     check_scene_layout,
     check_tile,
+    ego_lane_index,
     episode_tile,
     generation_block,
     generation_pair,
@@ -161,22 +188,10 @@ def _check_number(name, value, low=0.0, high=None, integer=False):
 def has_ego_lane(tile: dict, max_angle: float = 30.0) -> bool:
     """Whether a tile (own frame) has a lane through its centre along +x: a lane whose
     polyline passes within ``max(width / 2, 0.5)`` m of the origin, heading (its nearest
-    segment's direction) within ``max_angle`` degrees of +x. First tiles need one: the
-    world puts its ego at the origin heading +x."""
-    pts = np.asarray(tile["points"], np.float64)
-    if len(pts) == 0:
-        return False
-    a, b = pts[:, :-1], pts[:, 1:]
-    ab = b - a
-    den = np.maximum((ab**2).sum(-1), 1e-18)
-    u = np.clip((-a * ab).sum(-1) / den, 0.0, 1.0)
-    dist = np.sqrt(((a + u[..., None] * ab) ** 2).sum(-1))  # (n, S)
-    seg = dist.argmin(1)
-    d = dist[np.arange(len(pts)), seg]
-    t = ab[np.arange(len(pts)), seg]
-    cos = t[:, 0] / np.maximum(np.sqrt((t**2).sum(-1)), 1e-12)
-    near = d <= np.maximum(0.5 * np.asarray(tile["width"], np.float64), 0.5)
-    return bool((near & (cos >= math.cos(math.radians(max_angle)))).any())
+    segment's direction) within ``max_angle`` degrees of +x
+    (:func:`~._tokens.ego_lane_index`). First tiles need one: the world puts its ego at
+    the origin heading +x."""
+    return ego_lane_index(tile["points"], tile["width"], max_angle) >= 0
 
 
 # ------------------------------------------------------------------ the model
@@ -185,7 +200,10 @@ class TileGenerator(nn.Module):
     trained with MeanFlow (module docstring).
 
     ``layout``: a dict of :class:`~._tokens.TokenLayout` fields (default
-    :data:`~._tokens.GENERATOR_LAYOUT`, 24 lanes + 10 agents); ``width``, ``depth``,
+    :data:`~._tokens.GENERATOR_LAYOUT`, 24 lanes + 10 agents); ``lane_repr``: the
+    layout's lane representation, ``"points"`` or ``"bezier"`` (None: the layout's,
+    ``"points"`` unless it says otherwise, as in every checkpoint saved before the option
+    existed; it is stored in ``init_args["layout"]``); ``width``, ``depth``,
     ``heads``, ``mlp_ratio``, ``freq_dim``, ``time_scale``: the DiT's; ``p_first``: share
     of first tiles (no context) among training items (used by
     :func:`train_tile_generator` to build :class:`TileSamples`); ``flow_ratio``,
@@ -209,9 +227,12 @@ class TileGenerator(nn.Module):
         logit_std: float = 1.0,
         weight_power: float = 1.0,
         weight_eps: float = 1e-3,
+        lane_repr: str | None = None,
     ):
         super().__init__()
         lay = _layout_from(layout)
+        if lane_repr is not None:
+            lay = dataclasses.replace(lay, lane_repr=lane_repr)
         _check_number("p_first", p_first, 0.0, 0.99)
         for name, v in (("flow_ratio", flow_ratio), ("jump_ratio", jump_ratio)):
             _check_number(name, v, 0.0, 1.0)
@@ -292,9 +313,43 @@ class TileGenerator(nn.Module):
     def validation_step(self, batch) -> dict:
         """``loss`` (the adaptive-weight loss ``mean d / (d + eps)``, near 1 while errors
         exceed ``weight_eps``), ``mse`` and the per-kind errors ``mse_flow`` (r = t: a
-        fixed target, the one to compare checkpoints by), ``mse_interval``, ``mse_jump``."""
+        fixed target, the one to compare checkpoints by), ``mse_interval``, ``mse_jump``;
+        ``lane_rmse_m`` (:meth:`lane_error`, in metres of lane polylines)."""
         loss, stats = self._loss(batch)
-        return {**stats, "loss": loss}
+        return {**stats, "loss": loss, "lane_rmse_m": self.lane_error(batch)}
+
+    @torch.no_grad()
+    def lane_error(self, batch, t=None) -> torch.Tensor:
+        """Root mean squared distance (m) between the lane polylines the network predicts
+        from a noised block and the true ones: ``x_hat = z_t - t u(z_t, t, t)`` (the
+        flow's estimate of the data, pins reset) decoded to 20 points per lane
+        (:func:`~._tokens.tokens_to_tile`'s geometry) against the truth's decoded the
+        same way, over target lane slots holding a true lane. ``t`` (B,) defaults to
+        the stratified ``(b + 1/2) / B`` (fixed times, so evaluations differ only by the
+        noise, drawn from the global RNG, which the Trainer seeds for every one). The
+        MeanFlow losses are means over a token's unpinned features, which differ between
+        lane representations; this error is in metres of the same polylines for both,
+        but at one ``t`` it still favours ``"points"``: 20 noised points, redundant for
+        a curve of 8 degrees of freedom, average their noise out and tell the network
+        more about the lane than 4 noised control points do (compare samples,
+        :func:`tile_metrics`, across representations)."""
+        x, pinned = batch["x"], batch["pinned"]
+        B = x.shape[0]
+        if t is None:
+            t = (torch.arange(B, dtype=x.dtype, device=x.device) + 0.5) / B
+        tt = t.to(x).view(B, 1, 1)
+        eps = torch.randn_like(x)
+        z = torch.where(pinned, x, (1 - tt) * x + tt * eps)
+        u = self.net(z, t.to(x), t.to(x), batch["rel"], batch["mask"], batch["cond"], pinned)
+        x_hat = torch.where(pinned, x, z - tt * u)
+        M = self.layout.tile_capacity
+        slots = slice(M, M + self.layout.max_lanes)
+        real = batch["mask"][:, slots] & (x[:, slots, IS_LANE] >= 0.5)
+        if not bool(real.any()):
+            return torch.full((), math.nan, dtype=x.dtype, device=x.device)
+        cols = (x[:, slots][real][:, POINTS_SLICE], x_hat[:, slots][real][:, POINTS_SLICE])
+        truth, pred = (_decode_geometry(c, self.layout) * self.layout.scale for c in cols)
+        return ((pred - truth) ** 2).sum(-1).mean().sqrt()
 
     # -- sampling ---------------------------------------------------------------------
     def _dtype_device(self):
@@ -524,7 +579,7 @@ def _pin_neighbours(block: dict, neighbours, layout: TokenLayout) -> None:
                 continue
             block["seam_end"][S], block["seam_pin"][S] = end, pin
             block["seam_context"].append([])  # no lane of the context beside it
-            cols = _FIRST if end == 0 else _LAST
+            cols = _FIRST if end == 0 else layout.last_cols
             for arr in (x, known):
                 arr[M + S, cols] = (pin / layout.scale).astype(np.float32)
                 arr[M + S, IS_LANE] = 1.0

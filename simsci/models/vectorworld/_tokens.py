@@ -13,9 +13,9 @@ Token features (one flat vector, both parts in every token)
 -----------------------------------------------------------
 ``[lane part | agent part | is_lane, is_agent]``, see the slices below:
 
-- lane part (:data:`LANE_SLICE`, 46): the 20 centreline points ``(x0, y0, ..., x19, y19)
-  / scale`` (:data:`POINTS_SLICE`), ``width / width_scale``, ``speed_limit /
-  speed_scale`` and the one-hot of ``kind`` over ``LANE_KINDS`` (4);
+- lane part (:data:`LANE_SLICE`, 46): the lane's geometry in :data:`POINTS_SLICE` (40
+  columns, by the layout's ``lane_repr``: below), ``width / width_scale``,
+  ``speed_limit / speed_scale`` and the one-hot of ``kind`` over ``LANE_KINDS`` (4);
 - agent part (:data:`AGENT_SLICE`, 7): ``x / scale, y / scale, speed / speed_scale, cos,
   sin, length / length_scale, width / agent_width_scale``;
 - flags (:data:`FLAG_SLICE`): ``is_lane``, ``is_agent``.
@@ -29,6 +29,26 @@ precision. One flat vector (not separate lane/agent embeddings) because the DiT 
 data-agnostic and embeds tokens with one linear layer; the flags let a *generated* token
 declare what it is (:func:`tokens_to_tile` takes the larger flag, drops tokens where both
 are below 0.5, and renormalises ``(cos, sin)``).
+
+Lane geometry (:class:`TokenLayout`'s ``lane_repr``)
+----------------------------------------------------
+- ``"points"`` (the default, and every layout saved before the option existed): the 20
+  centreline points ``(x0, y0, ..., x19, y19) / scale``.
+- ``"bezier"``: the 4 control points ``(P0, P1, P2, P3) / scale`` of the cubic Bézier
+  nearest the 20 points (:func:`fit_bezier`: least squares at ``u_k = k / 19``, the
+  points being evenly spaced in arc length, with ``P0`` and ``P3`` the lane's first and
+  last points **exactly**) in :data:`BEZIER_SLICE`; the other 32 columns are 0 and
+  pinned in generation blocks (never noised, not in the loss). Decoding
+  (:func:`tokens_to_tile`) samples the curve back at ``u_k`` (:func:`bezier_points`), so
+  the rest of the code still sees 20 points per lane, with end points equal to ``P0`` /
+  ``P3`` bit for bit: a seam pin is the first (``[0:2]``) or the last control point
+  (``[6:8]``, :attr:`TokenLayout.last_cols`). Why: a lane piece inside a 64 m tile is a
+  line, an arc or a gentle S (heading changes up to 89 degrees), and one cubic holds
+  the 32,563 pieces of a 400-episode scene file to 0.19 m at worst (p99 4.7 cm, p95
+  0.6 mm; ``benchmarks/bench_vectorworld_repr.py``), so 8 numbers replace 40 whose
+  mutual smoothness a generator must otherwise learn. The token keeps its width for both
+  (one set of slices; a zero input column costs nothing in the DiT's linear embedding),
+  so the option is one field of the layout, stored in a model's config.
 
 Relations (:data:`RELATIONS`; ``rel[i, j]`` = how token i sees token j)
 -----------------------------------------------------------------------
@@ -86,7 +106,9 @@ removed, relations from geometry via :func:`lane_successors`), then a fixed bloc
 ``max_lanes`` lane slots and ``max_agents`` agent slots, all real tokens, whose mutual
 relations are ``self``/``none``; seam slots (derived from the context's endpoints on the
 shared edge) come first with their endpoint pinned, unused slots are empty tokens;
-``cond`` is the direction one-hot plus a 5th slot for a first tile (no context).
+``cond`` is the direction one-hot plus a 5th slot for a first tile (no context), whose
+lane slot 0 is the ego's lane with the layout's ``ego_slot`` (``is_lane`` pinned;
+:func:`ego_lane_index` picks it from the truth).
 :data:`GENERATOR_LAYOUT` (24 lanes, 10 agents) was measured on a 2000-episode file.
 """
 
@@ -104,6 +126,7 @@ from simsci.driving.metrics import AGENT_FEATURES, EDGE_TYPES
 
 __all__ = [
     "AGENT_SLICE",
+    "BEZIER_SLICE",
     "DIRECTIONS",
     "FIRST_TILE",
     "FLAG_SLICE",
@@ -112,6 +135,7 @@ __all__ = [
     "IS_AGENT",
     "IS_LANE",
     "KIND_SLICE",
+    "LANE_REPRS",
     "LANE_SLICE",
     "POINTS_SLICE",
     "RELATIONS",
@@ -120,16 +144,21 @@ __all__ = [
     "WIDTH",
     "TilePairs",
     "TokenLayout",
+    "bezier_basis",
+    "bezier_points",
     "check_scene_layout",
     "check_tile",
     "collate_pairs",
+    "ego_lane_index",
     "episode_tile",
+    "fit_bezier",
     "generation_block",
     "generation_pair",
     "lane_successors",
     "outpaint_pair",
     "pair_steps",
     "tile_tokens",
+    "token_points",
     "tokens_to_tile",
 ]
 
@@ -165,8 +194,14 @@ _R = {name: i for i, name in enumerate(RELATIONS)}
 #: grid step (di, dj) from the context tile to the new one; ``cond`` is its one-hot
 DIRECTIONS = ((1, 0), (0, 1), (-1, 0), (0, -1))
 _HALF = TILE_SIZE / 2.0
-_FIRST = slice(0, 2)  # a lane token's first point
-_LAST = slice(2 * LANE_POINTS - 2, 2 * LANE_POINTS)  # and its last
+_FIRST = slice(0, 2)  # a lane token's first point (or first control point)
+_LAST = slice(2 * LANE_POINTS - 2, 2 * LANE_POINTS)  # and its last ("points")
+#: how a lane's geometry fills :data:`POINTS_SLICE` (:class:`TokenLayout`'s ``lane_repr``)
+LANE_REPRS = ("points", "bezier")
+#: control points of a ``"bezier"`` lane, ``(P0x, P0y, ..., P3x, P3y) / scale``
+BEZIER_SLICE = slice(0, 8)
+_BEZIER_LAST = slice(6, 8)
+_BEZIER_UNUSED = slice(BEZIER_SLICE.stop, POINTS_SLICE.stop)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,7 +212,12 @@ class TokenLayout:
     scale: position divisor; speed_scale: speed and speed-limit divisor; width_scale:
     lane-width divisor; length_scale, agent_width_scale: vehicle size divisors;
     near_radius: ``agent_near`` distance; seam_tol: endpoint coincidence for ``seam``;
-    edge_tol: how far a context endpoint may lie off the shared edge to count as a seam.
+    edge_tol: how far a context endpoint may lie off the shared edge to count as a seam;
+    lane_repr: a lane's geometry in the token, ``"points"`` (its 20 points) or
+    ``"bezier"`` (the 4 control points of its least-squares cubic, module docstring);
+    ego_slot: a first tile's lane slot 0 is the ego's lane (:func:`generation_block`).
+    The defaults of the last two, ``"points"`` and False, are what a layout saved before
+    they existed meant; :data:`GENERATOR_LAYOUT` sets ``ego_slot``.
     """
 
     max_lanes: int = 48
@@ -190,13 +230,23 @@ class TokenLayout:
     near_radius: float = 20.0
     seam_tol: float = 0.5
     edge_tol: float = 1e-2
+    lane_repr: str = "points"
+    ego_slot: bool = False
 
     def __post_init__(self):
         for name in ("max_lanes", "max_agents"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
                 raise ValueError(f"TokenLayout.{name} must be an int >= 1, got {v!r}")
+        if self.lane_repr not in LANE_REPRS:
+            raise ValueError(
+                f"TokenLayout.lane_repr must be one of {LANE_REPRS}, got {self.lane_repr!r}"
+            )
+        if not isinstance(self.ego_slot, (bool, np.bool_)):
+            raise ValueError(f"TokenLayout.ego_slot must be a bool, got {self.ego_slot!r}")
         for f in dataclasses.fields(self)[2:]:
+            if f.name in ("lane_repr", "ego_slot"):
+                continue
             v = getattr(self, f.name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
                 raise ValueError(f"TokenLayout.{f.name} must be a number > 0, got {v!r}")
@@ -212,6 +262,17 @@ class TokenLayout:
     def pair_capacity(self) -> int:
         """Tokens per padded pair, ``2 (max_lanes + max_agents)``."""
         return 2 * self.tile_capacity
+
+    @property
+    def last_cols(self) -> slice:
+        """The token columns of a lane's last point (its last control point)."""
+        return _BEZIER_LAST if self.lane_repr == "bezier" else _LAST
+
+    @property
+    def unused_cols(self) -> slice | None:
+        """Columns of :data:`POINTS_SLICE` a lane token leaves 0 (pinned in generation
+        blocks): the 32 after the control points for ``"bezier"``, None for ``"points"``."""
+        return _BEZIER_UNUSED if self.lane_repr == "bezier" else None
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -312,6 +373,72 @@ def _check_tile(tile_lanes, agents_now, agents_valid):
     return pts, fields, kind, ei, et, ag[val]
 
 
+# ------------------------------------------------------------------ lane geometry
+def bezier_basis(n: int = LANE_POINTS) -> np.ndarray:
+    """Cubic Bernstein basis (n, 4) at the uniform parameters ``u_k = k / (n - 1)``."""
+    u = np.linspace(0.0, 1.0, n)
+    return np.stack([(1 - u) ** 3, 3 * u * (1 - u) ** 2, 3 * u**2 * (1 - u), u**3], -1)
+
+
+_BASIS = bezier_basis()
+# least squares for (P1, P2) with P0, P3 fixed at the end points: (2, 20)
+_INNER_PINV = np.linalg.pinv(_BASIS[:, 1:3])
+
+
+def fit_bezier(points) -> np.ndarray:
+    """Control points (n, 4, 2) float64 of the cubic Bézier nearest lane polylines
+    ``points`` (n, 20, 2) (least squares over the 20 points at ``u_k = k / 19``; they
+    are evenly spaced in arc length), with ``P0`` / ``P3`` **exactly** the first / last
+    point (a Bézier interpolates its end control points, so seam pins map to them)."""
+    p = np.asarray(points, np.float64)
+    if p.ndim != 3 or p.shape[1:] != (LANE_POINTS, 2):
+        raise ValueError(f"points must be (n, {LANE_POINTS}, 2) lane polylines, got {p.shape}")
+    ends = _BASIS[:, [0]] * p[:, :1] + _BASIS[:, [3]] * p[:, -1:]  # (n, 20, 2)
+    inner = np.einsum("kp,npc->nkc", _INNER_PINV, p - ends)  # (n, 2, 2)
+    return np.concatenate([p[:, :1], inner, p[:, -1:]], 1)
+
+
+def bezier_points(ctrl):
+    """The 20 points (..., 20, 2) of cubic Béziers ``ctrl`` (..., 4, 2) at ``u_k = k /
+    19``: the first and last are exactly ``P0`` and ``P3``. Numpy or torch (differentiable,
+    on ``ctrl``'s device and dtype)."""
+    import torch
+
+    if isinstance(ctrl, torch.Tensor):
+        basis = torch.as_tensor(_BASIS, dtype=ctrl.dtype, device=ctrl.device)
+        out = torch.einsum("pk,...kc->...pc", basis, ctrl)
+        return torch.cat([ctrl[..., :1, :], out[..., 1:-1, :], ctrl[..., -1:, :]], -2)
+    c = np.asarray(ctrl)
+    out = np.einsum("pk,...kc->...pc", _BASIS, c).astype(c.dtype)
+    out[..., 0, :], out[..., -1, :] = c[..., 0, :], c[..., -1, :]
+    return out
+
+
+def _encode_geometry(pts: np.ndarray, layout: TokenLayout) -> np.ndarray:
+    """Lane polylines (n, 20, 2) already divided by ``scale`` -> the token's
+    :data:`POINTS_SLICE` columns (n, 40) under ``layout.lane_repr``."""
+    n = len(pts)
+    if layout.lane_repr == "points":
+        return pts.reshape(n, -1)
+    out = np.zeros((n, 2 * LANE_POINTS), pts.dtype)
+    out[:, BEZIER_SLICE] = fit_bezier(pts).reshape(n, -1)
+    return out
+
+
+def _decode_geometry(cols, layout: TokenLayout):
+    """The inverse of :func:`_encode_geometry`: columns (n, 40) -> points (n, 20, 2) (in
+    units of ``scale``); numpy or torch."""
+    if layout.lane_repr == "points":
+        return cols.reshape(-1, LANE_POINTS, 2)
+    return bezier_points(cols[:, BEZIER_SLICE].reshape(-1, 4, 2))
+
+
+def token_points(x, layout: TokenLayout) -> np.ndarray:
+    """Lane tokens ``x`` (n, TOKEN_DIM) -> their polylines (n, 20, 2) float64 in metres."""
+    cols = np.asarray(x, np.float64)[:, POINTS_SLICE]
+    return _decode_geometry(cols, layout) * layout.scale
+
+
 # ------------------------------------------------------------------ one tile
 def tile_tokens(tile_lanes, agents_now, agents_valid, layout=None, offset=None) -> dict:
     """One tile as tokens: lanes then agents.
@@ -344,7 +471,7 @@ def tile_tokens(tile_lanes, agents_now, agents_valid, layout=None, offset=None) 
     off = np.zeros(2) if offset is None else np.asarray(offset, dtype=np.float64).reshape(2)
 
     x = np.zeros((N, TOKEN_DIM), np.float64)
-    x[:nl, POINTS_SLICE] = ((pts_k + off) / layout.scale).reshape(nl, -1)
+    x[:nl, POINTS_SLICE] = _encode_geometry((pts_k + off) / layout.scale, layout)
     x[:nl, WIDTH] = fields["width"][lane_keep] / layout.width_scale
     x[:nl, SPEED_LIMIT] = fields["speed_limit"][lane_keep] / layout.speed_scale
     x[np.arange(nl), KIND_SLICE.start + kind_k] = 1.0
@@ -426,7 +553,7 @@ def tokens_to_tile(x, mask=None, layout=None) -> dict:
     agent = m & (fa > fl) & (fa >= 0.5)
     lt, at = torch.nonzero(lane).flatten(), torch.nonzero(agent).flatten()
     xl, xa = xt[lt], xt[at]
-    points = xl[:, POINTS_SLICE].reshape(-1, LANE_POINTS, 2) * layout.scale
+    points = _decode_geometry(xl[:, POINTS_SLICE], layout) * layout.scale
     width = xl[:, WIDTH] * layout.width_scale
     speed = xl[:, SPEED_LIMIT] * layout.speed_scale
     kind = xl[:, KIND_SLICE].argmax(-1) if len(xl) else torch.zeros(0, dtype=torch.long)
@@ -561,9 +688,9 @@ def outpaint_pair(episode, k: int, layout=None) -> dict:
 
     # seams, in the target frame (metres, float64)
     ncl, ntl = ctx["counts"]["lanes"], tgt["counts"]["lanes"]
-    cp = ctx["x"][:ncl, POINTS_SLICE].astype(np.float64).reshape(ncl, LANE_POINTS, 2)
-    tp = tgt["x"][:ntl, POINTS_SLICE].astype(np.float64).reshape(ntl, LANE_POINTS, 2)
-    cp, tp = cp * layout.scale, tp * layout.scale
+    cp, tp = token_points(ctx["x"][:ncl], layout), token_points(tgt["x"][:ntl], layout)
+    if layout.unused_cols is not None:  # the columns a Bézier lane leaves 0 are known
+        pinned[nc : nc + ntl, layout.unused_cols] = True
     axis = 0 if step[0] != 0 else 1
     edge = -_HALF * step[axis]  # the shared edge in the target frame
     seams = []
@@ -576,7 +703,8 @@ def outpaint_pair(episode, k: int, layout=None) -> dict:
                 rel[i, nc + j] = rel[nc + j, i] = _R["seam"]
                 seams.append((i, nc + j, end))
             i = int(d[j].argmin())
-            t_cols, c_cols = (_FIRST, _LAST) if end == 0 else (_LAST, _FIRST)
+            last = layout.last_cols
+            t_cols, c_cols = (_FIRST, last) if end == 0 else (last, _FIRST)
             pinned[nc + j, t_cols] = True
             x[nc + j, t_cols] = x[i, c_cols]
     cond = np.zeros(len(DIRECTIONS), np.float32)
@@ -781,8 +909,9 @@ def collate_pairs(batch, capacity: int | None = None) -> dict:
 # ------------------------------------------------------------------ generation blocks
 #: the generator's layout, measured on a 2000-episode scene file (22,803 tiles): tiles
 #: have <= 24 lanes and <= 10 non-ego agents in 99.67 % of cases (lanes: median 6, 99th
-#: percentile 19, max 30; non-ego agents: median 2, 99th percentile 7, max 12)
-GENERATOR_LAYOUT = TokenLayout(max_lanes=24, max_agents=10)
+#: percentile 19, max 30; non-ego agents: median 2, 99th percentile 7, max 12), and a
+#: first tile's lane slot 0 for the ego's lane
+GENERATOR_LAYOUT = TokenLayout(max_lanes=24, max_agents=10, ego_slot=True)
 #: the generator's condition: one-hot of the step in DIRECTIONS, or this slot for a
 #: first tile (no context)
 FIRST_TILE = len(DIRECTIONS)
@@ -801,6 +930,29 @@ def _end_tangents(pts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         norm = np.sqrt((seg**2).sum(-1, keepdims=True))
         out.append(np.where(norm > 1e-12, seg / np.maximum(norm, 1e-300), 0.0))
     return out[0], out[1]
+
+
+def ego_lane_index(points, width, max_angle: float = 30.0) -> int:
+    """The lane a first tile's ego drives on: among lanes (n, P, 2) passing within
+    ``max(width / 2, 0.5)`` m of the origin with a heading (their nearest segment's
+    direction) within ``max_angle`` degrees of +x, the one nearest the origin; -1 when
+    none does. (The world puts its ego at the origin heading +x, as tile 0 of the data
+    is centred on the ego along its heading.)"""
+    pts = np.asarray(points, np.float64)
+    if len(pts) == 0:
+        return -1
+    a, b = pts[:, :-1], pts[:, 1:]
+    ab = b - a
+    den = np.maximum((ab**2).sum(-1), 1e-18)
+    u = np.clip((-a * ab).sum(-1) / den, 0.0, 1.0)
+    dist = np.sqrt(((a + u[..., None] * ab) ** 2).sum(-1))  # (n, S)
+    seg = dist.argmin(1)
+    d = dist[np.arange(len(pts)), seg]
+    t = ab[np.arange(len(pts)), seg]
+    cos = t[:, 0] / np.maximum(np.sqrt((t**2).sum(-1)), 1e-12)
+    near = d <= np.maximum(0.5 * np.asarray(width, np.float64), 0.5)
+    ok = near & (cos >= math.cos(math.radians(max_angle)))
+    return int(np.where(ok, d, np.inf).argmin()) if ok.any() else -1
 
 
 def lane_successors(points, tol: float = 0.5, max_turn: float = 45.0) -> np.ndarray:
@@ -969,7 +1121,8 @@ def generation_block(context, direction, layout=None, target=None) -> dict:
     frame; NaN off seams), ``seam_context`` (list of context lane-id lists per seam slot,
     ids into ``context``), ``n_seam``, ``counts``, ``truncated`` and ``matching``
     (``seam_matched``, ``seam_empty``: seam slots with / without a ground-truth lane;
-    ``free``: ground-truth lanes placed in free slots; training only).
+    ``free``: ground-truth lanes placed in free slots; training only), ``ego_slot``
+    (a first tile whose lane slot 0 is the ego's lane, ``is_lane`` pinned).
     """
     layout = GENERATOR_LAYOUT if layout is None else _check_layout_arg(layout)
     _check_block_args(context, direction)
@@ -992,6 +1145,8 @@ def generation_block(context, direction, layout=None, target=None) -> dict:
     if context is None:
         blk["cond"][FIRST_TILE] = 1.0
         blk["mask"][:M] = False
+        # lane slot 0 is the ego's lane (unset by _block_target when the truth has none)
+        blk["ego_slot"] = bool(layout.ego_slot)
     else:
         slots, nc = _block_context(blk, context, int(direction), layout)
     x, rel, pinned, seam_end, seam_pin = (
@@ -1004,15 +1159,20 @@ def generation_block(context, direction, layout=None, target=None) -> dict:
     pinned[lane_slots, IS_AGENT] = True
     pinned[agent_slots, LANE_SLICE] = True
     pinned[agent_slots, IS_LANE] = True
+    if layout.unused_cols is not None:
+        pinned[lane_slots, layout.unused_cols] = True
     S = len(slots)
     for s in range(S):
-        cols = _FIRST if seam_end[s] == 0 else _LAST
+        cols = _FIRST if seam_end[s] == 0 else layout.last_cols
         pinned[M + s, cols] = True
     matching = {"seam_matched": 0, "seam_empty": S, "free": 0}
     if target is not None:
         matching = _block_target(blk, target, layout, S)
+    if blk.get("ego_slot"):
+        x[M, IS_LANE] = 1.0
+        pinned[M, IS_LANE] = True
     for s in range(S):  # pinned seam endpoints carry the context's value (exact)
-        cols = _FIRST if seam_end[s] == 0 else _LAST
+        cols = _FIRST if seam_end[s] == 0 else layout.last_cols
         x[M + s, cols] = (seam_pin[s] / layout.scale).astype(np.float32)
     x[lane_slots, AGENT_SLICE] = 0.0
     x[lane_slots, IS_AGENT] = 0.0
@@ -1032,6 +1192,7 @@ def generation_block(context, direction, layout=None, target=None) -> dict:
         "truncated": blk["truncated"],
         "matching": matching,
         "capacity": N,
+        "ego_slot": bool(blk.get("ego_slot", False)),
     }
 
 
@@ -1091,8 +1252,7 @@ def _block_target(blk: dict, target, layout, S: int) -> dict:
     x, seam_end, seam_pin = blk["x"], blk["seam_end"], blk["seam_pin"]
     tgt = _geometric_tokens(check_tile(target, "target"), layout)
     ntl, nta = tgt["counts"]["lanes"], tgt["counts"]["agents"]
-    tp = tgt["x"][:ntl, POINTS_SLICE].astype(np.float64).reshape(ntl, LANE_POINTS, 2)
-    tp = tp * layout.scale
+    tp = token_points(tgt["x"][:ntl], layout)
     cand = []
     for s in range(S):
         ends = tp[:, 0] if seam_end[s] == 0 else tp[:, -1]
@@ -1103,6 +1263,13 @@ def _block_target(blk: dict, target, layout, S: int) -> dict:
     for _, s, j in sorted(cand):
         if not used[s] and slot_of[j] < 0:
             used[s], slot_of[j] = True, s
+    ego = -1
+    if blk.get("ego_slot"):  # a first tile: its ego lane goes to lane slot 0
+        ego = ego_lane_index(tp, tgt["x"][:ntl, WIDTH] * layout.width_scale)
+        blk["ego_slot"] = ego >= 0  # no ego lane in the truth: no ego slot to teach
+        if ego >= 0:
+            slot_of[ego] = 0
+            S = 1
     free = [j for j in range(ntl) if slot_of[j] < 0]
     room = L - S
     if len(free) > room:  # keep the nearest to the centre (tile_tokens' order is kept)
@@ -1120,7 +1287,7 @@ def _block_target(blk: dict, target, layout, S: int) -> dict:
     }
     return {
         "seam_matched": int(used.sum()),
-        "seam_empty": int(S - used.sum()),
+        "seam_empty": int(len(used) - used.sum()),
         "free": len(free),
     }
 
