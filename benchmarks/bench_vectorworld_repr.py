@@ -266,27 +266,14 @@ def tangles(checkpoint, data, episodes, args) -> dict:
     """Crossing lanes ("tangles") in the final model's outpainted tiles (one draw, the
     network's own seams) against the held-out truth: crossing lane pairs per tile, share
     of tiles with one, lane length."""
-    from simsci import data as sdata
-    from simsci.driving import read_scene
-    from simsci.models.vectorworld._tokens import _direction, episode_tile, pair_steps
+    from simsci.models.vectorworld._outpaint import scene_pairs
     from simsci.train import load_model
 
-    ds = sdata.open(data)
-    ctxs, dirs, truth = [], [], []
-    try:
-        for i in episodes:
-            ep = read_scene(ds, int(i))
-            for k in pair_steps(ep)[0]:
-                ctxs.append(episode_tile(ep, k))
-                dirs.append(_direction(ep, k))
-                truth.append(episode_tile(ep, k + 1))
-    finally:
-        ds.close()
-    keep = sorted(set(np.linspace(0, len(ctxs) - 1, args.pairs).round().astype(int).tolist()))
+    ctxs, dirs, truth, _ = scene_pairs(data, episodes, max_pairs=args.pairs)
     model = load_model(checkpoint).eval()
     tiles, _ = model.generate(
-        [ctxs[j] for j in keep], [dirs[j] for j in keep],
-        generator=torch.Generator().manual_seed(args.seed), max_tries=1, continue_seams=False,
+        ctxs, dirs, generator=torch.Generator().manual_seed(args.seed), max_tries=1,
+        continue_seams=False,
     )  # fmt: skip
 
     def stats(ts):
@@ -299,7 +286,7 @@ def tangles(checkpoint, data, episodes, args) -> dict:
             "lane_length_median_m": float(np.median(length)),
         }
 
-    out = {"generated": stats(tiles), "truth": stats([truth[j] for j in keep])}
+    out = {"generated": stats(tiles), "truth": stats(truth)}
     g, t = out["generated"], out["truth"]
     print(f"  crossings/tile {g['crossings_per_tile']:.2f} (truth {t['crossings_per_tile']:.2f}), "
           f"tiles with one {g['tiles_with_crossing']:.2f} (truth {t['tiles_with_crossing']:.2f})",

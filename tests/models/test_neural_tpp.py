@@ -192,8 +192,12 @@ def test_rmtpp_closed_form_near_zero_w():
 @pytest.mark.parametrize("name", ["rmtpp", "nhp"])
 def test_extend_state_is_one_more_event(name):
     """extend_state gives the state that history computes on the grown sequence."""
-    model = build(name)
-    items = items3(n=3)
+    assert_extend_state_is_one_more_event(build(name), items3(n=3))
+
+
+def assert_extend_state_is_one_more_event(model, items):
+    """extend_state from the last event of each of the 3 ``items`` equals the state
+    history computes on the sequences grown by that event."""
     batch = model.collate(items)
     rows = torch.arange(3)
     last = batch["length"] - 1
@@ -409,20 +413,9 @@ def test_calendar_padding_extend_state_and_compensator():
     torch.testing.assert_close(together, alone, rtol=1e-5, atol=1e-5)
     # extend_state reads c(t) of the new event's absolute time
     items = items[:3]
+    assert_extend_state_is_one_more_event(model, items)
     batch = model.collate(items)
-    rows, last = torch.arange(3), batch["length"] - 1
-    H = model.history(batch)
-    tau, mark = torch.tensor([0.3, 1.7, 0.05]), torch.tensor([2, 0, 1])
-    t_last = batch["t"][rows, last]
-    new = model.extend_state(H[rows, last], t_last, tau, mark, batch["group"])
-    grown = [
-        {"t": np.append(it["t"], float(t_last[b]) + float(tau[b]) * model.time_scale),
-         "mark": np.append(it["mark"], int(mark[b]))}
-        for b, it in enumerate(items)
-    ]  # fmt: skip
-    gb = model.collate(grown)
-    torch.testing.assert_close(new, model.history(gb)[rows, gb["length"] - 1],
-                               rtol=1e-5, atol=1e-5)  # fmt: skip
+    t_last = batch["t"][torch.arange(3), batch["length"] - 1]
     # the quadrature of an intensity that moves within the gaps
     terms = model.log_likelihood_terms(batch)
     dt = batch["dt"][:, 1:]

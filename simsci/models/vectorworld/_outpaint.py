@@ -1246,6 +1246,32 @@ def tile_metrics(
     return out
 
 
+def scene_pairs(path, episodes, *, first_tiles: bool = False, max_pairs: int | None = None):
+    """The outpainting pairs (tile k -> k+1) of ``episodes`` of a scene file:
+    ``(contexts, directions, truths, first_tiles)``, the last each episode's tile 0 (empty
+    unless ``first_tiles``). ``max_pairs`` keeps that many pairs, evenly spaced."""
+    from simsci import data as sdata
+    from simsci.driving import read_scene
+
+    ds = sdata.open(os.fspath(path))
+    ctxs, dirs, truth, firsts = [], [], [], []
+    try:
+        for i in episodes:
+            ep = read_scene(ds, int(i))
+            for k in pair_steps(ep)[0]:
+                ctxs.append(episode_tile(ep, k))
+                dirs.append(_direction(ep, k))
+                truth.append(episode_tile(ep, k + 1))
+            if first_tiles:
+                firsts.append(episode_tile(ep, 0))
+    finally:
+        ds.close()
+    if max_pairs is not None and len(ctxs) > max_pairs:
+        keep = sorted(set(np.linspace(0, len(ctxs) - 1, max_pairs).round().astype(int).tolist()))
+        ctxs, dirs, truth = ([x[j] for j in keep] for x in (ctxs, dirs, truth))
+    return ctxs, dirs, truth, firsts
+
+
 def evaluate_tile_generator(
     model: TileGenerator,
     path,
@@ -1267,30 +1293,9 @@ def evaluate_tile_generator(
     caps the pairs (evenly spaced), ``max_first`` the first tiles. Returns the metrics
     plus the summed ``generate`` stats (``resampled``, ``empty``, ``no_ego_lane``) and
     ``seconds``."""
-    from simsci import data as sdata
-    from simsci.driving import read_scene
-
-    ds = sdata.open(os.fspath(path))
-    ctxs, dirs, truth = [], [], []
-    firsts = []
-    try:
-        for i in episodes:
-            ep = read_scene(ds, int(i))
-            for k in pair_steps(ep)[0]:
-                ctxs.append(episode_tile(ep, k))
-                dirs.append(_direction(ep, k))
-                truth.append(episode_tile(ep, k + 1))
-            if first_tiles:
-                firsts.append(episode_tile(ep, 0))
-    finally:
-        ds.close()
-    if max_pairs is not None and len(ctxs) > max_pairs:
-        keep = sorted(set(np.linspace(0, len(ctxs) - 1, max_pairs).round().astype(int).tolist()))
-        ctxs, dirs, truth = (
-            [ctxs[j] for j in keep],
-            [dirs[j] for j in keep],
-            [truth[j] for j in keep],
-        )
+    ctxs, dirs, truth, firsts = scene_pairs(
+        path, episodes, first_tiles=first_tiles, max_pairs=max_pairs
+    )
     if max_first is not None:
         firsts = firsts[:max_first]
     ctxs += [None] * len(firsts)
