@@ -167,6 +167,22 @@ def _datasets(traj, cls):
 
 def run_one(spec: dict) -> dict:
     """Train one model on one data set with one seed (or score the truth); test scores."""
+    from simsci import models
+
+    model, traj, out = train_model(spec)
+    start = time.perf_counter()
+    scores = models.evaluate_events(model, traj, split="test", generate=True, seed=spec["seed"])
+    out["eval_s"] = time.perf_counter() - start
+    out["wall_s"] = out["train_s"] + out["eval_s"]
+    out.update({k: float(v) for k, v in scores.items()})
+    out.update(diagnostics(model, traj, spec["seed"]))
+    return out
+
+
+def train_model(spec: dict):
+    """The protocol's training of ``spec["model"]`` (the truth: built, untrained):
+    ``(model, trajectories, record)``, the record holding ``params``, ``train_s`` and
+    the best validation step and loss. Shared with bench_tpp_easytpp.py."""
     _threads()
     from simsci import data, models, train
 
@@ -202,14 +218,8 @@ def run_one(spec: dict) -> dict:
         train_s = time.perf_counter() - start
         out["best_step"] = summary.get("best_step")
         out["best_val_loss"] = summary.get("best_metric")
-    start = time.perf_counter()
-    scores = models.evaluate_events(model, traj, split="test", generate=True, seed=seed)
     out["train_s"] = train_s
-    out["eval_s"] = time.perf_counter() - start
-    out["wall_s"] = out["train_s"] + out["eval_s"]
-    out.update({k: float(v) for k, v in scores.items()})
-    out.update(diagnostics(model, traj, seed))
-    return out
+    return model, traj, out
 
 
 def diagnostics(model, traj, seed: int) -> dict:

@@ -1,7 +1,8 @@
-"""``simsci data info|check|import|export-minari|import-minari``: look at, validate and
-convert trajectory files (``import aeon NAME`` reads aeon's bundled classification sets,
-``import easytpp SRC`` EasyTPP's event sequences, ``import anndata SRC.h5ad`` RNA-velocity
-data in scVelo's AnnData layout)."""
+"""``simsci data info|check|import|export|export-minari|import-minari``: look at,
+validate and convert trajectory files (``import aeon NAME`` reads aeon's bundled
+classification sets, ``import easytpp SRC`` EasyTPP's event sequences, ``import anndata
+SRC.h5ad`` RNA-velocity data in scVelo's AnnData layout; ``export easytpp FILE DIR``
+writes an events file as EasyTPP's train/dev/test files)."""
 
 from __future__ import annotations
 
@@ -26,11 +27,12 @@ def add_to(sub) -> None:
         help="inspect or validate trajectory files",
         description="Inspect (info) or validate (check) a trajectory file or a directory "
         "of shards against the format contract; convert files to and from it (import, "
-        "export-minari, import-minari).",
+        "export, export-minari, import-minari).",
     )
     add_info(dsub)
     add_check(dsub)
     add_import(dsub)
+    add_export(dsub)
     add_export_minari(dsub)
     add_import_minari(dsub)
 
@@ -231,6 +233,41 @@ def _add_anndata_options(ann) -> None:
         metavar="TRAIN,VAL,TEST",
         help="fractions of the cells in each split (default: 0.8,0.1,0.1)",
     )
+
+
+def add_export(dsub) -> None:
+    exp = add_action(
+        dsub,
+        "export",
+        help="write an events file in EasyTPP's data layout (train/dev/test files)",
+        description="Write a kind='events' trajectory file as EasyTPP data: DST receives "
+        "train, dev and test files (one per /episodes/split; .pkl by default, or .json for "
+        "EasyTPP's HuggingFace loader). Times and marks are written as stored; "
+        "locations, groups, parameters and windows have no place in EasyTPP's layout "
+        "and are named as dropped. 'simsci data import easytpp DST' reads them back.",
+        epilog="example:\n  simsci data export easytpp runs/events.h5 runs/events_easytpp",
+        run=run_export,
+    )
+    exp.add_argument("layout", choices=["easytpp"], help="the target layout")
+    exp.add_argument("src", help="the events trajectory file")
+    exp.add_argument("dst", help="the directory to write the split files into")
+    exp.add_argument(
+        "--format", choices=["pkl", "json"], default="pkl", help="file format (default: pkl)"
+    )
+
+
+def run_export(args) -> int:
+    from simsci import data
+
+    summary = data.export_easytpp(args.src, args.dst, format=args.format)
+    for split, path in summary["files"].items():
+        print(
+            f"wrote {path}: {summary['sequences'][split]} sequences, "
+            f"{summary['events'][split]} events"
+        )
+    if summary["dropped"]:
+        print(f"not in EasyTPP's layout, not written: {', '.join(summary['dropped'])}")
+    return 0
 
 
 def add_export_minari(dsub) -> None:

@@ -18,7 +18,8 @@ Check and describe: ``check_file(path)`` (every problem), ``info(path)`` (a summ
 training cannot use: ±inf, or NaN where it counts as observed).
 Import: ``import_pdebench``, ``import_thewell`` (PDE fields), ``import_aeon`` (aeon's
 classification sets as irregular sensor sequences; needs the optional package aeon),
-``import_easytpp`` (EasyTPP's event-sequence pickles/JSON as kind="events"),
+``import_easytpp`` (EasyTPP's event-sequence pickles/JSON as kind="events"; its inverse
+``export_easytpp`` writes an events file as EasyTPP's train/dev/test files),
 ``import_anndata`` (RNA-velocity data, scVelo's spliced/unspliced layers of an AnnData
 file, as gene-network snapshots GFG trains on; needs the optional package anndata).
 Rollouts: ``recorded_env_kwargs(meta)`` (the constructor keywords of the environment a
@@ -37,7 +38,7 @@ import importlib
 from simsci.data._aeon import bundled_aeon_datasets, import_aeon
 from simsci.data._anndata import import_anndata
 from simsci.data._check import check_file, check_finite
-from simsci.data._easytpp import import_easytpp, is_easytpp_source
+from simsci.data._easytpp import export_easytpp, import_easytpp, is_easytpp_source
 from simsci.data._import import import_pdebench, import_thewell
 from simsci.data._info import info
 from simsci.data._reader import Trajectories, open
@@ -71,6 +72,7 @@ __all__ = [
     "bundled_aeon_datasets",
     "check_file",
     "check_finite",
+    "export_easytpp",
     "import_aeon",
     "import_anndata",
     "import_easytpp",

@@ -966,3 +966,109 @@ def is_easytpp_source(src) -> bool:
             for p in src.iterdir()
         )
     return False
+
+
+# ------------------------------------------------------------------------ export
+#: file stem written for each split id of /episodes/split (EasyTPP's names)
+_EXPORT_STEMS = {0: "train", 1: "dev", 2: "test"}
+EXPORT_FORMATS = ("pkl", "json")
+
+
+def export_easytpp(src, dst, *, format: str = "pkl") -> dict:
+    """Write a kind="events" trajectory file as EasyTPP data: one file per split.
+
+    ``dst`` is a directory (created if missing) that receives ``train``, ``dev`` and
+    ``test`` files (``.pkl`` or ``.json``) for the splits of ``/episodes/split``
+    (0/1/2; a file without splits is written whole as ``train``). What each holds is
+    the layout :func:`import_easytpp` reads, so export then import gives back the same
+    times, marks and splits:
+
+    - ``format="pkl"``: a dict ``{"dim_process": K, "<split>": [sequence, ...]}``, a
+      sequence a list of event dicts with ``time_since_start`` (float, the stored
+      time, unshifted), ``time_since_last_event`` (0.0 for the first event, EasyTPP's
+      own convention, then the differences of the times), ``type_event`` (int 0..K-1)
+      and ``idx_event`` (0-based);
+    - ``format="json"``: a JSON list of records, one per sequence, with ``dim_process``,
+      ``seq_len``, ``seq_idx`` and the three lists (what EasyTPP's HuggingFace loader
+      reads with ``data_format: json``).
+
+    EasyTPP has no place for locations, groups, per-sequence parameters or observation
+    windows: those fields are not written and are named in the returned summary
+    (``dropped``). Times stay float64 (Python floats; JSON repr round-trips exactly).
+    Each file is written to a temporary sibling and renamed when complete.
+
+    Returns ``{"files": {split: path}, "sequences": {split: n}, "events": {split: n},
+    "num_marks": K, "dropped": [field, ...]}``.
+    """
+    from simsci import data as sdata  # the reader; imported here to avoid a cycle
+    from simsci._io import atomic_path
+
+    if format not in EXPORT_FORMATS:
+        raise ValueError(f"format must be one of {EXPORT_FORMATS}, got {format!r}")
+    traj = sdata.open(src)
+    if traj.kind != "events":
+        raise FormatError(
+            f"{traj.path}: export to EasyTPP needs a kind='events' file, got kind {traj.kind!r}"
+        )
+    K = int(traj.num_marks)
+    splits = (
+        np.asarray(traj.column("split"), dtype=np.int64)
+        if "split" in traj.episode_fields
+        else np.zeros(len(traj), dtype=np.int64)
+    )
+    kept = {"t", "mark", "split", "valid"}
+    dropped = sorted((set(traj.step_fields) | set(traj.episode_fields)) - kept)
+    by_split: dict[int, list] = {}
+    for i in range(len(traj)):
+        ep = traj[i]
+        t = np.asarray(ep["t"], dtype=np.float64)
+        mark = np.asarray(ep["mark"], dtype=np.int64)
+        gaps = np.diff(t, prepend=t[:1]) if len(t) else t
+        by_split.setdefault(int(splits[i]), []).append((t, mark, gaps))
+    out = Path(dst)
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"{out}: EasyTPP data is a directory of split files")
+    out.mkdir(parents=True, exist_ok=True)
+    summary = {"files": {}, "sequences": {}, "events": {}, "num_marks": K, "dropped": dropped}
+    for split_id, seqs in sorted(by_split.items()):
+        name = _EXPORT_STEMS[split_id]
+        path = out / f"{name}.{format}"
+        with atomic_path(path) as tmp:
+            with open(tmp, "wb" if format == "pkl" else "w") as fh:
+                if format == "pkl":
+                    pickle.dump({"dim_process": K, name: _pickle_sequences(seqs)}, fh)
+                else:
+                    json.dump(_json_records(seqs, K), fh)
+        summary["files"][name] = str(path)
+        summary["sequences"][name] = len(seqs)
+        summary["events"][name] = int(sum(len(t) for t, _, _ in seqs))
+    return summary
+
+
+def _pickle_sequences(seqs) -> list:
+    return [
+        [
+            {
+                _T: float(t[j]),
+                _GAP: float(gaps[j]),
+                _TYPE: int(mark[j]),
+                "idx_event": j,
+            }
+            for j in range(len(t))
+        ]
+        for t, mark, gaps in seqs
+    ]
+
+
+def _json_records(seqs, K: int) -> list:
+    return [
+        {
+            "dim_process": K,
+            "seq_len": len(t),
+            "seq_idx": i,
+            _T: t.tolist(),
+            _GAP: gaps.tolist(),
+            _TYPE: mark.tolist(),
+        }
+        for i, (t, mark, gaps) in enumerate(seqs)
+    ]

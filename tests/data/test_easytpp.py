@@ -411,3 +411,90 @@ def test_layout_and_option_errors(tmp_path):
     with pytest.raises(ValueError, match="same file"):
         sd.import_easytpp(d / "train.pkl", d / "train.pkl")
     assert not (tmp_path / "o.h5").exists()
+
+
+def _events_file(tmp_path, *, split=True):
+    """A kind="events" file with the fields EasyTPP has no place for (loc, group, t_end)."""
+    rng = np.random.default_rng(0)
+    eps = []
+    for i in range(7):
+        n = int(rng.integers(1, 9))
+        ep = {
+            "t": np.cumsum(rng.exponential(0.7, n)) + 100.0 / 3,  # not exact in decimal
+            "mark": rng.integers(0, K, n),
+            "loc": rng.normal(size=(n, 2)),
+            "group": np.int64(i % 2),
+            "t_end": np.float64(50.0),
+        }
+        if split:
+            ep["split"] = [0, 0, 2, 1, 0, 2, 0][i]
+        eps.append(ep)
+    path = sd.write(
+        tmp_path / "ev.h5", eps, kind="events", system="s", num_marks=K,
+        episode_fields=("group", "t_end"),
+    )  # fmt: skip
+    return path, eps
+
+
+@pytest.mark.parametrize("fmt", ["pkl", "json"])
+def test_export_then_import_gives_the_same_sequences(tmp_path, fmt):
+    src, eps = _events_file(tmp_path)
+    summary = sd.export_easytpp(src, tmp_path / "out", format=fmt)
+    assert sorted(summary["files"]) == ["dev", "test", "train"]
+    assert summary["sequences"] == {"train": 4, "dev": 1, "test": 2}
+    assert summary["num_marks"] == K and summary["dropped"] == ["group", "loc", "t_end"]
+    back = sd.open(sd.import_easytpp(tmp_path / "out", tmp_path / "back.h5"))
+    assert back.num_marks == K
+    expected = [ep for s in (0, 1, 2) for ep in eps if ep["split"] == s]  # split order
+    assert back.column("split").tolist() == [ep["split"] for ep in expected]
+    for n, ep in enumerate(expected):
+        np.testing.assert_array_equal(back[n]["t"], ep["t"])  # float64 kept exactly
+        np.testing.assert_array_equal(back[n]["mark"], ep["mark"])
+
+
+def test_export_writes_easytpps_layout(tmp_path):
+    src, eps = _events_file(tmp_path)
+    sd.export_easytpp(src, tmp_path / "pk")
+    train = pickle.loads((tmp_path / "pk" / "train.pkl").read_bytes())
+    assert train["dim_process"] == K and len(train["train"]) == 4
+    first = train["train"][0]
+    assert [e["idx_event"] for e in first] == list(range(len(first)))
+    assert first[0]["time_since_last_event"] == 0.0  # EasyTPP's first gap
+    gaps = [e["time_since_last_event"] for e in first[1:]]
+    np.testing.assert_allclose(gaps, np.diff(eps[0]["t"]))
+    sd.export_easytpp(src, tmp_path / "js", format="json")
+    records = json.loads((tmp_path / "js" / "test.json").read_text())
+    assert [r["seq_len"] for r in records] == [len(eps[2]["t"]), len(eps[5]["t"])]
+    assert set(records[0]) == {
+        "dim_process", "seq_len", "seq_idx", "time_since_start",
+        "time_since_last_event", "type_event",
+    }  # fmt: skip
+
+
+def test_export_without_splits_and_bad_input(tmp_path):
+    src, _ = _events_file(tmp_path, split=False)
+    summary = sd.export_easytpp(src, tmp_path / "all")
+    assert list(summary["files"]) == ["train"] and summary["sequences"]["train"] == 7
+    state = sd.write(
+        tmp_path / "st.h5", [{"t": np.arange(3.0), "x": np.zeros((3, 2))}], kind="state",
+        system="s",
+    )  # fmt: skip
+    with pytest.raises(FormatError, match="kind='events'"):
+        sd.export_easytpp(state, tmp_path / "x")
+    with pytest.raises(ValueError, match="format must be one of"):
+        sd.export_easytpp(src, tmp_path / "x", format="csv")
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(NotADirectoryError):
+        sd.export_easytpp(src, tmp_path / "afile")
+
+
+def test_export_cli(tmp_path, capsys):
+    from simsci.cli import main
+
+    src, _ = _events_file(tmp_path)
+    assert main(["data", "export", "easytpp", str(src), str(tmp_path / "cli")]) == 0
+    out = capsys.readouterr().out
+    assert "train.pkl: 4 sequences" in out and "not written: group, loc, t_end" in out
+    assert sorted(p.name for p in (tmp_path / "cli").iterdir()) == [
+        "dev.pkl", "test.pkl", "train.pkl",
+    ]  # fmt: skip
