@@ -31,7 +31,9 @@ evaluation episodes reaches the guided predictor's (checked every 10 steps, up t
 Each finished run is appended to runs/dynadiff_bench/runs.jsonl as it completes.
 
 Usage: ``python benchmarks/bench_dynadiff.py [--systems a,b] [--seeds 3] [--jobs 2]
-[--quick] [--out PATH]``; writes benchmarks/results/dynadiff_cpu.json.
+[--quick] [--resume] [--out PATH]``; writes benchmarks/results/dynadiff_cpu.json
+(``--resume`` runs only the system/seed pairs not yet in runs.jsonl; ``--from-log``
+summarises the log without running anything).
 """
 
 from __future__ import annotations
@@ -226,6 +228,11 @@ def main() -> int:
     parser.add_argument(
         "--from-log", action="store_true", help="summarise runs/dynadiff_bench/runs.jsonl only"
     )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="skip the (system, seed) runs already in runs.jsonl; summarise them with the new",
+    )
     args = parser.parse_args()
     quick(args, systems="lotka_volterra", seeds=1, zoo_steps=40, pde_steps=10, ae_steps=20,
           diffusion_steps=40, max_finetune=50)  # fmt: skip
@@ -245,7 +252,18 @@ def main() -> int:
         runs = [r for r in logged if r["system"] in systems]
     else:  # each finished run is appended to the log as it completes
         log = work_dir(args.quick) / "runs.jsonl"
-        runs = map_jobs(run_one, jobs, workers=args.jobs, log=log, record_as=("system", "seed"))
+        done = []
+        if args.resume and log.exists():
+            done = [
+                r
+                for r in read_log(log, key=lambda r: (r["system"], r["seed"]))
+                if r["system"] in systems and "error" not in r
+            ]
+            finished = {(r["system"], r["seed"]) for r in done}
+            jobs = [j for j in jobs if (j[0], j[1]) not in finished]
+        runs = done + map_jobs(
+            run_one, jobs, workers=args.jobs, log=log, record_as=("system", "seed")
+        )
     result = {
         "benchmark": "dynadiff",
         "peer": "pooled model, nearest expert, zoo average, fine-tuning (100 steps), CoDA "
