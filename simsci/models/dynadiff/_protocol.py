@@ -199,8 +199,9 @@ class Protocol:
     ``out_of_domain``: held-out points with at least one parameter outside the range.
 
     Episodes are recorded on ``t = 0, dt, ..., t_end`` (``frames = t_end / dt + 1``);
-    ``n_train_per_env`` / ``n_val_per_env`` episodes per training environment,
-    ``n_test_per_env`` (>= 2: a context and a query) per held-out environment;
+    ``n_train_per_env`` / ``n_val_per_env`` (>= 2: a context and a query, as the
+    validation sweep scores them) episodes per training environment,
+    ``n_test_per_env`` (>= 2) per held-out environment;
     ``context_steps`` (MIN_CONTEXT_STEPS <= ctx < frames) time points the prompter sees. ``method``,
     ``step_size``, ``save_resolution``, ``burn_in``: passed to ``generate`` (None: the
     system's defaults). Validated on construction; treat instances as read-only.
@@ -356,9 +357,11 @@ class Protocol:
             )
         self._set("t_end", t_end)
         self._set("dt", dt)
-        for key in ("n_train_per_env", "n_val_per_env"):
-            self._set(key, _positive_int(key, getattr(self, key)))
-        self._set("n_test_per_env", _positive_int("n_test_per_env", self.n_test_per_env, 2))
+        self._set("n_train_per_env", _positive_int("n_train_per_env", self.n_train_per_env))
+        # validation and test environments are scored alike: one episode is the context,
+        # the others are predicted, so both need two (tune_methods sweeps on val.h5)
+        for key in ("n_val_per_env", "n_test_per_env"):
+            self._set(key, _positive_int(key, getattr(self, key), 2))
         ctx = _positive_int("context_steps", self.context_steps, MIN_CONTEXT_STEPS)
         if ctx >= self.frames:
             raise ValueError(
@@ -575,7 +578,7 @@ PROTOCOLS: dict[str, Protocol] = {
             t_end=300.0,
             dt=20.0,
             n_train_per_env=4,
-            n_val_per_env=1,
+            n_val_per_env=2,
             n_test_per_env=2,
             context_steps=8,
         ),

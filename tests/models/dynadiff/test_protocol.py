@@ -60,7 +60,7 @@ def test_protocol_sets(name):
         assert p.is_extrapolation(env)
     assert not any(p.is_extrapolation(e) for e in train)
     assert 2 <= p.context_steps < p.frames
-    assert p.n_val_per_env >= 1 and p.n_test_per_env >= 2
+    assert p.n_val_per_env >= 2 and p.n_test_per_env >= 2
     assert p.param_rows("train").shape == (len(train), len(p.param_names))
     assert Protocol(**p.to_dict()) == p
 
@@ -129,7 +129,7 @@ def test_validation_rejects_bad_protocols():
         "both varied and fixed": {"fixed": {"beta": 0.5}},
         "not a parameter": {"varied": ("beta", "rho")},
         "n_test_per_env must be an integer >= 2": {"n_test_per_env": 1},
-        "n_val_per_env must be an integer >= 1": {"n_val_per_env": 0},
+        "n_val_per_env must be an integer >= 2": {"n_val_per_env": 1},
         "must be finite": {"in_domain": [{"beta": float("nan"), "delta": 0.7}]},
     }
     for message, change in bad.items():
