@@ -249,13 +249,26 @@ def check_driving_options(action_bounds, action_scale, observation) -> None:
             raise unknown_name(what, value, valid)
 
 
-def _to_ego_frame(x, y, ex, ey, eth):
+def _to_ego_frame(x, y, ex, ey, eth, cs=None):
     """World points ``x, y`` ``(n, ...)`` in the frame of egos at ``(ex, ey)`` heading ``eth``
-    ``(n,)`` (x forward, y left)."""
+    ``(n,)`` (x forward, y left); ``cs``: ``(cos(eth), sin(eth))`` when the caller has them."""
     shape = (-1,) + (1,) * (x.dim() - 1)
     dx, dy = x - ex.reshape(shape), y - ey.reshape(shape)
-    c, s = torch.cos(eth).reshape(shape), torch.sin(eth).reshape(shape)
+    c, s = (torch.cos(eth), torch.sin(eth)) if cs is None else cs
+    c, s = c.reshape(shape), s.reshape(shape)
     return c * dx + s * dy, -s * dx + c * dy
+
+
+def _ego_near(xy: torch.Tensor, half: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """``(n, V - 1)``: the valid vehicles close enough to the ego (slot 0) that their boxes
+    might overlap; ``xy`` ``(n, V, 2)`` centres, ``half`` ``(n, V, 2)`` half length and width.
+
+    Boxes overlap only if the centre offset projects to less than the summed radii on both
+    of the ego's axes, r1 <= hl_a + hl_b + hw_b and r2 <= hw_a + hl_b + hw_b, so then
+    |d|^2 = p1^2 + p2^2 < r1^2 + r2^2; 10% and 1 m^2 more cover rounding."""
+    reach = half[:, 1:].sum(-1, keepdim=True) + half[:, :1]  # (n, V - 1, 2): r1, r2 bounds
+    d2 = (xy[:, 1:] - xy[:, :1]).pow(2).sum(-1)
+    return valid[:, 1:] & (d2 < 1.1 * reach.pow(2).sum(-1) + 1.0)
 
 
 def ego_collisions(agents: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -263,49 +276,61 @@ def ego_collisions(agents: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     vehicle's; tested in ego-relative coordinates (exact in float32 far from the origin)."""
     from simsci.driving.metrics import _sat
 
+    # with no valid vehicle close enough to touch the ego, the separating-axis test
+    # cannot find an overlap: skip it
+    if not bool(_ego_near(agents[..., :2], agents[..., 5:7] / 2, valid).any()):
+        return torch.zeros(valid.shape[0], dtype=torch.bool, device=valid.device)
     rel = agents.clone()
     rel[..., :2] = rel[..., :2] - agents[:, :1, :2]
     return (_sat(rel[:, :1], rel[:, 1:]) & valid[:, 1:]).any(1)
 
 
-def observe_agents(state: torch.Tensor, valid: torch.Tensor, num_agents: int):
+def observe_agents(state: torch.Tensor, valid: torch.Tensor, num_agents: int, *, cs=None):
     """The ``agents`` / ``agents_mask`` observation: ``state`` ``(n, V, 6)`` [x, y, theta,
     speed, length, width] with slot 0 the ego, ``valid`` ``(n, V)``. Returns the
     ``num_agents`` nearest other vehicles within ``VIEW`` m as ``(n, num_agents, 7)`` [x, y,
-    speed, cos, sin, length, width] in the ego frame (relative heading) and the mask."""
+    speed, cos, sin, length, width] in the ego frame (relative heading) and the mask.
+    ``state`` may also be the sequence of its six ``(n, V)`` fields; ``cs``: the cosine and
+    sine of the egos' headings when the caller has them."""
     n, V = valid.shape
-    x, y, th, v, length, width = state.unbind(-1)
+    x, y, th, v, length, width = state.unbind(-1) if torch.is_tensor(state) else state
     ex, ey, eth = x[:, 0], y[:, 0], th[:, 0]
     d2 = (x - ex[:, None]) ** 2 + (y - ey[:, None]) ** 2
-    d2 = torch.where(valid, d2, torch.full_like(d2, math.inf))
+    d2 = torch.where(valid, d2, math.inf)
     d2[:, 0] = math.inf
     k = min(num_agents, V - 1)
     dist2, who = d2.topk(k, dim=1, largest=False)
     seen = dist2 < VIEW**2
     g = lambda t: torch.gather(t, 1, who)  # noqa: E731
-    ax, ay = _to_ego_frame(g(x), g(y), ex, ey, eth)
+    ax, ay = _to_ego_frame(g(x), g(y), ex, ey, eth, cs)
     rel_th = g(th) - eth[:, None]
     feats = torch.stack(
         [ax, ay, g(v), torch.cos(rel_th), torch.sin(rel_th), g(length), g(width)], -1
     )
     agents = torch.zeros(n, num_agents, 7, device=x.device)
-    agents[:, :k] = torch.where(seen.unsqueeze(-1), feats, torch.zeros_like(feats)).float()
+    agents[:, :k] = torch.where(seen.unsqueeze(-1), feats, 0.0).float()
     mask = torch.zeros(n, num_agents, device=x.device)
     mask[:, :k] = seen.float()
     return agents, mask
 
 
-def observe_lanes(pts, have, ex, ey, eth, num_lanes: int):
+def observe_lanes(pts, have, ex, ey, eth, num_lanes: int, *, cs=None):
     """The ``lanes`` / ``lanes_mask`` observation from the chosen lanes ``pts`` ``(n, k,
     20, 2)`` (world frame) and ``have`` ``(n, k)``: their points in the ego frame, padded
-    to ``num_lanes``."""
+    to ``num_lanes`` (``cs``: as for :func:`observe_agents`)."""
     n, kl = have.shape
-    lx, ly = _to_ego_frame(pts[..., 0], pts[..., 1], ex, ey, eth)
+    lx, ly = _to_ego_frame(pts[..., 0], pts[..., 1], ex, ey, eth, cs)
     lanes = torch.zeros(n, num_lanes, LANE_POINTS, 2, device=pts.device)
     lanes[:, :kl] = torch.where(have[..., None, None], torch.stack([lx, ly], -1), 0.0).float()
     mask = torch.zeros(n, num_lanes, device=pts.device)
     mask[:, :kl] = have.float()
     return lanes, mask
+
+
+# The world runs hundreds of small tensor operations a step and none of them needs
+# gradients: without autograd's bookkeeping a batch of one steps faster (the same kernels,
+# so the same numbers). torch's private guard below the ADInplaceOrView key saves ~15%
+# more; it was measured and left out, being no public API.
 
 
 class _World:
@@ -399,6 +424,7 @@ class _World:
             real[i, : len(r.length)] = True
         self.lane_real = real
 
+    @torch.no_grad()
     def reset(self, generator: torch.Generator, index: torch.Tensor | None = None):
         T = self.T
         k = self.n if index is None else int(index.numel())
@@ -419,7 +445,13 @@ class _World:
         self.steer[idx] = 0.0
         self.end_code[idx] = 0
         self._lane_age[idx] = LANE_REFRESH
+        # the distance that truncates each episode (fixed for the episode)
+        self._limit = torch.minimum(
+            torch.full_like(self.start_s, self.max_distance),
+            self.traffic.route_length - self.start_s - 100.0,
+        )
 
+    @torch.no_grad()
     def step(self, action: torch.Tensor):
         tr = self.traffic
         tr.step(action)
@@ -436,19 +468,22 @@ class _World:
         offroad = tr.ego_offroad()
         terminated = collided | offroad
         driven = s - self.start_s
-        limit = torch.minimum(
-            torch.full_like(driven, self.max_distance), tr.route_length - self.start_s - 100.0
-        )
-        reached, timed_out = driven >= limit, self.steps >= self.max_steps
+        reached, timed_out = driven >= self._limit, self.steps >= self.max_steps
         truncated = (reached | timed_out) & ~terminated
         self.end_code = end_codes(collided, offroad, reached, timed_out)
         reward = PROGRESS_REWARD * progress - JERK_PENALTY * (jerk / 10.0).pow(2)
-        reward = torch.where(terminated, torch.full_like(reward, FAILURE_REWARD), reward)
+        reward = torch.where(terminated, FAILURE_REWARD, reward)
         return reward, terminated, truncated, collided, offroad
 
     def collisions(self) -> torch.Tensor:
+        st = self.traffic.state
+        # most steps nobody is near the ego: skip building the agents' boxes
+        xy = torch.stack([st.x, st.y], -1)
+        if not bool(_ego_near(xy, torch.stack([st.length, st.width], -1) / 2, st.valid).any()):
+            return torch.zeros(self.n, dtype=torch.bool, device=self.device)
         return ego_collisions(*self.traffic.agents())
 
+    @torch.no_grad()
     def observe(self) -> dict[str, torch.Tensor]:
         tr, pool = self.traffic, self.pool
         st = tr.state
@@ -456,7 +491,7 @@ class _World:
         lane = st.lane[:, 0]
         ex, ey, eth = st.x[:, 0], st.y[:, 0], st.theta[:, 0]
         # ego features
-        _, tangent = pool.point_at(net, lane, st.s[:, 0])
+        tangent = pool.tangent_at(net, lane, st.s[:, 0])
         lane_heading = torch.atan2(tangent[:, 1], tangent[:, 0])
         err = torch.atan2(torch.sin(eth - lane_heading), torch.cos(eth - lane_heading))
         frac = (tr.ego_route_s / tr.route_length).clamp(0, 1)
@@ -473,10 +508,11 @@ class _World:
             ],
             -1,
         )
+        # the heading's cosine and sine, shared by both ego frames (the same operation on
+        # the same (n,) view as each would do)
+        cs = (torch.cos(eth), torch.sin(eth))
         agents, agents_mask = observe_agents(
-            torch.stack([st.x, st.y, st.theta, st.v, st.length, st.width], -1),
-            st.valid,
-            self.num_agents,
+            (st.x, st.y, st.theta, st.v, st.length, st.width), st.valid, self.num_agents, cs=cs
         )
         # nearest lanes, chosen again every LANE_REFRESH steps (the ego moves ~12 m in
         # that time; the choice costs more than the rest of the observation)
@@ -484,7 +520,7 @@ class _World:
         if stale.numel():
             self._select_lanes(stale)
         lanes, lanes_mask = observe_lanes(
-            self._lane_pts, self._lane_have, ex, ey, eth, self.num_lanes
+            self._lane_pts, self._lane_have, ex, ey, eth, self.num_lanes, cs=cs
         )
         return {
             "ego": ego.float(),
@@ -510,7 +546,7 @@ class _World:
         dlk, lanes_idx = dl.topk(kl, dim=1, largest=False)
         u = torch.linspace(0, 1, LANE_POINTS, device=self.device)
         s_pts = pool.length[net[:, None], lanes_idx].unsqueeze(-1) * u
-        pts, _ = pool.point_at(
+        pts = pool.position_at(
             net[:, None, None].expand_as(s_pts), lanes_idx.unsqueeze(-1).expand_as(s_pts), s_pts
         )
         if self._lane_pts is None:
@@ -520,6 +556,7 @@ class _World:
         self._lane_have[rows] = torch.isfinite(dlk)
         self._lane_age[rows] = 0
 
+    @torch.no_grad()
     def info(self, collided=None, offroad=None) -> dict[str, torch.Tensor]:
         tr = self.traffic
         out = {
@@ -545,6 +582,12 @@ class _World:
         net = int(tr.net[i])
         road = self.pool.roads[net]
         return top_down(road, agents[i].cpu().numpy(), valid[i].cpu().numpy())
+
+
+def _host(x: torch.Tensor) -> np.ndarray:
+    """``x`` as a numpy array: a view of a CPU tensor (what ``x.cpu().numpy()`` gives, without
+    a torch operation), else a copy to the host."""
+    return x.numpy() if x.device.type == "cpu" else x.cpu().numpy()
 
 
 def _batch_obs(obs: dict, fn) -> dict:
@@ -740,7 +783,7 @@ class DrivingVectorEnv(gymnasium.vector.VectorEnv):
             index = torch.nonzero(resetting).flatten()
             if index.numel():
                 w.reset(self._generator, index)
-                reward = torch.where(resetting, torch.zeros_like(reward), reward)
+                reward = torch.where(resetting, 0.0, reward)
                 term, trunc = term & ~resetting, trunc & ~resetting
                 coll, off = coll & ~resetting, off & ~resetting
             self._autoreset = term | trunc
@@ -830,12 +873,15 @@ class DrivingEnv(gymnasium.Env):
     @staticmethod
     def _single(obs):
         if isinstance(obs, dict):
-            return {k: v[0].cpu().numpy() for k, v in obs.items()}
-        return obs[0].cpu().numpy()
+            return {k: _host(v)[0] for k, v in obs.items()}
+        return _host(obs)[0]
 
     @staticmethod
     def _single_info(info):
-        return {k: (bool(v[0]) if v.dtype == torch.bool else float(v[0])) for k, v in info.items()}
+        return {
+            k: (bool(_host(v)[0]) if v.dtype == torch.bool else float(_host(v)[0]))
+            for k, v in info.items()
+        }
 
     def step(self, action):
         if self._needs_reset:
@@ -846,13 +892,13 @@ class DrivingEnv(gymnasium.Env):
         a = self._vec._physical(action, None)
         w = self._vec.world
         reward, term, trunc, coll, off = w.step(a)
-        t, tr = bool(term[0]), bool(trunc[0])
+        t, tr = bool(_host(term)[0]), bool(_host(trunc)[0])
         self._needs_reset = t or tr
         info = self._single_info(w.info(coll, off))
-        code = int(w.end_code[0])
+        code = int(_host(w.end_code)[0])
         if code:
             info["end_reason"] = END_REASONS[code]
-        return self._single(self._vec._observe()), float(reward[0]), t, tr, info
+        return self._single(self._vec._observe()), float(_host(reward)[0]), t, tr, info
 
     def render(self):
         """An ``(H, W, 3)`` uint8 top-down frame around the ego."""

@@ -228,6 +228,7 @@ class RoadPool:
         self.conflict_lanes, self.conflict_s = t(tab["cl"], i64), t(tab["cs"])
         self.conflict_xy = t(tab["cxy"])
         self.zone_in, self.zone_out = t(tab["zin"]), t(tab["zout"])
+        self._set_point_tables()
 
     def _set_lane_conflicts(self, roads, L: int) -> None:
         """Every lane's conflicts and which side of each it is on (C per lane at most)."""
@@ -271,21 +272,65 @@ class RoadPool:
             np.concatenate([[0.0], np.cumsum(ds_sorted)]), dtype=torch.float64, device=self.device
         )
 
+    def _set_point_tables(self) -> None:
+        """Flat per-lane and per-point tables of :meth:`point_at` (each polyline segment
+        and its unit tangent, computed once with the operations the lookup used to do)."""
+        self._ds_flat = self.ds.reshape(-1)
+        self._length_flat = self.length.reshape(-1)
+        self._speed_limit_flat = self.speed_limit.reshape(-1)
+        self._end_flat = self.end.reshape(-1)
+        # successors of every lane: how many, the last valid pick, the table (flat rows)
+        self._num_succ_flat = self.num_succ.reshape(-1)
+        self._max_pick_flat = (self._num_succ_flat - 1).clamp(min=0)
+        self._succ_flat = self.succ.reshape(-1, self.succ.shape[-1])
+        self._last_seg_flat = self.num_points.reshape(-1) - 2
+        nxt = torch.cat([self.points[:, :, 1:], self.points[:, :, -1:]], 2).reshape(-1, 2)
+        self._seg_flat = nxt - self.points_flat  # the last point of a lane: never indexed
+        ds_seg = self.ds_seg.unsqueeze(-1).expand(self.N, self.L, self.P).reshape(-1, 1)
+        self._tangent_flat = self._seg_flat / ds_seg
+
     # ------------------------------------------------------------------ geometry
     def point_at(self, net, lane, s):
         """Position ``(..., 2)`` and unit tangent ``(..., 2)`` at arc length ``s`` of
         ``lane`` of network ``net`` (all broadcastable, same shape)."""
+        base, frac = self._segment(net, lane, s)
+        return self.points_flat[base] + frac * self._seg_flat[base], self._tangent_flat[base]
+
+    def position_at(self, net, lane, s):
+        """The position of :meth:`point_at` alone."""
+        base, frac = self._segment(net, lane, s)
+        return self.points_flat[base] + frac * self._seg_flat[base]
+
+    def tangent_at(self, net, lane, s):
+        """The unit tangent of :meth:`point_at` alone."""
         flat = net * self.L + lane.clamp(min=0)
-        ds = self.ds.reshape(-1)[flat]
-        n_pts = self.num_points.reshape(-1)[flat]
-        u = (s / ds).clamp(min=0)
-        i0 = torch.minimum(u.floor().long(), n_pts - 2)
+        u = (s / self._ds_flat[flat]).clamp(min=0)
+        i0 = torch.minimum(u.long(), self._last_seg_flat[flat])
+        return self._tangent_flat[flat * self.P + i0]
+
+    def _segment(self, net, lane, s):
+        """The flat index of the segment holding arc length ``s`` and the fraction
+        ``(..., 1)`` of it before ``s`` (``u >= 0``: truncation is the floor)."""
+        flat = net * self.L + lane.clamp(min=0)
+        u = (s / self._ds_flat[flat]).clamp(min=0)
+        i0 = torch.minimum(u.long(), self._last_seg_flat[flat])
         frac = (u - i0.to(u.dtype)).clamp(max=1.0).unsqueeze(-1)
-        base = flat * self.P + i0
-        p0 = self.points_flat[base]
-        seg = self.points_flat[base + 1] - p0
-        tangent = seg / self.ds_seg.reshape(-1)[flat].unsqueeze(-1)
-        return p0 + frac * seg, tangent
+        return flat * self.P + i0, frac
+
+    def lane_rows(self, net, lane):
+        """What :meth:`point_at` looks up per lane, for several :meth:`point_on` calls on
+        the same lanes."""
+        flat = net * self.L + lane.clamp(min=0)
+        return flat, self._ds_flat[flat], self._last_seg_flat[flat], flat * self.P
+
+    def point_on(self, rows, s):
+        """:meth:`point_at` on the lanes of ``rows`` (:meth:`lane_rows`)."""
+        _, ds, last, first = rows
+        u = (s / ds).clamp(min=0)
+        i0 = torch.minimum(u.long(), last)
+        frac = (u - i0.to(u.dtype)).clamp(max=1.0).unsqueeze(-1)
+        base = first + i0
+        return self.points_flat[base] + frac * self._seg_flat[base], self._tangent_flat[base]
 
 
 def _pool_tables(roads) -> dict:
@@ -521,7 +566,37 @@ class Traffic:
         return p.to(device=self.device, dtype=self.dtype)
 
     def _param(self, name: str) -> torch.Tensor:
-        return self.params[:, PARAM_NAMES.index(name)]
+        return self._param_cols()[name][0]
+
+    def _param2(self, name: str) -> torch.Tensor:
+        """``_param(name)[:, None]`` ``(n, 1)``."""
+        return self._param_cols()[name][1]
+
+    def _param_cols(self) -> dict:
+        """Views of the parameter columns, ``(n,)`` and ``(n, 1)``, made again when
+        ``self.params`` is replaced (views: they follow changes made in place)."""
+        if self.__dict__.get("_pcols_of") is not self.params:
+            p = self.params
+            self._pcols = {k: (p[:, i], p[:, i].unsqueeze(-1)) for i, k in enumerate(PARAM_NAMES)}
+            self._pcols_of = p
+        return self._pcols
+
+    def _net2(self) -> torch.Tensor:
+        """``self.net[:, None].expand(n, V)``, a view made again when ``self.net`` is
+        replaced."""
+        if self.__dict__.get("_net2_of") is not self.net:
+            self._net2_val = self.net[:, None].expand(self.n, self.V)
+            self._net2_of = self.net
+        return self._net2_val
+
+    def _slots(self, k: int, width: int) -> torch.Tensor:
+        """``arange(V)`` as ``(k, V, width)`` (cached)."""
+        cache = self.__dict__.setdefault("_slots_cache", {})
+        out = cache.get((k, width))
+        if out is None:
+            slots = torch.arange(self.V, device=self.device).expand(k, self.V)
+            out = cache[(k, width)] = slots.unsqueeze(-1).expand(k, self.V, width)
+        return out
 
     # ------------------------------------------------------------------ reset
     def reset(
@@ -566,8 +641,9 @@ class Traffic:
         self._update_route_progress(idx, search=True)
         # fill the window around the ego: rounds of 4 far-apart candidate spots per scene
         idle = 0
+        counts = self._target_count(idx)  # the egos stay put while the scenes fill
         for _ in range(RESET_ROUNDS):
-            added = self._spawn(idx, min_distance=8.0, candidates=4) >= 0
+            added = self._spawn(idx, min_distance=8.0, candidates=4, counts=counts) >= 0
             idle = 0 if bool(added.any()) else idle + 1
             if idle == 3:  # full (or no free spot found three times running)
                 break
@@ -677,13 +753,15 @@ class Traffic:
     def _choose_next(self, net, lane):
         """A random successor of each ``lane`` (-1 where it has none)."""
         pool = self.pool
-        lane_c = lane.clamp(min=0)
-        count = pool.num_succ[net, lane_c]
-        u = torch.rand(lane.shape, generator=self.generator).to(self.device)
+        flat = net * pool.L + lane.clamp(min=0)
+        count = pool._num_succ_flat[flat]
+        u = torch.rand(lane.shape, generator=self.generator)
+        if u.device != self.device:
+            u = u.to(self.device)
         pick = (u * count.to(u.dtype)).floor().long().clamp(min=0)
-        pick = torch.minimum(pick, (count - 1).clamp(min=0))
-        nxt = torch.gather(pool.succ[net, lane_c], -1, pick.unsqueeze(-1)).squeeze(-1)
-        return torch.where((lane >= 0) & (count > 0), nxt, torch.full_like(nxt, -1))
+        pick = torch.minimum(pick, pool._max_pick_flat[flat])
+        nxt = torch.gather(pool._succ_flat[flat], -1, pick.unsqueeze(-1)).squeeze(-1)
+        return torch.where((lane >= 0) & (count > 0), nxt, -1)
 
     def _rows(self, rows, *names):
         """State fields (and the scenes' networks) of all scenes or of ``rows``."""
@@ -701,11 +779,10 @@ class Traffic:
     def _path_offsets(self, net, lanes):
         """Arc length from the start of a path ``lanes`` ``(..., 3)`` to the start of each
         of its lanes (INF where the path has no such lane); ``net`` ``(...)``."""
-        ln = self.pool.length[net.unsqueeze(-1).expand_as(lanes), lanes.clamp(min=0)]
-        off = torch.zeros_like(ln)
-        off[..., 1] = ln[..., 0]
-        off[..., 2] = ln[..., 0] + ln[..., 1]
-        return torch.where(lanes >= 0, off, torch.full_like(off, INF))
+        ln = self.pool.length[net.unsqueeze(-1), lanes.clamp(min=0)]
+        ln0, ln1, _ = ln.unbind(-1)
+        off = torch.stack([torch.zeros_like(ln0), ln0, ln0 + ln1], -1)
+        return torch.where(lanes >= 0, off, INF)
 
     def _occupancy(self, rows=None):
         """The lanes each vehicle occupies ``(B, V, 5)`` and its arc length on each: its
@@ -721,9 +798,9 @@ class Traffic:
         ratio = pool.length[net, from_lane.clamp(min=0)] / pool.length[net, lane_c]
         sh = pool.shadow[net, lane_c]  # B,V,3
         near = s.unsqueeze(-1) < pool.shadow_len[net, lane_c] + 0.5 * length.unsqueeze(-1)
-        sh = torch.where(near, sh, torch.full_like(sh, -1))
+        sh = torch.where(near, sh, -1)
         occ = torch.cat([torch.stack([lane, from_lane], dim=-1), sh], -1)
-        occ = torch.where(valid.unsqueeze(-1), occ, torch.full_like(occ, -1))
+        occ = torch.where(valid.unsqueeze(-1), occ, -1)
         occ_s = torch.cat([torch.stack([s, s * ratio], dim=-1), s.unsqueeze(-1).expand_as(sh)], -1)
         return occ, occ_s
 
@@ -734,16 +811,16 @@ class Traffic:
         st, pool = self.state, self.pool
         lanes, off = self._path()
         occ, occ_s = self._occupancy()
-        slots = torch.arange(self.V, device=self.device).expand(self.n, self.V)
-        occ_index = _LaneIndex(pool.L, occ, occ_s, slots.unsqueeze(-1).expand_as(occ))
+        occ_index = _LaneIndex(pool.L, occ, occ_s, self._slots(self.n, occ.shape[-1]))
         # paths, and the lane a vehicle is leaving (its followers there must see it)
         path_s = torch.cat([st.s.unsqueeze(-1) - off, occ_s[..., 1:2]], -1)
         path_lanes = torch.cat([lanes, occ[..., 1:2]], -1)
         path_lanes = torch.where(
             st.valid.unsqueeze(-1), path_lanes, torch.full_like(path_lanes, -1)
         )
-        path_index = _LaneIndex(
-            pool.L, path_lanes, path_s, slots.unsqueeze(-1).expand_as(path_lanes)
+        # sorted when first asked (a spawn attempt that gets far, a MOBIL step)
+        path_index = _LazyLaneIndex(
+            pool.L, path_lanes, path_s, self._slots(self.n, path_lanes.shape[-1])
         )
         self._occ = (occ, occ_s)  # reused by step (the state does not change in between)
         return lanes, off, occ_index, path_index
@@ -758,7 +835,7 @@ class Traffic:
         dist, p = dist.min(-1)
         who = torch.gather(who, -1, p.unsqueeze(-1)).squeeze(-1)
         len_j = torch.gather(self.state.length, 1, who.clamp(min=0))
-        gap = torch.where(who >= 0, dist - 0.5 * (q_len + len_j), torch.full_like(dist, INF))
+        gap = torch.where(who >= 0, dist - 0.5 * (q_len + len_j), INF)
         return gap, who
 
     def _followers(self, q_lane, q_s, q_len, path_index):
@@ -767,25 +844,25 @@ class Traffic:
         dist, who = path_index.behind(q_lane.unsqueeze(-1), q_s.unsqueeze(-1))
         dist, who = dist.squeeze(-1), who.squeeze(-1)
         len_j = torch.gather(self.state.length, 1, who.clamp(min=0))
-        gap = torch.where(who >= 0, dist - 0.5 * (q_len + len_j), torch.full_like(dist, INF))
+        gap = torch.where(who >= 0, dist - 0.5 * (q_len + len_j), INF)
         return gap, who
 
     def _idm(self, v, v0, gap, v_lead):
         """IDM acceleration (``gap`` INF: free road), per scene parameters broadcast."""
-        T = self._param("time_headway")[:, None]
-        s0 = self._param("min_gap")[:, None]
-        a = self._param("max_accel")[:, None]
-        b = self._param("comfort_decel")[:, None]
+        T = self._param2("time_headway")
+        s0 = self._param2("min_gap")
+        a = self._param2("max_accel")
+        b = self._param2("comfort_decel")
         free = 1.0 - (v / v0.clamp(min=0.1)).clamp(min=0).pow(4)
         dv = v - v_lead
         s_star = s0 + (v * T + v * dv / (2.0 * torch.sqrt(a * b))).clamp(min=0)
         interaction = (s_star / gap.clamp(min=0.1)).pow(2)
-        interaction = torch.where(gap < INF / 2, interaction, torch.zeros_like(interaction))
+        interaction = torch.where(gap < INF / 2, interaction, 0.0)
         return a * (free - interaction)
 
     def _gather_v(self, who):
         v = torch.gather(self.state.v, 1, who.clamp(min=0))
-        return torch.where(who >= 0, v, torch.zeros_like(v))
+        return torch.where(who >= 0, v, 0.0)
 
     # ------------------------------------------------------------------ step
     def step(self, ego_action: torch.Tensor | None = None) -> None:
@@ -796,8 +873,7 @@ class Traffic:
         if self.ego_mode == "external" and ego_action is None:
             raise ValueError("an external ego needs ego_action of shape (n, 2) at every step")
         st, pool = self.state, self.pool
-        B, V = self.n, self.V
-        net2 = self.net[:, None].expand(B, V)
+        net2 = self._net2()
         lanes, off, occ_index, path_index = self._indices()
         # new vehicles first, at free spots of the current state
         new_slots = self._spawn(
@@ -807,47 +883,54 @@ class Traffic:
             candidates=SPAWN_CANDIDATES,
         )
         spawned = (new_slots >= 0).any(1)
-        if bool(spawned.any()):
+        any_spawned = bool(spawned.any())
+        if any_spawned:
             lanes, off = self._path()
 
         # --- leaders and the desired speed
         gap, who = self._gaps(lanes, off, st.s, st.length, occ_index)
-        if bool(spawned.any()):
+        if any_spawned:
             # the indices predate this step's new vehicles (a few per scene): add
             # each as a possible leader of the others in its scene (cheaper than sorting
             # again); lane changes wait a step in those scenes (see _mobil)
             for c in range(new_slots.shape[1]):
                 gap, who = self._with_new_leaders(gap, who, lanes, off, new_slots[:, c])
         # a vehicle changing lanes still keeps its distance in the lane it is leaving
+        # (none changing lanes: every such gap would be INF, closer nowhere; skipped)
         occ, occ_s = self._occ
-        d_from, who_from = occ_index.ahead(occ[..., 1], occ_s[..., 1])
-        len_from = torch.gather(st.length, 1, who_from.clamp(min=0))
-        gap_from = torch.where(who_from >= 0, d_from - 0.5 * (st.length + len_from), INF)
-        closer = gap_from < gap
-        gap = torch.where(closer, gap_from, gap)
-        who = torch.where(closer, who_from, who)
+        if bool((occ[..., 1] >= 0).any()):
+            d_from, who_from = occ_index.ahead(occ[..., 1], occ_s[..., 1])
+            len_from = torch.gather(st.length, 1, who_from.clamp(min=0))
+            gap_from = torch.where(who_from >= 0, d_from - 0.5 * (st.length + len_from), INF)
+            closer = gap_from < gap
+            gap = torch.where(closer, gap_from, gap)
+            who = torch.where(closer, who_from, who)
         v_lead = self._gather_v(who)
-        limit = pool.speed_limit[net2, st.lane.clamp(min=0)]
-        v0 = limit * st.v_factor * self._param("speed_factor")[:, None]
-        b = self._param("comfort_decel")[:, None]
-        for p in (1, 2):  # slow down in time for a slower lane ahead
-            lim_p = pool.speed_limit[net2, lanes[..., p].clamp(min=0)]
-            dist = (off[..., p] - st.s).clamp(min=0)
-            cap = torch.sqrt(lim_p.pow(2) * st.v_factor.pow(2) + 2 * b * dist)
-            v0 = torch.where(lanes[..., p] >= 0, torch.minimum(v0, cap), v0)
+        # the path's lanes in the pool's flat tables (lanes[..., 0] is the current lane)
+        flat3 = net2.unsqueeze(-1) * pool.L + lanes.clamp(min=0)
+        real3 = lanes >= 0
+        lim3 = pool._speed_limit_flat[flat3]
+        v0 = lim3[..., 0] * st.v_factor * self._param2("speed_factor")
+        b = self._param2("comfort_decel")
+        # slow down in time for a slower lane ahead (elementwise: both lanes at once)
+        dist = (off[..., 1:] - st.s.unsqueeze(-1)).clamp(min=0)
+        cap = torch.sqrt(
+            lim3[..., 1:].pow(2) * st.v_factor.pow(2).unsqueeze(-1) + (2 * b).unsqueeze(-1) * dist
+        )
+        for p in (1, 2):
+            v0 = torch.where(real3[..., p], torch.minimum(v0, cap[..., p - 1]), v0)
         # an ending lane at the end of the known path is a stopped obstacle
-        last_end = torch.full_like(st.s, INF)
-        for p in (0, 1, 2):
-            lp = lanes[..., p]
-            ends = (lp >= 0) & (pool.end[net2, lp.clamp(min=0)] == END_LANE_END)
-            d_end = off[..., p] + pool.length[net2, lp.clamp(min=0)] - st.s - 0.5 * st.length
-            last_end = torch.where(ends, torch.minimum(last_end, d_end), last_end)
+        ends = real3 & (pool._end_flat[flat3] == END_LANE_END)
+        d_end = (
+            off + pool._length_flat[flat3] - st.s.unsqueeze(-1) - (0.5 * st.length).unsqueeze(-1)
+        )
+        last_end = torch.where(ends, d_end, INF).amin(-1)
         stop_gap = last_end
         # junction yielding: a stopped obstacle before the conflict point
         stop_gap = torch.minimum(stop_gap, self._yield_gaps(lanes, off, net2))
         use_stop = stop_gap < gap
         gap_eff = torch.where(use_stop, stop_gap, gap)
-        v_lead_eff = torch.where(use_stop, torch.zeros_like(v_lead), v_lead)
+        v_lead_eff = torch.where(use_stop, 0.0, v_lead)
         acc = self._idm(st.v, v0, gap_eff, v_lead_eff).clamp(-MAX_BRAKE, MAX_ACCEL)
 
         # --- lane changes
@@ -861,13 +944,12 @@ class Traffic:
         # --- steering: pure pursuit on the path
         look = (0.8 * st.v + 4.0).clamp(6.0, 25.0)
         s_t = st.s + look
-        tgt_lane = st.lane.clone()
-        s_on = s_t.clone()
+        tgt_lane, s_on = st.lane, s_t
         for p in (1, 2):
             beyond = (lanes[..., p] >= 0) & (s_t >= off[..., p])
             tgt_lane = torch.where(beyond, lanes[..., p], tgt_lane)
             s_on = torch.where(beyond, s_t - off[..., p], s_on)
-        target, _ = pool.point_at(net2, tgt_lane, s_on)
+        target = pool.position_at(net2, tgt_lane, s_on)
         dx, dy = target[..., 0] - st.x, target[..., 1] - st.y
         alpha = torch.atan2(dy, dx) - st.theta
         alpha = torch.atan2(torch.sin(alpha), torch.cos(alpha))
@@ -922,7 +1004,7 @@ class Traffic:
         net3 = self.net[:, None, None].expand_as(lanes)
         conf = pool.lane_conflicts[net3, lanes.clamp(min=0)]  # B,V,3,C
         ok = (lanes >= 0) & st.valid.unsqueeze(-1)
-        conf = torch.where(ok.unsqueeze(-1), conf, torch.full_like(conf, -1))
+        conf = torch.where(ok.unsqueeze(-1), conf, -1)
         b, i, p, c = torch.nonzero(conf >= 0, as_tuple=True)
         if b.numel() == 0:
             return torch.full_like(st.s, INF)
@@ -951,7 +1033,7 @@ class Traffic:
         # anyone arriving on side 0 within the horizon (gap acceptance)
         must = other[:, 0] | other[:, 2] | (other[:, 1] & (side == 1))
         must &= approach & ~committed
-        gap = torch.where(must, stop_gap, torch.full_like(stop_gap, INF))
+        gap = torch.where(must, stop_gap, INF)
         gaps = torch.full((B * V,), INF, dtype=self.dtype, device=self.device)
         gaps.scatter_reduce_(0, b * V + i, gap, "amin")
         return gaps.reshape(B, V)
@@ -962,12 +1044,12 @@ class Traffic:
         st = self.state
         slot = new_slot.clamp(min=0).unsqueeze(-1)  # B,1
         new_lane = torch.gather(st.lane, 1, slot)
-        new_lane = torch.where(new_slot.unsqueeze(-1) >= 0, new_lane, torch.full_like(new_lane, -1))
+        new_lane = torch.where(new_slot.unsqueeze(-1) >= 0, new_lane, -1)
         new_s = torch.gather(st.s, 1, slot)
         new_len = torch.gather(st.length, 1, slot)
         match = (lanes == new_lane.unsqueeze(-1)) & (new_lane.unsqueeze(-1) >= 0)  # B,V,3
         d = off + new_s.unsqueeze(-1) - st.s.unsqueeze(-1)
-        d = torch.where(match & (d > 0), d, torch.full_like(d, INF)).amin(-1)
+        d = torch.where(match & (d > 0), d, INF).amin(-1)
         d = d - 0.5 * (st.length + new_len)
         d = torch.where(torch.arange(self.V, device=self.device) == slot, INF, d)
         closer = d < gap
@@ -990,7 +1072,7 @@ class Traffic:
         eligible &= ~spawned.unsqueeze(-1)  # the indices do not hold this step's new cars
         if not bool(eligible.any()):
             return
-        tgt = torch.where(eligible, target, torch.full_like(target, -1))
+        tgt = torch.where(eligible, target, -1)
         ratio = pool.length[net2, tgt.clamp(min=0)] / pool.length[net2, lane_c]
         s_t = st.s * ratio
         n1 = self._choose_next(net2, tgt)
@@ -1002,7 +1084,7 @@ class Traffic:
         g_f, fol_new = self._followers(tgt, s_t, st.length, path_index)
         v = st.v
         limit_t = pool.speed_limit[net2, tgt.clamp(min=0)]
-        v0_t = limit_t * st.v_factor * self._param("speed_factor")[:, None]
+        v0_t = limit_t * st.v_factor * self._param2("speed_factor")
         # an ending target lane is an obstacle there too
         end_t = torch.full_like(st.s, INF)
         for p in (0, 1, 2):
@@ -1015,7 +1097,7 @@ class Traffic:
             v,
             v0_t,
             torch.where(use_end, end_t, g_new),
-            torch.where(use_end, torch.zeros_like(v), self._gather_v(lead_new)),
+            torch.where(use_end, 0.0, self._gather_v(lead_new)),
         ).clamp(-MAX_BRAKE, MAX_ACCEL)
         # the new follower: before (its current acceleration) and after (i ahead of it)
         v_f = self._gather_v(fol_new)
@@ -1023,8 +1105,8 @@ class Traffic:
         v0_f = torch.gather(v0, 1, fol_new.clamp(min=0))
         a_f_new = self._idm(v_f, v0_f, g_f, v)
         has_f = fol_new >= 0
-        a_f_old = torch.where(has_f, a_f_old, torch.zeros_like(a_f_old))
-        a_f_new = torch.where(has_f, a_f_new, torch.zeros_like(a_f_new))
+        a_f_old = torch.where(has_f, a_f_old, 0.0)
+        a_f_new = torch.where(has_f, a_f_new, 0.0)
         # the old follower: gains the gap of i
         g_o, fol_old = self._followers(st.lane, st.s, st.length, path_index)
         has_o = fol_old >= 0
@@ -1033,17 +1115,17 @@ class Traffic:
         v0_o = torch.gather(v0, 1, fol_old.clamp(min=0))
         g_o_new = g_o + st.length + gap
         a_o_new = self._idm(v_o, v0_o, g_o_new, self._gather_v(who))
-        a_o_old = torch.where(has_o, a_o_old, torch.zeros_like(a_o_old))
-        a_o_new = torch.where(has_o, a_o_new, torch.zeros_like(a_o_new))
-        p = self._param("politeness")[:, None]
-        thr = self._param("change_threshold")[:, None]
-        b_safe = self._param("safe_decel")[:, None]
+        a_o_old = torch.where(has_o, a_o_old, 0.0)
+        a_o_new = torch.where(has_o, a_o_new, 0.0)
+        p = self._param2("politeness")
+        thr = self._param2("change_threshold")
+        b_safe = self._param2("safe_decel")
         incentive = a_i_new - acc + p * (a_f_new - a_f_old + a_o_new - a_o_old)
         bias = -A_BIAS if direction == "right" else A_BIAS
         # leaving an ending lane is mandatory: the bias grows as its end nears
         mandatory = (last_end < 250.0) & (end_t > last_end + 50.0)
         incentive = incentive + torch.where(mandatory, torch.full_like(incentive, 3.0), 0.0)
-        s0 = self._param("min_gap")[:, None]
+        s0 = self._param2("min_gap")
         safe = (a_f_new > -b_safe) & (g_new > 0.5 * s0) & (g_f > 0.5 * s0)
         # too close to the end of the lane to finish a change on it
         room = pool.length[net2, lane_c] - st.s > 10.0
@@ -1069,10 +1151,11 @@ class Traffic:
         # well under a centimetre; each step starts from the last, so nothing drifts
         pos = torch.stack([st.x, st.y], -1)
         s_new = st.s
+        rows = pool.lane_rows(net2, st.lane)
         for _ in range(2):
-            c, t = pool.point_at(net2, st.lane, s_new)
+            c, t = pool.point_on(rows, s_new)
             s_new = s_new + ((pos - c) * t).sum(-1)
-        c, t = pool.point_at(net2, st.lane, s_new)
+        c, t = pool.point_on(rows, s_new)
         rel = pos - c
         offset = t[..., 0] * rel[..., 1] - t[..., 1] * rel[..., 0]
         st.s = torch.where(st.valid, s_new.clamp(min=0), st.s)
@@ -1111,22 +1194,22 @@ class Traffic:
         lane, s = st.lane[:, 0], st.s[:, 0]
         pred0 = pool.pred[net, lane, 0]
         siblings = pool.succ[net, pred0.clamp(min=0)]
-        siblings = torch.where((pred0 >= 0).unsqueeze(-1), siblings, torch.full_like(siblings, -1))
+        siblings = torch.where((pred0 >= 0).unsqueeze(-1), siblings, -1)
         left, right = pool.left[net, lane], pool.right[net, lane]
         cand = torch.cat([torch.stack([lane, left, right], -1), siblings], -1)  # B,7
-        netc = net.unsqueeze(-1).expand_as(cand)
-        ratio = pool.length[netc, cand.clamp(min=0)] / pool.length[net, lane].unsqueeze(-1)
+        rows = pool.lane_rows(net.unsqueeze(-1), cand)
+        ln = pool._length_flat[rows[0]]  # the candidates' lengths
+        ratio = ln / pool.length[net, lane].unsqueeze(-1)
         s_c = torch.cat([s.unsqueeze(-1) * ratio[:, :3], s.unsqueeze(-1).expand(-1, 4)], -1)
         pos = torch.stack([st.x[:, 0], st.y[:, 0]], -1).unsqueeze(1)
         for _ in range(2):
-            c, t = pool.point_at(netc, cand, s_c)
+            c, t = pool.point_on(rows, s_c)
             s_c = s_c + ((pos - c) * t).sum(-1)
-        c, t = pool.point_at(netc, cand, s_c)
+        c, t = pool.point_on(rows, s_c)
         rel = pos - c
         off = t[..., 0] * rel[..., 1] - t[..., 1] * rel[..., 0]
-        ln = pool.length[netc, cand.clamp(min=0)]
         usable = (cand >= 0) & (s_c >= -1.0) & (s_c <= ln + 1.0)
-        score = torch.where(usable, off.abs(), torch.full_like(off, INF))
+        score = torch.where(usable, off.abs(), INF)
         score[:, 0] = torch.where(usable[:, 0], score[:, 0] - 1e-3, score[:, 0])  # keep ties
         best = score.argmin(-1, keepdim=True)
         new_lane = torch.gather(cand, 1, best).squeeze(1)
@@ -1139,14 +1222,14 @@ class Traffic:
             n1 = torch.where(n1 >= 0, n1, self._choose_next(net, new_lane))
             n2 = pool.route_next[net, n1.clamp(min=0)]
             n2 = torch.where(n2 >= 0, n2, self._choose_next(net, n1))
-            n2 = torch.where(n1 >= 0, n2, torch.full_like(n2, -1))
+            n2 = torch.where(n1 >= 0, n2, -1)
             st.nxt[:, 0] = torch.where(
                 changed.unsqueeze(-1), torch.stack([n1, n2], -1), st.nxt[:, 0]
             )
         # straddling: also occupy the neighbour on the side of the offset
         o = st.offset[:, 0]
         side = torch.where(o > 0, pool.left[net, new_lane], pool.right[net, new_lane])
-        st.from_lane[:, 0] = torch.where(o.abs() > STRADDLE, side, torch.full_like(side, -1))
+        st.from_lane[:, 0] = torch.where(o.abs() > STRADDLE, side, -1)
 
     def ego_offroad(self) -> torch.Tensor:
         """``(n,)`` bool: the ego's centre is more than ``OFFROAD_MARGIN`` m beyond the
@@ -1187,36 +1270,32 @@ class Traffic:
         occ_index = _LaneIndex(pool.L, occ, occ_s, slots.unsqueeze(-1).expand_as(occ))
         path_s = torch.cat([st.s[rows].unsqueeze(-1) - off, occ_s[..., 1:2]], -1)
         path_lanes = torch.cat([lanes, occ[..., 1:2]], -1)
-        path_lanes = torch.where(valid, path_lanes, torch.full_like(path_lanes, -1))
+        path_lanes = torch.where(valid, path_lanes, -1)
         owners = slots.unsqueeze(-1).expand_as(path_lanes)
-        return occ_index, _LaneIndex(pool.L, path_lanes, path_s, owners)
+        return occ_index, _LazyLaneIndex(pool.L, path_lanes, path_s, owners)
 
-    def _spawn(self, idx, *, min_distance: float, indices=None, candidates: int = 1):
+    def _spawn(self, idx, *, min_distance: float, indices=None, candidates: int = 1, counts=None):
         """Spawn attempts (``candidates`` spots each) in the scenes of ``idx`` (None: all)
         that lack vehicles; returns the slots of the new vehicles ``(n, candidates)`` (-1:
         none).
 
         ``indices``: the full-batch lane indices of the current state (the step's); else
         indices of just these scenes are built (resets: cheap for a few scenes).
+        ``counts``: ``_target_count(idx)`` when the caller has it (the egos did not move).
         """
         st, pool = self.state, self.pool
         new_slot = torch.full((self.n, candidates), -1, dtype=torch.long, device=self.device)
         if idx is None:
             idx = torch.arange(self.n, device=self.device)
-        target, lo, hi = self._target_count(idx)
-        free = (~st.valid[idx]).sum(1)
-        want = (st.valid[idx].sum(1) < torch.clamp(target + 1, max=self.V)) & (free > 0)
+        target, lo, hi = self._target_count(idx) if counts is None else counts
+        valid = st.valid[idx]
+        free = (~valid).sum(1)
+        want = (valid.sum(1) < torch.clamp(target + 1, max=self.V)) & (free > 0)
         want &= hi > lo
         if not bool(want.any()):
             return new_slot
         idx, lo, hi, free = idx[want], lo[want], hi[want], free[want]
         k, m = int(idx.numel()), int(candidates)
-        if indices is None:
-            occ_index, path_index = self._local_indices(idx)
-            scenes = torch.arange(k, device=self.device)
-        else:
-            occ_index, path_index = indices
-            scenes = idx
         g = self.generator
         u = torch.rand(k, m, generator=g, dtype=torch.float64).to(self.device)
         j = lo[:, None] + (u * (hi - lo).to(torch.float64)[:, None]).long()
@@ -1241,6 +1320,16 @@ class Traffic:
         length, width, factor = (t.to(self.device, self.dtype) for t in (length, width, factor))
         n1 = self._choose_next(net, lane)
         n2 = self._choose_next(net, n1)
+        # every random number of the attempt is drawn: with no spot clear of the ego and
+        # the others, nothing below can accept one (the same answer, far fewer operations)
+        if not bool(ok.any()):
+            return new_slot
+        if indices is None:
+            occ_index, path_index = self._local_indices(idx)
+            scenes = torch.arange(k, device=self.device)
+        else:
+            occ_index, path_index = indices
+            scenes = idx
         q_lanes = torch.stack([lane, n1, n2], -1)  # k,m,3
         q_off = self._path_offsets(net, q_lanes)
         # the leader ahead on the spot's path and the follower behind it
@@ -1249,11 +1338,14 @@ class Traffic:
         d, p = d.min(-1)
         who = torch.gather(who, -1, p.unsqueeze(-1)).squeeze(-1)
         g_lead = torch.where(who >= 0, d - 0.5 * (length + st.length[rows, who.clamp(min=0)]), INF)
+        par = lambda name: self._param2(name)[idx]  # noqa: E731
+        T, s0 = par("time_headway"), par("min_gap")
+        accept = ok & (g_lead > s0 + 1.0)
+        if not bool(accept.any()):  # no room behind a leader: the speed checks cannot help
+            return new_slot
         d, fol = path_index.behind(lane.unsqueeze(-1), s.unsqueeze(-1), scenes)
         d, fol = d.squeeze(-1), fol.squeeze(-1)
         g_fol = torch.where(fol >= 0, d - 0.5 * (length + st.length[rows, fol.clamp(min=0)]), INF)
-        par = lambda name: self._param(name)[idx].unsqueeze(-1)  # noqa: E731
-        T, s0 = par("time_headway"), par("min_gap")
         v_des = pool.speed_limit[net, lane] * factor * par("speed_factor")
         v_lead = torch.where(who >= 0, st.v[rows, who.clamp(min=0)], v_des)
         a_max, b_cmf = par("max_accel"), par("comfort_decel")
@@ -1264,10 +1356,17 @@ class Traffic:
         v = torch.minimum(v_des, v_lead)
         v = torch.minimum(v, ((g_lead - s0) / T).clamp(min=0))
         spacing = 1000.0 / par("density").clamp(min=1e-3) - sum(CAR_LENGTH) / 2
-        v = torch.minimum(v, _idm_equilibrium_speed(spacing, v_des, s0, T))
         d_stop = self._stop_distance(net, q_lanes, q_off, s) - 0.5 * length - 2.0
-        v = torch.minimum(v, torch.sqrt(2 * b_cmf * d_stop.clamp(min=0)))
-        v_fol = torch.where(fol >= 0, st.v[rows, fol.clamp(min=0)], torch.zeros_like(v))
+        v_stop = torch.sqrt(2 * b_cmf * d_stop.clamp(min=0))
+        # the equilibrium speed matters only where it is below the other bounds: the
+        # bisection stops once it is known to be above them for every candidate that can
+        # still be accepted (min is exact: v is the same number either way)
+        v_eq = _idm_equilibrium_speed(
+            spacing, v_des, s0, T, settled=(torch.minimum(v, v_stop), accept)
+        )
+        v = torch.minimum(v, v_eq)
+        v = torch.minimum(v, v_stop)
+        v_fol = torch.where(fol >= 0, st.v[rows, fol.clamp(min=0)], 0.0)
         # the follower must not need to brake harder than comfortably: its IDM
         # deceleration with the new car ahead >= -b, and room to stop behind it at b
         fol_c = fol.clamp(min=0)
@@ -1283,7 +1382,7 @@ class Traffic:
         a_fol = a_max * (1 - (v_fol / v0_fol.clamp(min=0.1)).pow(4) - (s_star / gap_f).pow(2))
         stop = s0 + (v_fol.pow(2) - v.pow(2)).clamp(min=0) / (2 * b_cmf)
         fol_ok = (fol < 0) | ((a_fol >= -b_cmf) & (g_fol > stop + 1.0))
-        accept = ok & (g_lead > s0 + 1.0) & fol_ok
+        accept &= fol_ok
         # the r-th accepted candidate of a scene takes its r-th free slot
         rank = accept.long().cumsum(1) - 1
         accept &= rank < free.unsqueeze(-1)
@@ -1331,9 +1430,11 @@ class Traffic:
     def _update_route_progress(self, idx, *, search: bool = False):
         """The ego's arc length along the route polyline (windowed projection)."""
         pool, st = self.pool, self.state
-        if idx is None:
-            idx = torch.arange(self.n, device=self.device)
-        net = self.net[idx]
+        if idx is None:  # every scene: slices (the same values as an index of all rows)
+            idx = slice(None)
+            net = self.net
+        else:
+            net = self.net[idx]
         M = pool.route_points.shape[1]
         first = self._route_idx[idx]
         if search:
@@ -1342,7 +1443,9 @@ class Traffic:
             d = (rp[..., 0] - st.x[idx, :1]) ** 2 + (rp[..., 1] - st.y[idx, :1]) ** 2
             j = d.argmin(1)
         else:
-            k = torch.arange(-3, 30, device=self.device)
+            k = self.__dict__.get("_route_window")
+            if k is None:
+                k = self._route_window = torch.arange(-3, 30, device=self.device)
             cand = (first[:, None] + k).clamp(0, M - 1)
             rp = pool.route_points[net[:, None], cand]
             d = (rp[..., 0] - st.x[idx, :1]) ** 2 + (rp[..., 1] - st.y[idx, :1]) ** 2
@@ -1380,6 +1483,28 @@ class Traffic:
         )
 
 
+_SCENE_CODES: dict = {}
+
+
+class _LazyLaneIndex:
+    """A :class:`_LaneIndex` built on its first query (its inputs are new tensors that
+    nothing changes in place, so it is the index it would have been when made)."""
+
+    def __init__(self, *args):
+        self._args, self._index = args, None
+
+    def _get(self) -> _LaneIndex:
+        if self._index is None:
+            self._index = _LaneIndex(*self._args)
+        return self._index
+
+    def ahead(self, lanes, s, scenes=None):
+        return self._get().ahead(lanes, s, scenes)
+
+    def behind(self, lanes, s, scenes=None):
+        return self._get().behind(lanes, s, scenes)
+
+
 class _LaneIndex:
     """Entries ``(scene, lane, s, owner)`` sorted by one float64 key, for the nearest entry
     ahead of or behind a query on the same lane of the same scene, in ``O(log E)``
@@ -1389,33 +1514,49 @@ class _LaneIndex:
     OFFSET = 1024.0
 
     def __init__(self, num_lanes: int, lanes, s, owner):
-        B = lanes.shape[0]
+        self.B = lanes.shape[0]
         self.L = num_lanes
-        self.scene = torch.arange(B, device=lanes.device).reshape((B,) + (1,) * (lanes.dim() - 1))
-        code = self.scene * num_lanes + lanes
+        self.device = lanes.device
+        code = self._scene_codes(lanes.dim()) + lanes
         key = code.to(torch.float64) * self.SPAN + (s.to(torch.float64) + self.OFFSET)
-        key = torch.where(lanes >= 0, key, torch.full_like(key, math.inf))
+        real = lanes >= 0
+        key = torch.where(real, key, math.inf)
         self.keys, order = key.flatten().sort()
-        self.codes = torch.where(lanes >= 0, code, torch.full_like(code, -1)).flatten()[order]
+        self.codes = torch.where(real, code, -1).flatten()[order]
         self.s = s.flatten()[order]
         self.owner = owner.flatten()[order]
         self.size = int(self.keys.numel())
 
+    def _scene_codes(self, dim: int) -> torch.Tensor:
+        """``scene * L`` of every scene ``(B, 1, ...)`` with ``dim`` dimensions (cached)."""
+        key = (self.B, self.L, dim, self.device)
+        out = _SCENE_CODES.get(key)
+        if out is None:
+            if len(_SCENE_CODES) >= 64:  # a few batch sizes per process; never grows much
+                _SCENE_CODES.clear()
+            scene = torch.arange(self.B, device=self.device)
+            out = _SCENE_CODES[key] = (scene * self.L).reshape((self.B,) + (1,) * (dim - 1))
+        return out
+
     def _query(self, lanes, s, ahead: bool, scenes=None):
         if scenes is None:
-            scenes = self.scene.flatten()
-        scene = scenes.reshape((-1,) + (1,) * (lanes.dim() - 1))
-        code = scene * self.L + lanes
+            code = self._scene_codes(lanes.dim()) + lanes
+        else:
+            scene = scenes.reshape((-1,) + (1,) * (lanes.dim() - 1))
+            code = scene * self.L + lanes
         key = code.to(torch.float64) * self.SPAN + (s.to(torch.float64) + self.OFFSET)
         pos = torch.searchsorted(self.keys, key.flatten(), right=ahead).reshape(key.shape)
-        if not ahead:
+        # searchsorted gives 0..size: ahead, only the end can lie outside; behind, the start
+        if ahead:
+            ok = pos < self.size
+        else:
             pos = pos - 1
-        ok = (pos >= 0) & (pos < self.size)
+            ok = pos >= 0
         pos = pos.clamp(0, max(self.size - 1, 0))
         ok &= (self.codes[pos] == code) & (lanes >= 0)
         dist = self.s[pos] - s if ahead else s - self.s[pos]
-        dist = torch.where(ok, dist, torch.full_like(dist, INF))
-        who = torch.where(ok, self.owner[pos], torch.full_like(pos, -1))
+        dist = torch.where(ok, dist, INF)
+        who = torch.where(ok, self.owner[pos], -1)
         return dist, who
 
     def ahead(self, lanes, s, scenes=None):
@@ -1508,15 +1649,35 @@ def bicycle_step(x, y, theta, v, accel, steer, length, dt: float = DT):
     return x_new, y_new, theta_new, v_new, a_real, torch.sin(beta) / lr
 
 
-def _idm_equilibrium_speed(gap, v0, s0, T, iters: int = 30):
+def _idm_equilibrium_speed(gap, v0, s0, T, iters: int = 30, *, settled=None):
     """The speed at which IDM keeps the bumper ``gap``: the root of ``(s0 + v T) /
-    sqrt(1 - (v / v0)^4) = gap`` in ``[0, v0]`` (bisection; 0 where ``gap <= s0``)."""
+    sqrt(1 - (v / v0)^4) = gap`` in ``[0, v0]`` (bisection; 0 where ``gap <= s0``).
+
+    ``settled``: ``(bound, need)``, for a caller that takes ``minimum(bound, speed)`` and
+    only where ``need``: the bisection's lower end never decreases, so once it reaches
+    ``bound`` wherever ``need``, that minimum is ``bound`` there whatever the remaining
+    iterations do; it stops and returns the lower end so far (elsewhere not the root)."""
     gap = torch.as_tensor(gap).expand_as(v0) if not torch.is_tensor(gap) else gap.expand_as(v0)
     lo, hi = torch.zeros_like(v0), v0.clone()
-    for _ in range(iters):
-        mid = 0.5 * (lo + hi)
-        s_e = (s0 + mid * T) / torch.sqrt((1 - (mid / v0.clamp(min=1e-6)).pow(4)).clamp(min=1e-9))
-        too_fast = s_e > gap
-        hi = torch.where(too_fast, mid, hi)
-        lo = torch.where(too_fast, lo, mid)
+    v0 = v0.clamp(min=1e-6)
+    # in place, into buffers made once: per iteration mid = 0.5 (lo + hi) and
+    # s_e = (s0 + mid T) / sqrt(max(1 - (mid / v0)^4, 1e-9)), the same roundings as the
+    # expressions (x + s0 = s0 + x and -x + 1 = 1 - x exactly), far less overhead
+    mid, s_e, root = torch.empty_like(lo), torch.empty_like(lo), torch.empty_like(lo)
+    too_fast = torch.empty_like(lo, dtype=torch.bool)
+    for i in range(iters):
+        torch.add(lo, hi, out=mid).mul_(0.5)
+        torch.div(mid, v0, out=root).pow_(4).neg_().add_(1).clamp_(min=1e-9).sqrt_()
+        torch.mul(mid, T, out=s_e).add_(s0).div_(root)
+        torch.gt(s_e, gap, out=too_fast)
+        torch.where(too_fast, mid, hi, out=hi)
+        torch.where(too_fast, lo, mid, out=lo)
+        if settled is not None and i in _SETTLED_CHECKS:
+            bound, need = settled
+            if not bool((need & ~(lo >= bound)).any()):
+                break
     return lo
+
+
+#: iterations of ``_idm_equilibrium_speed`` after which it checks ``settled``
+_SETTLED_CHECKS = (1, 3, 6, 10)

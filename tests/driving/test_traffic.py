@@ -237,3 +237,48 @@ def test_traffic_env_and_metrics_follow_the_device(device):
     obs, _ = env.reset(seed=0)
     obs, reward, term, trunc, info = env.step(torch.zeros(3, 2, device=device))
     assert obs["lanes"].device.type == device.type and reward.device.type == device.type
+
+
+def test_pool_lookups_match_the_polyline_arithmetic():
+    """point_at / position_at / tangent_at / point_on read precomputed segment tables:
+    the same numbers as interpolating the padded polylines directly."""
+    from simsci.driving import RoadPool
+
+    pool = RoadPool([make_road(seed=3, length=1500.0), make_road(seed=4, length=1500.0)])
+    g = torch.Generator().manual_seed(0)
+    net = torch.randint(pool.N, (200,), generator=g)
+    lane = torch.randint(-1, pool.L, (200,), generator=g)
+    s = (torch.rand(200, generator=g) * 1.2 - 0.1) * pool.length[net, lane.clamp(min=0)]
+    flat = net * pool.L + lane.clamp(min=0)
+    u = (s / pool.ds.reshape(-1)[flat]).clamp(min=0)
+    i0 = torch.minimum(u.floor().long(), pool.num_points.reshape(-1)[flat] - 2)
+    frac = (u - i0.to(u.dtype)).clamp(max=1.0).unsqueeze(-1)
+    p0 = pool.points_flat[flat * pool.P + i0]
+    seg = pool.points_flat[flat * pool.P + i0 + 1] - p0
+    want_xy, want_t = p0 + frac * seg, seg / pool.ds_seg.reshape(-1)[flat].unsqueeze(-1)
+    xy, t = pool.point_at(net, lane, s)
+    assert torch.equal(xy, want_xy) and torch.equal(t, want_t)
+    assert torch.equal(pool.position_at(net, lane, s), want_xy)
+    assert torch.equal(pool.tangent_at(net, lane, s), want_t)
+    xy, t = pool.point_on(pool.lane_rows(net, lane), s)
+    assert torch.equal(xy, want_xy) and torch.equal(t, want_t)
+
+
+@pytest.mark.parametrize("shape", [(1, 2), (3, 4), (64, 2), (100, 4)])
+def test_idm_equilibrium_speed_is_the_plain_bisection(shape):
+    """The in-place bisection gives the bits of the expression it replaced."""
+    from simsci.driving._traffic import _idm_equilibrium_speed
+
+    g = torch.Generator().manual_seed(1)
+    v0 = 5 + 30 * torch.rand(shape, generator=g)
+    s0 = 1.5 + torch.rand(shape[0], 1, generator=g)
+    T = 0.8 + torch.rand(shape[0], 1, generator=g)
+    gap = 40 * torch.rand(shape[0], 1, generator=g)
+    lo, hi = torch.zeros_like(v0), v0.clone()
+    for _ in range(30):
+        mid = 0.5 * (lo + hi)
+        s_e = (s0 + mid * T) / torch.sqrt((1 - (mid / v0.clamp(min=1e-6)).pow(4)).clamp(min=1e-9))
+        too_fast = s_e > gap.expand_as(v0)
+        hi = torch.where(too_fast, mid, hi)
+        lo = torch.where(too_fast, lo, mid)
+    assert torch.equal(_idm_equilibrium_speed(gap, v0, s0, T), lo)

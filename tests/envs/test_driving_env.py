@@ -142,3 +142,29 @@ def test_bad_input():
         DrivingEnv(traffic={"dens": 1.0}, **KW)
     with pytest.raises(ValueError, match="num_envs"):
         DrivingVectorEnv(0, **KW)
+
+
+def test_ego_collisions_shortcut_agrees_with_the_box_test():
+    """ego_collisions skips the separating-axis test when no vehicle is close enough to
+    touch the ego: the same answers as running it on every vehicle."""
+    import math
+
+    from simsci.driving.metrics import _sat
+    from simsci.envs._driving import ego_collisions
+
+    g = torch.Generator().manual_seed(0)
+    for n in (1, 1, 1, 64):
+        for _ in range(30):
+            V = 32
+            x = torch.rand(n, V, generator=g) * 30 - 15 + 1000.0 * torch.rand(n, 1, generator=g)
+            y = torch.rand(n, V, generator=g) * 30 - 15 - 500.0
+            th = torch.rand(n, V, generator=g) * 2 * math.pi
+            length = 1 + 12 * torch.rand(n, V, generator=g)
+            width = 0.5 + 3 * torch.rand(n, V, generator=g)
+            speed = 30 * torch.rand(n, V, generator=g)
+            agents = torch.stack([x, y, speed, th.cos(), th.sin(), length, width], -1)
+            valid = torch.rand(n, V, generator=g) < 0.8
+            rel = agents.clone()
+            rel[..., :2] = rel[..., :2] - agents[:, :1, :2]
+            want = (_sat(rel[:, :1], rel[:, 1:]) & valid[:, 1:]).any(1)
+            assert torch.equal(ego_collisions(agents, valid), want)
