@@ -28,8 +28,11 @@ Kalman filter gives log p(y) under the true generating process: SDEVI's ELBO per
 observed value against it.
 
 Usage: ``python benchmarks/bench_sdevi.py [--seeds 3] [--steps 200] [--lr 3e-3]
-[--jobs 2] [--only PROBLEM ...] [--models NAME ...]``; writes ``benchmarks/results/sdevi_cpu.json``
-after every run (a killed run keeps what it finished; ``--resume`` skips those).
+[--jobs 2] [--only PROBLEM ...] [--models NAME ...] [--kwargs JSON --tag TAG]``; writes
+``benchmarks/results/sdevi_cpu.json`` after every run (a killed run keeps what it finished;
+``--resume`` skips those). ``--kwargs '{"head_dropout": 0.3}'`` passes constructor
+arguments to every model run (a variant of the named models); ``--tag`` names the variant
+in the results (model ``sdevi-exact[TAG]``), so variants share one ``--out`` file.
 """
 
 from __future__ import annotations
@@ -148,7 +151,7 @@ def run_one(spec: dict) -> dict:
     task = PROBLEMS.get(problem, "interpolation")
     window = WINDOWS.get(problem)
     traj = data.open(_make(_data_name(problem)))
-    name, kwargs = MODELS[model_key]
+    name, kwargs = MODELS[model_key.split("[")[0]]
     cls = models.MODELS[name]
     torch.manual_seed(seed)
     kwargs = {**_sizes(cls), **kwargs, **spec.get("kwargs", {})}
@@ -249,7 +252,12 @@ def markdown_table(result: dict) -> str:
     best model in bold, the trivial baselines last."""
     summary = result["summary"]
     problems = list(dict.fromkeys(key.split(" / ")[0] for key in summary))
-    models = [m for m in MODELS if any(k.endswith(f" / {m}") for k in summary)]
+    # the models in MODELS' order, a variant (model[TAG]) after its model
+    order = list(MODELS)
+    models = sorted(
+        dict.fromkeys(k.split(" / ", 1)[1] for k in summary),
+        key=lambda m: order.index(m.split("[")[0]) if m.split("[")[0] in order else len(order),
+    )
     lines = [
         "| problem (score) | " + " | ".join(models) + " | trivial |",
         "|---" * (len(models) + 2) + "|",
@@ -287,6 +295,10 @@ def main() -> None:
     parser.add_argument("--out", default=str(RESULTS / "sdevi_cpu.json"))
     parser.add_argument("--resume", action="store_true", help="skip runs already in --out")
     parser.add_argument(
+        "--kwargs", type=json.loads, default=None, help="JSON constructor arguments (a variant)"
+    )
+    parser.add_argument("--tag", default=None, help="the variant's name: model[TAG] in --out")
+    parser.add_argument(
         "--quick", action="store_true", help="smoke run: 1 seed, 10 steps, pendulum-50 only"
     )
     parser.add_argument("--table", action="store_true", help="print --out as markdown, exit")
@@ -309,19 +321,21 @@ def main() -> None:
     if args.resume and out.exists():
         runs = json.loads(out.read_text()).get("runs", [])
     done = {(r["problem"], r["model"], r["seed"]) for r in runs}
+    tag = f"[{args.tag}]" if args.tag else ""
     specs = [
         {
             "problem": p,
-            "model": m,
+            "model": m + tag,
             "seed": s,
             "steps": min(STEPS.get(p, args.steps), args.steps),
             "lr": args.lr,
+            **({"kwargs": args.kwargs} if args.kwargs else {}),
         }
         for p in problems
         if p != "linear-sde"
         for m in (args.models or MODELS)
         for s in range(args.seeds)
-        if (p, m, s) not in done
+        if (p, m + tag, s) not in done
     ]
     elbo_seeds = [s for s in range(args.seeds) if ("linear-sde", "sdevi-linear", s) not in done]
 

@@ -38,14 +38,27 @@ def test_sdevi_checkpoint_round_trip_and_errors(ou_file, tmp_path):
     # a head from before the energy features (d fewer inputs) loads with zero weights
     # for them, so it gives the old head's outputs
     kw = {"latent_dim": 3, "hidden_dim": 8, "task": "classification", "num_classes": 3}
-    head_model = SDEVI(model.obs_dim, **kw)
+    head_model = SDEVI(model.obs_dim, **kw, head_inputs=["ends", "average", "encoder", "energy"])
     state = head_model.state_dict()
     state["head.0.weight"] = state["head.0.weight"][:, :-3]
-    loaded = SDEVI(model.obs_dim, **kw)
+    loaded = SDEVI(model.obs_dim, **kw, head_inputs=["ends", "average", "encoder", "energy"])
     loaded.load_state_dict(state)
     weight = loaded.head[0].weight.detach()
     torch.testing.assert_close(weight[:, :-3], state["head.0.weight"])
     assert bool((weight[:, -3:] == 0).all())
+    # exact-inference classification checkpoints from before head_inputs (init_args
+    # without it: the default) read the encoder: the default model rebuilds its head
+    labelled = {**batch, "label": torch.zeros(2, dtype=torch.long)}
+    for legacy in (["ends", "average", "encoder"], ["ends", "average", "encoder", "energy"]):
+        old = SDEVI(model.obs_dim, **kw, inference="exact", head_inputs=legacy).eval()
+        loaded = SDEVI(model.obs_dim, **kw, inference="exact")
+        assert loaded.head_inputs == ("average", "spread", "energy")
+        loaded.load_state_dict(old.state_dict())
+        assert loaded.head_inputs == tuple(legacy)
+        assert loaded.init_args["head_inputs"] == legacy
+        torch.testing.assert_close(
+            loaded.eval().predict_label(labelled), old.predict_label(labelled)
+        )
     empty = {**batch, "x": torch.full_like(batch["x"], float("nan"))}
     with pytest.raises(ValueError, match="no observed value"):
         model.training_step(empty)

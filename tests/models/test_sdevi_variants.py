@@ -247,3 +247,57 @@ def test_single_point_episodes_and_hide_fraction_zero(pendulum):
     observed, visible, target = model.train().masks(batch)
     assert torch.equal(visible, observed) and not target.any()
     assert model.scores(batch)["n_target"] > 0  # scored on hidden points all the same
+
+
+@pytest.mark.parametrize("variant", ["linear", "complex"])
+def test_head_options_shapes_gradients_and_train_eval_behaviour(tmp_path, pendulum, variant):
+    """head_inputs picks the head's parts (and its width), head_samples draws the
+    posterior only in training, head_dropout drops features only in training,
+    label_smoothing changes the classification loss; all round-trip a checkpoint."""
+    traj = _labelled(tmp_path, pendulum)
+    ds = data.TrajectoryDataset(traj, fields=("t", "x", "label"))
+    kw = {"latent_dim": 2, "hidden_dim": 8, "task": "classification", "variant": variant}
+    torch.manual_seed(0)
+    default = SDEVI.from_data(traj, **kw)
+    batch = default.collate([ds[i] for i in range(4)])
+    inference = {"inference": "exact"} if variant == "linear" else {}
+    torch.manual_seed(0)
+    model = SDEVI.from_data(
+        traj, **kw, **inference, head_inputs=["energy", "ends"], head_samples=True,
+        head_dropout=0.5, label_smoothing=0.2,
+    )  # fmt: skip
+    assert model.head_inputs == ("ends", "energy")  # the reading order
+    width = 2 * 2 * (2 if variant == "complex" else 1) + 2  # d = 2
+    assert model.head[0].in_features == width
+    # the defaults: regression's head as it was, classification's plus the energy, and
+    # under exact inference the pooled statistics only
+    assert default.head_inputs == ("ends", "average", "encoder", "energy")
+    exact = SDEVI(2, latent_dim=2, task="classification", num_classes=2, inference="exact")
+    assert exact.head_inputs == ("average", "spread", "energy")
+    assert exact.head[0].in_features == 3 * 2
+    assert SDEVI(2, task="regression", label_dim=1).head_inputs == ("ends", "average", "encoder")
+    model.train()
+    out = model.training_step(batch)
+    assert "label_ce" in out and not torch.isclose(out["label_loss"], out["label_ce"])
+    out["loss"].backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.head.parameters())
+    if variant == "linear":  # exact inference without "encoder": the GRUs are not run
+        assert model.encoder.weight_ih_l0.grad is None
+    visible = torch.ones_like(batch["x"], dtype=torch.bool)
+    with torch.no_grad():
+        a, b = model.features(batch, visible), model.features(batch, visible)
+        assert a.shape == (4, width) and not torch.equal(a, b)  # draws and dropout
+        model.head_dropout = 0.0
+        a, b = model.features(batch, visible), model.features(batch, visible)
+        assert not torch.equal(a, b)  # the draws alone
+        model.eval()
+        a, b = model.features(batch, visible), model.features(batch, visible)
+        assert torch.equal(a, b) and torch.isfinite(a).all()  # the posterior's moments
+    path = train.save_model(model, tmp_path / "h.pt")
+    again = train.load_model(path)
+    assert again.head_inputs == model.head_inputs and again.head_samples
+    torch.testing.assert_close(again.predict_label(batch), model.predict_label(batch))
+    with pytest.raises(ValueError, match="head_inputs"):
+        SDEVI(2, task="classification", num_classes=2, head_inputs=["ends", "velocity"])
+    with pytest.raises(ValueError, match="head_dropout"):
+        SDEVI(2, head_dropout=1.0)

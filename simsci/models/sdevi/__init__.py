@@ -33,11 +33,12 @@ from simsci.models.sdevi._gauss_markov import (
     safe_cholesky,
 )
 from simsci.models.sdevi._kalman import kalman_log_likelihood, kalman_smoother
-from simsci.models.sdevi._model import SDEVI, VARIANTS
+from simsci.models.sdevi._model import HEAD_INPUTS, SDEVI, VARIANTS
 
 __all__ = [
     "SDEVI",
     "VARIANTS",
+    "HEAD_INPUTS",
     "lti_transition",
     "propagate",
     "gaussian_kl",

@@ -65,7 +65,9 @@ amortised encoder stays well short of the optimum (interpolation error 2-3x the 
 smoother's, noise learned several times too large; benchmarks/bench_sdevi_linear.py),
 an amortisation gap the closed form removes where it applies. Its cost is a sequential
 pass over the time points (the filter and the smoother), where the amortised chain is a
-parallel scan. The per-episode heads still read the encoder's summary. Its prior starts
+parallel scan. A head that reads the encoder's summary (``head_inputs``) runs the encoder
+for it (trained by the head's loss alone); the default heads of classification do not. Its
+prior starts
 with time scales spread over the frequency band (:meth:`SDEVI._spread_time_scales`):
 there the prior is the whole model, and where it starts decides what a short training
 reaches.
@@ -73,16 +75,32 @@ reaches.
 Decoders: ``"linear"`` (:math:`y = Hz + h_0 + \varepsilon`, exact expectations) or
 ``"mlp"`` (a tanh MLP; expectations by the unscented transform); real variants only.
 
-Per-episode heads (classification, regression) read the posterior means at the first
-and last time point, their average over the episode, the encoder's two GRU states
-that have read the whole episode (the forward one at its end, the backward one at its
-start), and for classification each latent coordinate's log mean energy over the
-episode (how strongly each mode moves: on BasicMotions, where standing and running
-differ mostly in intensity, exact inference went from 0.542 to 0.642 accuracy with it, 3
-seeds; on the pendulum-image regression it cost accuracy: 0.114 against 0.061). The encoder is
-the amortised posterior's own input; without it the head saw only an 8-dimensional
-latent tuned to reconstruct 576 pixels and regressed the pendulum-image angle barely
-better than the label mean (normalised MSE 0.91 vs 1.38; GRU-Δt 0.07).
+Per-episode heads (classification, regression) read what ``head_inputs`` names
+(:data:`HEAD_INPUTS`). Regression's default: the posterior means at the first and last
+time point, their average over the episode, and the encoder's two GRU states that have
+read the whole episode (the forward one at its end, the backward one at its start). The
+encoder is the amortised posterior's own input; without it the head saw only an
+8-dimensional latent tuned to reconstruct 576 pixels and regressed the pendulum-image
+angle barely better than the label mean (normalised MSE 0.91 vs 1.38; GRU-Δt 0.07); each
+mode's energy cost that row accuracy too (0.114 against 0.061).
+
+Classification's default: with ``inference="amortised"`` the same plus each latent
+coordinate's log mean energy :math:`\log \overline{E_q |z_k|^2}` (how strongly each mode
+moves); with ``inference="exact"`` pooled statistics of the posterior over the episode
+only, per coordinate the average, the spread (log standard deviation over time) of its
+posterior mean, and the energy. On BasicMotions (36 training episodes, 4 classes;
+benchmarks/bench_sdevi.py, 150 steps, 3 seeds, test accuracy;
+``results/sdevi_basicmotions_cpu.json``) exact inference at lr 1e-2 reached 0.975 ±
+0.025 with those, against 0.642 ± 0.072 with the amortised default and the latent SDE's
+0.800 ± 0.050: the GRU summary, which exact inference trains by the head's loss alone,
+fitted the 36 episodes (test cross-entropy 1.55 against 0.07); without it, means at the
+ends, average and energy: 0.908 ± 0.029; energy alone and spread alone 0.992 ± 0.014
+each, but energy alone fell to 0.759 on JapaneseVowels (60 steps, seed 0; the pooled
+three 0.938), whose speakers differ in level more than in movement. Amortised inference
+keeps the encoder: there it is the posterior's own, trained by the ELBO too, and
+JapaneseVowels needs it (about 0.95 with it at 60 steps, 0.55-0.66 with the pooled
+inputs or the energy alone), though on BasicMotions (lr 3e-3) the energy alone gave 0.742
+± 0.058 against its 0.592 ± 0.052.
 """
 
 from __future__ import annotations
@@ -103,7 +121,7 @@ from simsci.models.sdevi._elbo import (
 )
 from simsci.models.sdevi._gauss_markov import chain_kl, propagate
 
-__all__ = ["SDEVI", "VARIANTS", "INFERENCE", "noise_from_data"]
+__all__ = ["SDEVI", "VARIANTS", "INFERENCE", "HEAD_INPUTS", "noise_from_data"]
 
 #: the prior's initial damping ratio of each rotation block (decay / frequency)
 DAMPING = 0.5
@@ -112,6 +130,18 @@ VARIANTS = ("linear", "nonlinear", "complex")
 #: how q is found: by the encoder (any variant) or in closed form (linear-Gaussian only)
 INFERENCE = ("amortised", "exact")
 _DECODERS = ("linear", "mlp")
+#: what a per-episode head may read (``head_inputs=``), in the order it reads them
+HEAD_INPUTS = ("ends", "average", "encoder", "spread", "energy")
+#: what the heads read before ``head_inputs`` (regression's default still)
+LEGACY_HEAD_INPUTS = ("ends", "average", "encoder")
+#: the heads' default inputs per (task, inference) (``head_inputs=None``; see the module
+#: docstring for the measurements)
+_DEFAULT_HEAD_INPUTS = {
+    ("classification", "amortised"): (*LEGACY_HEAD_INPUTS, "energy"),
+    ("classification", "exact"): ("average", "spread", "energy"),
+    ("regression", "amortised"): LEGACY_HEAD_INPUTS,
+    ("regression", "exact"): LEGACY_HEAD_INPUTS,
+}
 
 
 def _tril(raw: torch.Tensor, d: int) -> torch.Tensor:
@@ -206,6 +236,33 @@ class SDEVI(SeriesModel):
         noise_init: the observation noise variance R to start from, per channel or one
             for all, in normalised units (default 0.05); ``from_data(...,
             noise_init="data")`` estimates it from the data (:func:`noise_from_data`).
+        head_inputs: what the per-episode head reads, any of :data:`HEAD_INPUTS`:
+            ``"ends"`` the posterior means at the first and last time point,
+            ``"average"`` their average over the episode, ``"encoder"`` the encoder's
+            two GRU states that have read the whole episode, ``"spread"`` each latent
+            coordinate's log standard deviation of the posterior mean over the
+            episode, ``"energy"`` each coordinate's log mean energy
+            :math:`\log \overline{E_q |z_k|^2}`. None: the default of the task and
+            inference (regression: ends, average, encoder; classification: the same
+            and energy, or with ``inference="exact"`` average, spread, energy; see the
+            module docstring for the measurements). With
+            ``inference="exact"`` and no ``"encoder"`` the encoder is not run at all.
+        head_samples: train the head on reparameterised draws of the posterior: at
+            each time point every latent coordinate is drawn from its Gaussian marginal
+            :math:`z_k = m_k + \sqrt{P_{kk}}\,\varepsilon` (complex modes: circular
+            noise), and the head's ``ends``/``average``/``spread`` read the draws and
+            ``energy`` reads :math:`|z_k|^2`; in evaluation (``model.eval()``) the head
+            reads the posterior means and moments. Noise on the head's input, scaled by
+            the posterior's own uncertainty, as the latent SDE's sampled path gives. On
+            BasicMotions (exact inference) it helped a head on the means at the ends,
+            average and energy (0.908 → 0.958) and hurt one on the pooled energy and
+            spread (0.975 → 0.808: the draws' own variance swamps the modes' spread),
+            so it is off.
+        head_dropout: dropout probability on the head's input features (training only).
+        label_smoothing: label smoothing of the classification head's cross-entropy.
+            Both 0 by default: with the energy and spread as inputs, dropout 0.3 and
+            smoothing 0.1 left BasicMotions at 0.975 ± 0.025 (test cross-entropy 0.24
+            against 0.07).
         Task arguments (task, hide_fraction, extrapolate_at, labels, normalisation,
         time_scale): see :class:`simsci.models._series.SeriesModel`.
     """
@@ -222,6 +279,10 @@ class SDEVI(SeriesModel):
         frequency_band: tuple[float, float] | None = None,
         inference: str = "amortised",
         noise_init=None,
+        head_inputs=None,
+        head_samples: bool = False,
+        head_dropout: float = 0.0,
+        label_smoothing: float = 0.0,
         **series,
     ):
         super().__init__(obs_dim, **series)
@@ -245,6 +306,25 @@ class SDEVI(SeriesModel):
                 f"model: variant='linear' and decoder='linear', got {variant!r}, {decoder!r}"
             )
         self.inference = inference
+        if head_inputs is not None:
+            if isinstance(head_inputs, str):
+                head_inputs = (head_inputs,)
+            unknown = [h for h in head_inputs if h not in HEAD_INPUTS]
+            if unknown or not head_inputs:
+                raise ValueError(
+                    f"head_inputs must be a non-empty selection of {HEAD_INPUTS}, got "
+                    f"{head_inputs!r}"
+                )
+        if not 0.0 <= head_dropout < 1.0:
+            raise ValueError(f"head_dropout must lie in [0, 1), got {head_dropout!r}")
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing must lie in [0, 1), got {label_smoothing!r}")
+        chosen = head_inputs
+        if head_inputs is None:
+            chosen = _DEFAULT_HEAD_INPUTS.get((self.task, inference), ())
+        self.head_inputs = tuple(h for h in HEAD_INPUTS if h in chosen)  # the reading order
+        self.head_samples, self.head_dropout = bool(head_samples), float(head_dropout)
+        self.label_smoothing = float(label_smoothing)
         for name, value in (
             ("latent_dim", latent_dim),
             ("hidden_dim", hidden_dim),
@@ -311,11 +391,16 @@ class SDEVI(SeriesModel):
                 f"{noise_init!r}"
             )
         self.log_r = nn.Parameter(torch.tensor(noise).log())
-        # first, last and mean posterior means; the encoder's summary; for classification
-        # each mode's energy too (see _summary)
-        feature_dim = 3 * d * (2 if variant == "complex" else 1) + 2 * int(hidden_dim)
-        feature_dim += d if self._reads_energy else 0
-        self._build_head(feature_dim, hidden_dim)
+        # see head_inputs and _summary
+        width = {
+            "ends": 2 * d * (2 if variant == "complex" else 1),
+            "average": d * (2 if variant == "complex" else 1),
+            "encoder": 2 * int(hidden_dim),
+            "spread": d,
+            "energy": d,
+        }
+        self._head_widths, self._head_inputs_default = width, head_inputs is None
+        self._build_head(sum(width[h] for h in self.head_inputs), hidden_dim)
         self.init_args = {
             **self.series_args,
             "latent_dim": d,
@@ -327,12 +412,16 @@ class SDEVI(SeriesModel):
             "frequency_band": list(band),
             "inference": inference,
             "noise_init": None if noise_init is None else noise,
+            "head_inputs": None if head_inputs is None else list(self.head_inputs),
+            "head_samples": self.head_samples,
+            "head_dropout": self.head_dropout,
+            "label_smoothing": self.label_smoothing,
         }
 
     @property
     def _reads_energy(self) -> bool:
-        """Whether the head reads each mode's energy (classification heads only)."""
-        return self.task == "classification"
+        """Whether the head reads each mode's energy (by default classification only)."""
+        return self.head is not None and "energy" in self.head_inputs
 
     def _spread_time_scales(self, band: tuple[float, float]) -> None:
         r"""Exact inference starts its prior with time scales spread over what the data
@@ -365,9 +454,21 @@ class SDEVI(SeriesModel):
         old, new = prefix + "prior_w", prefix + "prior_w_unit"
         if old in state_dict and new not in state_dict and self.variant != "complex":
             state_dict[new] = state_dict.pop(old) / self.freq_scale
+        key = prefix + "head.0.weight"
+        if self.head is not None and key in state_dict and self._head_inputs_default:
+            # checkpoints from before head_inputs (built with the default) read the
+            # encoder's summary too: rebuild the head's first layer for what they read
+            have = state_dict[key].shape[1]
+            for legacy in (("ends", "average", "encoder", "energy"), LEGACY_HEAD_INPUTS):
+                width = sum(self._head_widths[h] for h in legacy)
+                if have == width != self.head[0].in_features:
+                    old = self.head[0]
+                    self.head[0] = nn.Linear(width, old.out_features).to(old.weight)
+                    self.head_inputs = legacy
+                    self.init_args["head_inputs"] = list(legacy)
+                    break
         # classification heads from before the energy features read d fewer inputs (the
         # last ones): zero weights for them give the old head's outputs exactly
-        key = prefix + "head.0.weight"
         if self._reads_energy and key in state_dict:
             weight, width = state_dict[key], self.head[0].in_features
             if weight.shape[1] == width - self.latent_dim:
@@ -602,7 +703,7 @@ class SDEVI(SeriesModel):
         )
         kl = expected_visible - out["loglik"]
         summary = None
-        if self.head is not None:  # the per-episode heads read the encoder's summary
+        if self.head is not None and "encoder" in self.head_inputs:
             summary = self.encode(s, xn, visible, valid)["summary"]
         return {"xn": xn, "means": out["means"], "covs": out["covs"], "kl": kl, "summary": summary}
 
@@ -674,24 +775,55 @@ class SDEVI(SeriesModel):
         return self._summary(self._posterior_chain(batch, visible), batch["valid"])
 
     def _summary(self, chain: dict, valid: torch.Tensor) -> torch.Tensor:
-        r"""Posterior means at the first and last time point and their average, the
-        encoder's reading of the whole episode (the amortised posterior's input) and, for
-        classification, each latent coordinate's log mean energy
-        :math:`\log \overline{E_q |z_k|^2}` (B, F)."""
-        means = chain["means"]
-        if self.variant == "complex":
-            means = torch.cat([means.real, means.imag], -1)
-        w = valid.to(means.dtype)[..., None]
-        last = (valid.sum(1) - 1).clamp(min=0)
-        final = means[torch.arange(means.shape[0], device=means.device), last]
+        r"""The head's input (B, F): the parts ``head_inputs`` names, in the order of
+        :data:`HEAD_INPUTS` (see the class docstring); with ``head_samples`` in training
+        they are read from draws of the posterior marginals, with ``head_dropout`` in
+        training some are dropped."""
+        means, covs = chain["means"], chain["covs"]
+        var = covs.diagonal(dim1=-2, dim2=-1).real  # (B, n, d)
+        sampled = self.head_samples and self.training
+        if sampled:
+            eps = torch.randn_like(var)
+            if means.is_complex():  # circular: E|eps|^2 = 1
+                eps = torch.complex(eps, torch.randn_like(var)) / math.sqrt(2.0)
+            means = means + var.clamp_min(0).sqrt() * eps
+        w = valid.to(var.dtype)[..., None]
         count = w.sum(1).clamp(min=1)
-        average = (means * w).sum(1) / count
-        parts = [means[:, 0], final, average, chain["summary"]]
-        if self._reads_energy:
+        parts = []
+        real = torch.cat([means.real, means.imag], -1) if means.is_complex() else means
+        if "ends" in self.head_inputs:
+            last = (valid.sum(1) - 1).clamp(min=0)
+            final = real[torch.arange(real.shape[0], device=real.device), last]
+            parts += [real[:, 0], final]
+        if "average" in self.head_inputs:
+            parts.append((real * w).sum(1) / count)
+        if "encoder" in self.head_inputs:
+            parts.append(chain["summary"])
+        if "spread" in self.head_inputs:
+            # log std over the episode of each coordinate's posterior mean (or draw)
+            centre = (means * w).sum(1, keepdim=True) / count[:, None]
+            spread = ((means - centre).abs() ** 2 * w).sum(1) / count
+            parts.append(0.5 * torch.log(spread + 1e-6))
+        if "energy" in self.head_inputs:
             # E_q |z_k|^2 averaged over the episode, per mode (log): how strongly each mode
             # moves, which the means at three times and the GRU states do not give
-            # directly. Classification only: on the pendulum-image regression (the final
-            # angle) it cost accuracy (non-linear 0.061 without, 0.114 with, 3 seeds)
-            second = chain["means"].abs() ** 2 + chain["covs"].diagonal(dim1=-2, dim2=-1).real
+            # directly. Classification only by default: on the pendulum-image regression
+            # (the final angle) it cost accuracy (non-linear 0.061 without, 0.114 with)
+            second = means.abs() ** 2 + (0.0 if sampled else var)
             parts.append(torch.log((second * w).sum(1) / count + 1e-6))
-        return torch.cat(parts, -1)
+        out = torch.cat(parts, -1)
+        if self.head_dropout > 0:
+            out = nn.functional.dropout(out, self.head_dropout, self.training)
+        return out
+
+    def _label_loss(self, batch: dict, visible: torch.Tensor, features=None) -> dict:
+        if features is None:
+            features = self.features(batch, visible)
+        out = super()._label_loss(batch, visible, features)  # checks the labels too
+        if self.task == "classification" and self.label_smoothing > 0:
+            target = batch["label"].long().reshape(-1)
+            smooth = nn.functional.cross_entropy(
+                self.head(features), target, label_smoothing=self.label_smoothing
+            )
+            out = {"label_loss": smooth, "label_ce": out["label_loss"].detach()}
+        return out
