@@ -39,7 +39,8 @@ Choices the task left open, and why:
   a band-limited field are the same at every resolution (zero-shot super-resolution
   works). Normalised orders compose exactly: :math:`D^a D^b = D^{a+b}` (Riesz).
   The remaining constant (:math:`(2\pi/L)^\beta`) and any sign go into the learnable
-  per-feature scale ``s`` (initialised to 1).
+  per-feature scale ``s`` (initialised to ``scale_init``: 1 by default, 0 in
+  ``OperatorModel``, which starts the features switched off; see there).
 - **k = 0.** The mean mode is masked (its feature value is 0 for every
   :math:`\beta`): :math:`0^\beta` is 0 for :math:`\beta > 0` but its derivative in
   :math:`\beta` is :math:`0^\beta \ln 0 =` NaN. The multiplier is computed as
@@ -245,6 +246,10 @@ class DerivativeFeatures(nn.Module):
         beta_range: ``(lo, hi)`` with ``0 <= lo < hi``; :math:`\beta = lo + (hi-lo)\sigma(\theta)`.
         learn_beta, learn_scale: make the orders / the per-feature scales trainable
             (otherwise buffers).
+        scale_init: initial value of every per-feature scale ``s`` (default 1.0). 0.0
+            starts the features switched off: a wrapped backbone then computes exactly
+            what it computes without them, and the scales (which get a gradient) grow
+            where the features help (``OperatorModel``'s default; see its docstring).
         periodic: False mirrors each axis before the FFT (see ``extension``).
         domain: domain length per axis (a number or ``dim`` numbers; default 1.0), used
             for :math:`k = 2\pi n / L` and the normalisation.
@@ -265,6 +270,7 @@ class DerivativeFeatures(nn.Module):
         beta_range: Sequence[float] = (0.0, 2.0),
         learn_beta: bool = True,
         learn_scale: bool = True,
+        scale_init: float = 1.0,
         periodic: bool = True,
         domain: float | Sequence[float] | None = None,
         extension: str = "even",
@@ -301,7 +307,10 @@ class DerivativeFeatures(nn.Module):
         lo, hi = self.beta_range
         p = (b0 - lo) / (hi - lo)
         theta = torch.log(p) - torch.log1p(-p)
-        scale = torch.ones(self.out_channels, dtype=torch.get_default_dtype())
+        scale_init = float(scale_init)
+        if not math.isfinite(scale_init):
+            raise ValueError(f"scale_init must be finite, got {scale_init!r}")
+        scale = torch.full((self.out_channels,), scale_init, dtype=torch.get_default_dtype())
         if learn_beta:
             self.theta = nn.Parameter(theta.to(torch.get_default_dtype()))
         else:
@@ -331,6 +340,7 @@ class DerivativeFeatures(nn.Module):
             "beta_range": list(self.beta_range),
             "learn_beta": learn_beta,
             "learn_scale": learn_scale,
+            "scale_init": scale_init,
             "periodic": periodic,
             "domain": None if domain is None else list(lengths),
             "extension": extension,

@@ -15,9 +15,26 @@ system's ``pde_order``; 2 when unknown), standardised by the RMS they have under
 training inputs' spectrum (``normalize="spectrum"``; :meth:`OperatorModel.from_data`
 calibrates it on the episodes it takes the normalisation from, and a model built
 otherwise calibrates on its first batch), band-limited to the lower half of the
-training grid's band (``max_modes = n_train / 4``). Why, from short runs (600 steps, one
-seed, rollout error over 10 steps at 128 points; plain FNO: Burgers nu=1e-3 0.085, KdV
-0.151; these runs used the batch's RMS, ``normalize="rms"``, the default before):
+training grid's band (``max_modes = n_train / 4``), with their per-feature scales
+started at 0 (``scale_init=0``: the ∂-NO starts as its backbone on zero feature
+channels and the scales, which get a gradient, grow where the features help). The zero
+start is issue 25's fix. With the scales at 1 the ∂-NO FNO did not fit 2-D
+Navier-Stokes (nu = 1e-3, 32 x 32, seed 0, 300 steps: test rollout error 4.46, 0.58 at
+the first step; plain FNO 0.042, 0.078; the one-step error from t = 0 was 0.31 on the
+training windows and 0.55 on the test ones), while the same network with the feature
+scales frozen at 0 fitted it (0.079 / 0.086). The derivatives are exact on trig fields
+and the batch-RMS standardisation failed alike: the cause is the feature content at
+initialisation. The early frames (the t = 0 random field, 4e4 times the power of the
+t = 5 frame at mode 8; t = 1, 150 times) give features of order 1-1.5 dominated by
+modes 4-8, which the backbone, started on them at full size, did not learn to use
+(orders fixed at 0.05/0.1: rollout 0.099). With ``scale_init=0``: 0.056 (300
+steps); at 1500 steps 0.0307 against the plain FNO's 0.0311 (seed 0; seed 1, 600 steps:
+0.0341 against 0.0350). On the 1-D rows (bench_dno, FNO, seed 0, 1500 steps, one run
+each, same data): Burgers 0.0470 against plain 0.0547; KdV 0.1059, where started at 1
+it gives 0.0939 and plain 0.0928: the zero start costs KdV 13% on that seed and turns a
+failure to fit into a tie on Navier-Stokes. Why the rest, from short runs (600 steps, one seed, rollout error over 10
+steps at 128 points; plain FNO: Burgers nu=1e-3 0.085, KdV 0.151; these runs used the
+batch's RMS, ``normalize="rms"``, the default before, and scales started at 1):
 
 - unstandardised features with gain :math:`|n|^\beta` up to :math:`10^4` wrecked
   training (KdV 0.31-0.40);
@@ -385,6 +402,7 @@ class OperatorModel(nn.Module):
                 "beta_init": [m / 2, 3 * m / 4],
                 "beta_range": [0.0, m],
                 "normalize": "spectrum",
+                "scale_init": 0.0,
             }
             overrides["feature_kwargs"] = {**fkw, **dict(overrides.get("feature_kwargs") or {})}
         kwargs.update(overrides)

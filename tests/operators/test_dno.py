@@ -579,3 +579,25 @@ def test_spectrum_calibration_survives_the_state_dict_and_calibrates_on_first_us
     h = DerivativeFeatures(1, 2, beta_init=1.2, normalize="rms")
     h.load_state_dict(old)  # checkpoints from before the spectrum buffers still load
     assert not h.calibrated
+
+
+def test_zero_initial_scale_starts_as_the_backbone_and_can_grow():
+    """scale_init=0 (OperatorModel's ∂-NO default, issue 25): the features start switched
+    off, so the wrapper computes exactly its backbone on zero feature channels (with the
+    scales at 1 the ∂-NO FNO did not fit 2-D Navier-Stokes; zeroed features fitted), and
+    the scales get a gradient, so the features can grow where they help."""
+    from simsci.operators._fno import FNO
+
+    torch.manual_seed(0)
+    x = torch.randn(3, 1, 16, 16)
+    f = DerivativeFeatures(1, 2, n_orders=2, beta_init=[1.0, 1.5], scale_init=0.0, max_modes=4)
+    assert f.init_args["scale_init"] == 0.0
+    assert torch.equal(DerivativeFeatures(**f.init_args).scale, torch.zeros(6))
+    assert torch.equal(f(x), torch.zeros(3, 6, 16, 16))
+    net = DerivativeAugmented(FNO(1, 1, dim=2, width=8, modes=4, layers=2), features=f)
+    y = net(x)
+    torch.testing.assert_close(y, net.backbone(torch.cat([x, torch.zeros(3, 6, 16, 16)], 1)))
+    y.pow(2).mean().backward()
+    assert (f.scale.grad.abs() > 0).all()
+    with pytest.raises(ValueError, match="scale_init"):
+        DerivativeFeatures(1, 1, scale_init=float("nan"))

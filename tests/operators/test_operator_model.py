@@ -52,6 +52,15 @@ def test_from_data_infers_task_grid_and_step(heat_file, darcy_file):
     assert d.task == "map" and d.inputs == [0] and d.targets == [1] and d.dim == 2
 
 
+def test_dno_features_start_switched_off(heat_file):
+    """∂-NO from_data starts with its feature scales at 0 (issue 25: at 1 the ∂-NO FNO
+    failed to fit 2-D Navier-Stokes), also when rebuilt from its init_args."""
+    m = _small(heat_file, features="dno")
+    assert m.init_args["feature_kwargs"]["scale_init"] == 0.0
+    for model in (m, OperatorModel(**m.init_args)):
+        assert torch.equal(model.net.features.scale.detach(), torch.zeros(4))
+
+
 @pytest.mark.parametrize("features", ["none", "dno"])
 def test_operator_learns_the_heat_step_better_than_persistence(heat_file, features):
     torch.manual_seed(0)
