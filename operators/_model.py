@@ -32,9 +32,10 @@ steps); at 1500 steps 0.0307 against the plain FNO's 0.0311 (seed 0; seed 1, 600
 0.0341 against 0.0350). On the 1-D rows (bench_dno, FNO, seed 0, 1500 steps, one run
 each, same data): Burgers 0.0470 against plain 0.0547; KdV 0.1059, where started at 1
 it gives 0.0939 and plain 0.0928: the zero start costs KdV 13% on that seed and turns a
-failure to fit into a tie on Navier-Stokes. Why the rest, from short runs (600 steps, one seed, rollout error over 10
-steps at 128 points; plain FNO: Burgers nu=1e-3 0.085, KdV 0.151; these runs used the
-batch's RMS, ``normalize="rms"``, the default before, and scales started at 1):
+failure to fit into a tie on Navier-Stokes. Why the rest, from short runs (600 steps,
+one seed, rollout error over 10 steps at 128 points; plain FNO: Burgers nu=1e-3 0.085,
+KdV 0.151; these runs used the batch's RMS, ``normalize="rms"``, the default before,
+and scales started at 1):
 
 - unstandardised features with gain :math:`|n|^\beta` up to :math:`10^4` wrecked
   training (KdV 0.31-0.40);
