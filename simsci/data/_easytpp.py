@@ -88,8 +88,9 @@ from pathlib import Path
 
 import numpy as np
 
-from simsci._io import check_parent_dir
+from simsci._io import atomic_path, check_parent_dir
 from simsci._version import __version__
+from simsci.data._reader import open as open_trajectories
 from simsci.data._writer import TrajectoryWriter
 from simsci.errors import FormatError
 
@@ -1000,12 +1001,9 @@ def export_easytpp(src, dst, *, format: str = "pkl") -> dict:
     Returns ``{"files": {split: path}, "sequences": {split: n}, "events": {split: n},
     "num_marks": K, "dropped": [field, ...]}``.
     """
-    from simsci import data as sdata  # the reader; imported here to avoid a cycle
-    from simsci._io import atomic_path
-
     if format not in EXPORT_FORMATS:
         raise ValueError(f"format must be one of {EXPORT_FORMATS}, got {format!r}")
-    traj = sdata.open(src)
+    traj = open_trajectories(src)
     if traj.kind != "events":
         raise FormatError(
             f"{traj.path}: export to EasyTPP needs a kind='events' file, got kind {traj.kind!r}"
