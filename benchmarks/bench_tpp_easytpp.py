@@ -17,8 +17,8 @@ times and types: mobility's locations are not given to either side's score here.
 given, events 2..L are scored (log λ_k(t_i) of the observed type, in nats per event,
 data time units), the compensator ∫ Σ_k λ_k runs from the first to the **last event**.
 simsci's own table (bench_tpp.py) integrates to the observation window's end instead;
-its models are re-scored here with the window dropped (``t_end``/``window`` removed
-from the test items), so every figure of this table is on the last-event convention.
+its models are re-scored here with the window dropped (``evaluate_events(...,
+window=False)``), so every figure of this table is on the last-event convention.
 EasyTPP's compensator is a Monte Carlo/Riemann mean of the intensity at
 ``loss_integral_num_sample_per_step`` evenly spaced points per interval (its
 configs: 10-20); the test score uses 256 points (``ll_per_event``; the value at the
@@ -44,8 +44,8 @@ past the last event) is set to the largest training gap so that its search windo
 covers every gap of the data (its config's 5 is in the units of its own data sets).
 
 simsci's side: ``bench_tpp.train_model`` (registry defaults, Adam 3e-3, batch 32, 300
-steps, validation every 50, best checkpoint), scored by the model's own
-``log_likelihood_terms`` and ``predict_next`` on the test items without the window.
+steps, validation every 50, best checkpoint), scored by
+``simsci.models.evaluate_events(..., generate=False, window=False)``.
 The true process (oracle, untrained) is scored the same way.
 
 Next-event prediction: time RMSE of the predicted gap (data units) and type accuracy
@@ -151,7 +151,8 @@ def run_easytpp(spec: dict) -> dict:
 
     dataset, name, seed = spec["dataset"], spec["model"], spec["seed"]
     folder = export(dataset, spec["n"], seed)
-    traj_k = data.open(bench_tpp.data_path(dataset, spec["n"], seed)).num_marks
+    with data.open(bench_tpp.data_path(dataset, spec["n"], seed)) as traj:
+        traj_k = traj.num_marks
     model_cfg, batch_size, lr, num_exp = EASYTPP[name]
     specs = DataSpecConfig(
         num_event_types=traj_k, pad_token_id=traj_k, padding_side="right",
@@ -248,28 +249,13 @@ def _easytpp_predict(model, loader) -> dict:
 # ------------------------------------------------------------------- simsci side
 def run_simsci(spec: dict) -> dict:
     """bench_tpp's training, scored on the last-event convention."""
-    from simsci.models._events import event_items
+    from simsci import models
 
     model, traj, out = bench_tpp.train_model(spec)
     out["side"] = "simsci"
     start = time.perf_counter()
-    items = event_items(traj, "test")
-    for item in items:  # EasyTPP's convention: the compensator stops at the last event
-        item.pop("t_end", None)
-        item.pop("window", None)
-    model.eval()
-    ll, se, hit, n = 0.0, 0.0, 0.0, 0
-    with torch.no_grad():
-        for a in range(0, len(items), 64):
-            batch = model.collate(items[a : a + 64])
-            terms = model.log_likelihood_terms(batch)
-            k = int(terms["scored"].sum())
-            ll += float(terms["event"].sum() - terms["compensator"].sum())
-            pred = model.predict_next(batch, H=terms["H"])
-            se += float(pred["time_rmse"]) ** 2 * k
-            hit += float(pred["type_accuracy"]) * k
-            n += k
-    out.update(ll_per_event=ll / n, time_rmse=math.sqrt(se / n), type_accuracy=hit / n, events=n)
+    scores = models.evaluate_events(model, traj, split="test", generate=False, window=False)
+    out.update({k: float(v) for k, v in scores.items()})
     out["eval_s"] = time.perf_counter() - start
     out["wall_s"] = out["train_s"] + out["eval_s"]
     return out

@@ -788,14 +788,21 @@ def evaluate_events(
     device=None,
     generate: bool = True,
     seed: int = 0,
+    window: bool = True,
 ) -> dict:
     """Score ``model`` on the sequences of a file: ``ll_per_event`` (exact event-weighted
     mean, data time units), ``time_rmse``, ``type_accuracy``, ``loc_nll`` (with
     locations), ``events`` (scored), and with ``generate`` the
     :func:`generation_distances` of sequences sampled from each sequence's first event
-    to its last event time against the real ones."""
+    to its last event time against the real ones. ``window=False`` ignores the
+    observation windows the file records: the compensator (and generation) stop at each
+    sequence's last event, EasyTPP's convention."""
     traj = source if isinstance(source, data.Trajectories) else data.open(source)
     items = event_items(traj, split)
+    if not window:
+        for item in items:
+            item.pop("t_end", None)
+            item.pop("window", None)
     if not items:
         raise ValueError(f"{traj.path}: no sequences in split {split!r}")
     dev = (

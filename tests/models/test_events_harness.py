@@ -81,6 +81,20 @@ def test_true_process_scores_the_exact_log_likelihood(hawkes):
     assert got["ll_per_event"] == pytest.approx(total / scored, rel=1e-6)
 
 
+def test_window_false_stops_the_score_at_the_last_event(hawkes):
+    """evaluate_events(window=False): EasyTPP's convention, the exact log-likelihood of
+    each test sequence from its first to its last event."""
+    traj, proc = hawkes
+    items = items_of(traj, "test")
+    total = sum(
+        proc.log_likelihood(it["t"], it["mark"], t_start=it["t"][0], t_end=it["t"][-1])
+        for it in items
+    )
+    scored = sum(len(it["t"]) - 1 for it in items)
+    got = evaluate_events(TrueProcessTPP.from_data(traj), traj, generate=False, window=False)
+    assert got["ll_per_event"] == pytest.approx(total / scored, rel=1e-6)
+
+
 def test_gauss_legendre_compensator_on_the_true_hawkes_intensity(hawkes):
     """The harness's generic quadrature (EventModel.log_likelihood_terms) applied to the
     exact Hawkes intensity: the intensity is smooth between events, so 16 GL nodes per
