@@ -303,19 +303,22 @@ class RoadPool:
 
     def tangent_at(self, net, lane, s):
         """The unit tangent of :meth:`point_at` alone."""
+        return self._tangent_flat[self._segment_index(net, lane, s)[0]]
+
+    def _segment_index(self, net, lane, s):
+        """The flat index of the segment holding arc length ``s``, with ``s`` in segments
+        ``u`` and the segment's index ``i0`` on its lane (``u >= 0``: truncation is the
+        floor)."""
         flat = net * self.L + lane.clamp(min=0)
         u = (s / self._ds_flat[flat]).clamp(min=0)
         i0 = torch.minimum(u.long(), self._last_seg_flat[flat])
-        return self._tangent_flat[flat * self.P + i0]
+        return flat * self.P + i0, u, i0
 
     def _segment(self, net, lane, s):
         """The flat index of the segment holding arc length ``s`` and the fraction
-        ``(..., 1)`` of it before ``s`` (``u >= 0``: truncation is the floor)."""
-        flat = net * self.L + lane.clamp(min=0)
-        u = (s / self._ds_flat[flat]).clamp(min=0)
-        i0 = torch.minimum(u.long(), self._last_seg_flat[flat])
-        frac = (u - i0.to(u.dtype)).clamp(max=1.0).unsqueeze(-1)
-        return flat * self.P + i0, frac
+        ``(..., 1)`` of it before ``s``."""
+        index, u, i0 = self._segment_index(net, lane, s)
+        return index, (u - i0.to(u.dtype)).clamp(max=1.0).unsqueeze(-1)
 
     def lane_rows(self, net, lane):
         """What :meth:`point_at` looks up per lane, for several :meth:`point_on` calls on
