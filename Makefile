@@ -19,6 +19,8 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 PYTEST_FLAGS ?= -q
+# extra arguments of benchmarks/gpu_check.py (make gpu-check), e.g. --script-timeout 60
+GPU_CHECK_FLAGS ?=
 # make test / test-all run the suite on PYTEST_WORKERS processes (pytest-xdist): one per
 # CPU this process may use (nproc), at most 4; on the 2-core CI machine that is 2, the
 # fastest there (the tests are CPU-bound: a third worker only adds its start-up). Not
@@ -97,12 +99,18 @@ bench: venv
 	$(PY) benchmarks/run_all.py
 
 # Every integrator, model and environment on CUDA, then the CUDA benchmarks (< 5 min).
+# Both parts run even when the first fails; the target fails if either did.
 # On a GPU machine without network whose python3 already has the dependencies, skip the
-# venv: `make gpu-check PY=python3` (run from the repository root).
+# venv: `make gpu-check PY=python3` (run from the repository root). simsci is then
+# installed editable into that python (no dependencies, no index): envs/ and operators/
+# only become simsci.envs and simsci.operators through an install (package-dir).
 gpu-check: $(if $(filter $(VENV)/bin/python,$(PY)),venv)
 	$(PY) -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'gpu-check: torch sees no CUDA device')"
-	PYTHONPATH=$(CURDIR) SIMSCI_TEST_DEVICE=cuda $(PY) -m pytest $(PYTEST_FLAGS) -m "device and not slow"
-	PYTHONPATH=$(CURDIR) $(PY) benchmarks/gpu_check.py
+	$(if $(filter $(VENV)/bin/python,$(PY)),,$(PY) -m pip install -q --no-deps --no-build-isolation --no-index -e .)
+	@status=0; \
+	SIMSCI_TEST_DEVICE=cuda $(PY) -m pytest $(PYTEST_FLAGS) $(PYTEST_XDIST) -m "device and not slow" || status=1; \
+	$(PY) benchmarks/gpu_check.py $(GPU_CHECK_FLAGS) || status=1; \
+	exit $$status
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info runs

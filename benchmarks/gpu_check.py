@@ -2,12 +2,18 @@
 
 Runs the benchmarks that have a CUDA side on the GPU and short latent-ODE, CoCLD, GFG and
 Neural Hawkes trainings on both CPU and CUDA, and prints one table. Results go to
-benchmarks/results/*_cuda.json. Exits non-zero when any part fails; stops with a clear
-message when there is no GPU.
+benchmarks/results/*_cuda.json, and this table to benchmarks/results/gpu_check_cuda.json.
+Each row is printed as soon as it is measured, and a benchmark script that runs past
+``--script-timeout`` seconds is stopped and reported, so a short lease still returns every
+other figure. Exits non-zero when any part fails; stops with a clear message when there is
+no GPU.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import platform
 import subprocess
 import sys
 import tempfile
@@ -165,12 +171,26 @@ def vectorworld_env_steps_per_second(device: str, num_envs: int = 64, steps: int
     return _lane_keeping_steps_per_second(env, device, num_envs, steps)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--script-timeout",
+        type=float,
+        default=180.0,
+        help="seconds one benchmark script may run before it is stopped (reported as failed)",
+    )
+    args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("gpu-check: torch sees no CUDA device", file=sys.stderr)
         return 1
-    print(f"GPU: {torch.cuda.get_device_name()}  torch {torch.__version__}", flush=True)
+    gpu = torch.cuda.get_device_name()
+    print(f"GPU: {gpu}  torch {torch.__version__}", flush=True)
     rows, failed = [], []
+
+    def report(label: str, status: str, figure: str) -> None:
+        rows.append((label, status, figure))
+        print(f"{label:36s} {status:12s} {figure}", flush=True)
+
     for script, extra in (
         ("bench_generate.py", ["--device", "cuda"]),
         (
@@ -200,38 +220,38 @@ def main() -> int:
         ),  # fmt: skip
     ):
         start = time.perf_counter()
-        code = subprocess.call([sys.executable, str(HERE / script), *extra])
-        rows.append(
-            (
-                script,
-                "ok" if code == 0 else f"FAILED ({code})",
-                f"{time.perf_counter() - start:.0f} s",
+        try:
+            code = subprocess.call(
+                [sys.executable, str(HERE / script), *extra], timeout=args.script_timeout
             )
-        )
+            status = "ok" if code == 0 else f"FAILED ({code})"
+        except subprocess.TimeoutExpired:
+            code, status = -1, f"TIMED OUT ({args.script_timeout:.0f} s)"
+        report(script, status, f"{time.perf_counter() - start:.0f} s")
         if code:
             failed.append(script)
     for device in ("cpu", "cuda"):
         try:
             rate = latent_ode_steps_per_second(device)
-            rows.append((f"latent ODE training on {device}", "ok", f"{rate:.1f} steps/s"))
+            report(f"latent ODE training on {device}", "ok", f"{rate:.1f} steps/s")
         except Exception as exc:  # report every part, then fail at the end
-            rows.append((f"latent ODE training on {device}", f"FAILED: {exc}", ""))
+            report(f"latent ODE training on {device}", f"FAILED: {exc}", "")
             failed.append(device)
         for name in ("cocld", "nhp"):
             label = f"{name} training on {device}"
             try:
                 rate = event_model_events_per_second(name, device)
-                rows.append((label, "ok", f"{rate:.0f} events/s"))
+                report(label, "ok", f"{rate:.0f} events/s")
             except Exception as exc:
-                rows.append((label, f"FAILED: {exc}", ""))
+                report(label, f"FAILED: {exc}", "")
                 failed.append(label)
         for variant in ("tangent", "ambient"):
             label = f"gfg {variant} training on {device}"
             try:
                 rate = gfg_steps_per_second(variant, device)
-                rows.append((label, "ok", f"{rate:.1f} steps/s"))
+                report(label, "ok", f"{rate:.1f} steps/s")
             except Exception as exc:
-                rows.append((label, f"FAILED: {exc}", ""))
+                report(label, f"FAILED: {exc}", "")
                 failed.append(label)
         for name, rate_of in (
             ("Driving-v0 x4096", driving_env_steps_per_second),
@@ -240,11 +260,20 @@ def main() -> int:
             label = f"{name} on {device}"
             try:
                 rate = rate_of(device)
-                rows.append((label, "ok", f"{rate:.0f} env-steps/s"))
+                report(label, "ok", f"{rate:.0f} env-steps/s")
             except Exception as exc:
-                rows.append((label, f"FAILED: {exc}", ""))
+                report(label, f"FAILED: {exc}", "")
                 failed.append(label)
-    print("\n".join(f"{a:36s} {b:12s} {c}" for a, b, c in rows))
+    out = HERE / "results" / "gpu_check_cuda.json"
+    payload = {
+        "gpu": gpu,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "rows": [{"part": a, "status": b, "figure": c} for a, b, c in rows],
+        "failed": failed,
+    }
+    out.write_text(json.dumps(payload, indent=2) + "\n")
+    print(f"\n{len(rows) - len(failed)} of {len(rows)} parts ok; table in {out}", flush=True)
     return 1 if failed else 0
 
 
