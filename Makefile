@@ -98,7 +98,8 @@ format: venv
 bench: venv
 	$(PY) benchmarks/run_all.py
 
-# Every integrator, model and environment on CUDA, then the CUDA benchmarks (< 5 min).
+# Every integrator, model and environment on CUDA, then the CUDA benchmarks (target < 5
+# min; 8.2 min on an H200 on 2026-12-04 before the benchmarks went to quick sizes).
 # Both parts run even when the first fails; the target fails if either did.
 # On a GPU machine without network whose python3 already has the dependencies, skip the
 # venv: `make gpu-check PY=python3` (run from the repository root). simsci is then

@@ -194,6 +194,20 @@ def main() -> None:
         key = f"{problem}:{backbone}"
         print(f"== {key}", flush=True)
         rows = {"none": [], "dno": []}
+        if torch.device(args.device).type != "cpu":
+            # the first fit on a GPU pays the context's and cuFFT/cuBLAS's start-up (~3 s:
+            # on an H200 it made ∂-NO's quick 20-step run look 13x slower than FNO's);
+            # two untimed steps of each model first keep that out of s_per_step
+            for features in ("dno", "none"):
+                warm = build(path, problem, backbone, features)
+                fit(
+                    warm,
+                    path,
+                    2,
+                    0,
+                    batch_size=4 if warm.task == "rollout" else 16,
+                    device=args.device,
+                )
         for seed in seeds:
             for features in ("dno", "none"):
                 torch.manual_seed(seed)
@@ -251,7 +265,11 @@ def main() -> None:
             "rows": rows,
         }
         # written after every problem: a long run keeps what it measured
-        write_result(args.out or RESULTS / f"dno_{torch.device(args.device).type}.json", result)
+        write_result(
+            args.out or RESULTS / f"dno_{torch.device(args.device).type}.json",
+            result,
+            device=args.device,
+        )
         if problem == "burgers" and backbone == "fno" and args.solver_comparison:
             result["vs_solver"] = solver_comparison(model_for_solver, args.quick, args.device)
     out = args.out or RESULTS / f"dno_{torch.device(args.device).type}.json"

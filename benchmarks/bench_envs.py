@@ -235,6 +235,7 @@ def main() -> None:
             f"after one reset {row['step_after_one_reset_s'] * 1e3:.1f} ms",
             flush=True,
         )
+    out = args.out or RESULTS / f"envs_{device.type}.json"
     for label, env_id, kwargs in env_cases(device):
         if args.only and args.only not in label:
             continue
@@ -255,8 +256,9 @@ def main() -> None:
             for k, v in kwargs.items()
         }
         result["envs"][label] = {"id": env_id, "kwargs": shown, "rows": rows}
+        # written after every environment: a run stopped at a time limit keeps its rows
+        write_result(out, result, device=device)
     result["load_average_end"] = os.getloadavg()
-    out = args.out or RESULTS / f"envs_{device.type}.json"
     print(f"wrote {write_result(out, result, device=device)}")
 
 

@@ -134,7 +134,9 @@ class FixedStepSolver:
             raise ValueError("t needs at least two times (a start and an end) to step between.")
         times = union if step_size is None else subdivide(union, float(step_size))
         self.method = info.name
-        self.dtype, self.device = dtype, device
+        # the grid's device, not the one asked for: 'cuda' becomes 'cuda:0', which is what
+        # the states' .device reads, so check() compares like with like
+        self.dtype, self.device = dtype, union.device
         self._step = FIXED_STEP_METHODS[info.name]
         self._steps = []
         for t0, t1 in zip(times[:-1], times[1:]):

@@ -472,7 +472,8 @@ class ExactHeat(nn.Module):
         else:
             nu = torch.full((u0.shape[0],), self.nu, dtype=u0.dtype, device=u0.device)
         N = u0.shape[1]
-        k = 2 * math.pi * torch.fft.rfftfreq(N, d=1.0 / N, dtype=u0.dtype) / self.length
+        k = torch.fft.rfftfreq(N, d=1.0 / N, dtype=u0.dtype, device=u0.device)
+        k = 2 * math.pi * k / self.length
         v = torch.fft.rfft(u0, dim=1)  # (B, K, C)
         decay = torch.exp(-nu.to(u0.dtype)[:, None, None] * (k**2)[None, :, None] * t[None])
         frames = torch.fft.irfft(v[:, :, None] * decay[..., None], n=N, dim=1)  # (B, N, T, C)

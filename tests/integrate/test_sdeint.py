@@ -220,7 +220,10 @@ def test_adaptive_stepping_meets_tolerance(method, device):
     for tol in (1e-2, 1e-4):
         out = sdeint(model, y0, t, method=method, adaptive=True, dt=0.1, rtol=tol, atol=tol, bm=bm)
         errors.append((out - model.exact(y0, t, w)).abs().max().item())
-    assert errors[1] < errors[0] and errors[1] < 1e-2
+    # the tolerance bounds the local error, not the maximum over 200 paths of the global
+    # one: tightening it 100x cuts that maximum 9-23x over Brownian draws (CPU entropies
+    # 1-3 and 9; milstein on CUDA's draw of entropy 9: 0.18 -> 0.0100)
+    assert errors[1] < errors[0] / 5 and errors[1] < 2e-2
 
 
 def test_general_noise_with_euler(device):
