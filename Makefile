@@ -33,7 +33,7 @@ GPU_CHECK_FLAGS ?=
 PYTEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2); [ "$$n" -gt 4 ] && n=4; echo $$n)
 PYTEST_XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist worksteal)
 
-.PHONY: venv tour test test-all lint lint-imports format bench gpu-check clean
+.PHONY: venv tour test test-all lint lint-imports format bench gpu-check pretrained-vectorworld clean
 
 venv: $(STAMP)
 
@@ -112,6 +112,20 @@ gpu-check: $(if $(filter $(VENV)/bin/python,$(PY)),venv)
 	SIMSCI_TEST_DEVICE=cuda $(PY) -m pytest $(PYTEST_FLAGS) $(PYTEST_XDIST) -m "device and not slow" || status=1; \
 	$(PY) benchmarks/gpu_check.py $(GPU_CHECK_FLAGS) || status=1; \
 	exit $$status
+
+# The VectorWorld shipped as package data (simsci/pretrained/vectorworld, its command,
+# seeds and hashes in simsci/pretrained/manifest.json): 2,000 simulated drives (data seed
+# 0), the tile generator, VAE and ΔSim trained on one CPU thread (seed 0; ~45 min on a
+# 2-core machine), then copied in. Run it again after an interruption: it resumes.
+VW_DEFAULT := runs/vw_default
+pretrained-vectorworld: venv
+	test -f $(VW_DEFAULT)/scenes.h5 || OMP_NUM_THREADS=1 $(PY) -m simsci generate driving \
+	  --n 2000 --seed 0 --out $(VW_DEFAULT)/scenes.h5
+	OMP_NUM_THREADS=1 $(PY) -m simsci train vectorworld --data $(VW_DEFAULT)/scenes.h5 \
+	  --out $(VW_DEFAULT)/model --param tile_steps=1500 --param vae_steps=6000 \
+	  --param npc_steps=3000 --seed 0 --resume --no-progress
+	$(PY) -c "from simsci.models.vectorworld._bundle import ship_default; \
+	  print(ship_default('$(VW_DEFAULT)/model', data_seed=0, train_seed=0))"
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info runs

@@ -8,12 +8,11 @@ Description
     kinematically feasible actions (:class:`~simsci.models.vectorworld.StreamingWorld`).
     The ego is the kinematic bicycle of ``simsci/Driving-v0``, and the action and
     observation spaces are those of ``simsci/Driving-v0``, so a policy trained in one
-    can be evaluated in the other. ``checkpoint``: a directory written by
-    ``simsci train vectorworld`` (or :meth:`VectorWorld.save`) or a loaded
-    ``VectorWorld``; None uses a small model
-    trained on the fly on a few simulated drives and cached
-    (:func:`~simsci.models.vectorworld.small_default`: for tests and trying things, not
-    for benchmarks).
+    can be evaluated in the other. ``checkpoint``: None (the default) is the world
+    shipped with simsci (:func:`~simsci.models.vectorworld.pretrained`); a directory
+    written by ``simsci train vectorworld`` (or :meth:`VectorWorld.save`) or a loaded
+    ``VectorWorld``; ``"small"``: a tiny model trained on the fly on a few simulated
+    drives and cached (:func:`~simsci.models.vectorworld.small_default`: for tests).
 
 Action space
     As ``simsci/Driving-v0``: ``Box([-8, -0.5], [4, 0.5])``, acceleration [m/s^2] and
@@ -130,7 +129,7 @@ class _Stream:
         device,
         tile_mode: str = "flow",
     ):
-        from simsci.models.vectorworld import StreamingWorld, VectorWorld, small_default
+        from simsci.models.vectorworld import StreamingWorld, resolve_world
 
         for name, value, lo in (
             ("max_episode_steps", max_episode_steps, 1),
@@ -147,12 +146,7 @@ class _Stream:
             max_distance = float(route_length) - 200.0
         if not max_distance > 0:
             raise ValueError(f"max_distance must be > 0 m, got {max_distance}")
-        if checkpoint is None:
-            model = small_default()
-        elif all(hasattr(checkpoint, part) for part in ("tiles", "vae", "npc")):
-            model = checkpoint  # a loaded VectorWorld (or an object with its three parts)
-        else:
-            model = VectorWorld.load(checkpoint)
+        model = resolve_world(checkpoint)  # None: the shipped default; "small": tests'
         if isinstance(device, str) and device == "auto":
             device = resolve_device(device)
         self.sim = StreamingWorld(

@@ -84,7 +84,8 @@ def vectorworld_rollout(
     **world_kwargs,
 ) -> dict:
     """Drive ``km`` kilometres in a streamed world of ``model`` (a
-    :class:`~simsci.models.vectorworld.VectorWorld`, a checkpoint directory, or None for
+    :class:`~simsci.models.vectorworld.VectorWorld`, a checkpoint directory, None for the
+    shipped :func:`~simsci.models.vectorworld.pretrained` or ``"small"`` for
     :func:`~simsci.models.vectorworld.small_default`); see the module docstring.
 
     ``policy``: "lane_keeping" (default), "zero" or ``policy(obs) -> actions`` on batched

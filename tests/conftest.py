@@ -55,16 +55,6 @@ def device() -> torch.device:
     return dev
 
 
-@pytest.fixture(scope="session")
-def vectorworld_small():
-    """VectorWorld's small default model, built into the run's cache before a test that
-    needs it starts a subprocess which would load it (once per run: small_default locks
-    its cache key, so the xdist workers wait for one build)."""
-    from simsci.models.vectorworld import small_default
-
-    return small_default()
-
-
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

@@ -1,6 +1,7 @@
 """The package installs as the architecture says: simsci, simsci.envs, simsci.operators
 import from an editable install and from a built wheel; the public surface is there."""
 
+import json
 import shutil
 import subprocess
 import sys
@@ -64,6 +65,11 @@ def test_built_wheel_imports_envs_and_operators(tmp_path):
     # every subpackage of the source tree is in the wheel (pyproject lists them by hand)
     for init in (ROOT / "simsci").rglob("__init__.py"):
         assert init.relative_to(ROOT).as_posix() in names, f"{init.parent} missing from pyproject"
+    # the shipped trained defaults are package data: every file the manifest names
+    shipped = json.loads((ROOT / "simsci" / "pretrained" / "manifest.json").read_text())
+    for entry in shipped["models"].values():
+        for file in entry["files"]:
+            assert f"simsci/pretrained/{entry['folder']}/{file}" in names
     target = tmp_path / "site"
     subprocess.run(
         [
@@ -82,7 +88,9 @@ def test_built_wheel_imports_envs_and_operators(tmp_path):
     )
     code = (
         "import simsci, simsci.envs, simsci.operators, simsci.data, simsci.cli, simsci.models;"
-        "print(simsci.__file__); print(simsci.envs.__file__)"
+        "from simsci import pretrained;"
+        "[pretrained.path(name) for name in pretrained.manifest()['models']];"  # hash-checked
+        "print(simsci.__file__); print(simsci.envs.__file__); print(pretrained.__file__)"
     )
     out = subprocess.run(
         [sys.executable, "-c", code],

@@ -30,8 +30,9 @@ SLOW = {
     "DrivingVectorEnv(": "tests/driving/test_traffic.py (make_road, Traffic, agents, "
     "collision_rate), tests/envs/test_driving_env.py (DrivingVectorEnv, lane_keeping_policy), "
     "tests/driving/test_tiles.py (make_scenes, read_scene)",
-    "small_default(": "tests/models/vectorworld/test_world.py (StreamingWorld, "
-    "VectorWorld-v1, rollout, write_rollout) and test_bundle.py",
+    "vw.pretrained(": "tests/test_pretrained.py (the shipped world, VectorWorld-v1's "
+    "default), tests/models/vectorworld/test_world.py (StreamingWorld, VectorWorld-v1, "
+    "rollout, write_rollout) and test_bundle.py",
 }
 
 
@@ -45,10 +46,7 @@ def test_readme_has_python_examples():
 
 
 @pytest.mark.parametrize("index", [_example(i) for i in range(len(BLOCKS))])
-def test_readme_example_runs(index, tmp_path, request):
-    if "small_default(" in BLOCKS[index]:
-        # build the model once per run, under the lock, before the subprocess loads it
-        request.getfixturevalue("vectorworld_small")
+def test_readme_example_runs(index, tmp_path):
     script = tmp_path / f"example_{index}.py"
     script.write_text(BLOCKS[index])
     proc = subprocess.run(

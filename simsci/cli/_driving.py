@@ -173,7 +173,8 @@ def _add_env_options(p) -> None:
     p.add_argument(
         "--checkpoint",
         default=None,
-        help="--env vectorworld: the VectorWorld directory (simsci train vectorworld)",
+        help="--env vectorworld: the VectorWorld directory (simsci train vectorworld); "
+        "default: the shipped world; small: the tiny on-the-fly model",
     )
     p.add_argument("--num-envs", type=int, default=16, help="egos stepped together")
     add_param(p, what="a keyword of the environment (route_length=5000, max_episode_steps=600)")

@@ -45,8 +45,8 @@ it), OUT/route.png (top-down plot of what was driven; needs matplotlib) and
 OUT/stats.json (distance, why the rollout ended, real-time factor, tiles, spawns,
 collisions, the ego's tile coverage, seam gaps, feasibility of the ego and the NPCs
 from their stated motion and from their positions). Without
---checkpoint the small on-the-fly model is used (trained once and cached: for trying
-things, not for results).
+--checkpoint the world shipped with simsci is driven (simsci/pretrained/vectorworld;
+--checkpoint small: the tiny on-the-fly model the tests use).
 
 Why it ended (stats.json "end_reason", also printed on stderr): distance (drove --km),
 time_limit (ran out of steps: 2 m/s on average), or, unless --keep-going, the failure
@@ -73,7 +73,14 @@ END_REASON_TEXT = {
 #: (flag, dest, argparse keywords); the same list makes their deprecated spellings
 #: before the world word (``simsci rollout --km 1 vectorworld``)
 _VECTORWORLD_OPTIONS = (
-    ("--checkpoint", "checkpoint", {"help": "VectorWorld directory (simsci train vectorworld)"}),
+    (
+        "--checkpoint",
+        "checkpoint",
+        {
+            "help": "VectorWorld directory (simsci train vectorworld); default: the "
+            "shipped world; small: the tiny on-the-fly model"
+        },
+    ),
     ("--km", "km", {"type": float, "default": 1.0, "help": "distance to drive [km]"}),
     (
         "--policy",

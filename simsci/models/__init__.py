@@ -162,8 +162,9 @@ def get(name: str, **kwargs):
     - ``vectorworld``: ``get("vectorworld", checkpoint=DIR, device=None)`` loads a trained
       world (a directory of ``simsci train vectorworld``); ``get("vectorworld",
       tiles=..., vae=..., npc=...)`` puts trained parts together; ``get("vectorworld")``
-      is the small model trained on the fly and cached (``small_default``: for trying
-      things, not for results).
+      is the world shipped with simsci (``pretrained``), ``get("vectorworld",
+      checkpoint="small")`` the small model trained on the fly and cached
+      (``small_default``: for tests).
 
     The trained models themselves load with ``entry(name).load(path)``.
     """

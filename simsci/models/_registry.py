@@ -481,9 +481,10 @@ def vectorworld_entry() -> ModelEntry:
     path: its package is imported when the entry is used, not with ``simsci.models``.
 
     ``build(checkpoint=None, *, device=None, **kwargs)``: ``checkpoint`` (a directory of
-    ``simsci train vectorworld``) loaded; else the parts ``tiles``, ``vae``, ``npc`` (and
-    ``meta``) put together; else the small model trained on the fly and cached
-    (``small_default``, ``cache_dir`` / ``rebuild``). ``train``: the three parts on a scene
+    ``simsci train vectorworld``) loaded, ``"small"`` the small model trained on the fly
+    and cached (``small_default``, ``cache_dir`` / ``rebuild``); else the parts
+    ``tiles``, ``vae``, ``npc`` (and ``meta``) put together; else the world shipped
+    with simsci (``pretrained``). ``train``: the three parts on a scene
     file into the directory ``out``. ``load``: ``VectorWorld.load``.
     """
     return ModelEntry(
@@ -498,8 +499,11 @@ def vectorworld_entry() -> ModelEntry:
 
 
 def _build_vectorworld(checkpoint=None, *, device=None, **kwargs):
-    from simsci.models.vectorworld import VectorWorld, small_default
+    from simsci.models.vectorworld import VectorWorld, pretrained, small_default
 
+    if isinstance(checkpoint, str) and checkpoint == "small":
+        world = small_default(**kwargs)
+        return world if device is None else world.to(device)
     if checkpoint is not None:
         if kwargs:
             raise TypeError(
@@ -507,8 +511,14 @@ def _build_vectorworld(checkpoint=None, *, device=None, **kwargs):
                 f"{sorted(kwargs)}"
             )
         return VectorWorld.load(checkpoint, device=device)
-    world = VectorWorld(**kwargs) if {"tiles", "vae", "npc"} & set(kwargs) else None
-    world = small_default(**kwargs) if world is None else world
+    if not {"tiles", "vae", "npc"} & set(kwargs):
+        if kwargs:
+            raise TypeError(
+                f"get('vectorworld') takes {sorted(kwargs)} only with checkpoint='small' "
+                "(the small on-the-fly model) or with the parts tiles=, vae=, npc="
+            )
+        return pretrained(device=device)
+    world = VectorWorld(**kwargs)
     return world if device is None else world.to(device)
 
 

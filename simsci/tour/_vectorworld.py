@@ -1,7 +1,8 @@
 """A closed-loop drive through a world VectorWorld generates as the ego advances.
 
-25. build (once, then cached) the small on-the-fly VectorWorld: a tile generator, a
-    motion-aware gated VAE and ΔSim trained briefly on a few simulated drives;
+25. load the VectorWorld shipped with simsci (simsci/pretrained/vectorworld, its files
+    checked against their hashes): a tile generator, a motion-aware gated VAE and ΔSim
+    trained on CPU on 2,000 simulated drives;
 26. drive 1 km in closed loop with the lane-keeping policy
     (simsci.envs.vectorworld_rollout) while tiles are outpainted ahead in one
     network call each and ΔSim drives the NPCs; report the real-time factor, tiles,
@@ -25,12 +26,12 @@ KEEP = (
 
 def run(ctx: Context) -> dict:
     from simsci.envs import vectorworld_rollout
-    from simsci.models.vectorworld import plot_route, small_default, write_rollout
+    from simsci.models.vectorworld import plot_route, pretrained, write_rollout
 
     km = 0.2 if ctx.quick else 1.0
-    banner("25. VectorWorld: the small on-the-fly model (tiles, VAE, ΔSim; cached)")
+    banner("25. VectorWorld: the shipped world model (tiles, VAE, ΔSim)")
     start = time.perf_counter()
-    model = small_default()
+    model = pretrained()
     print(f"ready in {time.perf_counter() - start:.0f} s ({model.tiles.layout})")
     banner(f"26. a {km:g} km closed-loop rollout: tiles outpainted in one step, ΔSim NPCs")
     res = vectorworld_rollout(model, km=km, seed=ctx.seed, device=ctx.device, stop_on_failure=False)
@@ -46,8 +47,9 @@ def run(ctx: Context) -> dict:
         f"{s['ego_collision_steps']}; ended: {s['end_reason']}"
     )
     print(
-        "[the small model is for trying things; train the real one with `simsci train "
-        "vectorworld --data scenes.h5` and `simsci rollout vectorworld --checkpoint DIR`]"
+        "[the shipped world is a CPU-trained default whose maps are still far from the "
+        "ground truth (benchmarks/README.md); train your own with `simsci train vectorworld "
+        "--data scenes.h5` and `simsci rollout vectorworld --checkpoint DIR`]"
     )
     route = str(ctx.out / "vectorworld_route.png") if plot else None
     return {**{k: s[k] for k in KEEP}, "plot": route}

@@ -31,7 +31,10 @@ training data, its metrics the yardstick). Three trained parts and the world the
   :func:`plot_route` (:mod:`._rollout`).
 - :class:`VectorWorld` (:mod:`._bundle`): the three parts in one checkpoint directory;
   :func:`train_vectorworld` (``simsci train vectorworld --data scenes.h5``) trains them;
-  :func:`small_default` is a small model trained on the fly (cached) for tests.
+  :func:`pretrained` is the world shipped with simsci (package data, hash-checked; what
+  ``checkpoint=None`` means everywhere), :func:`small_default` a small model trained on
+  the fly (cached) for tests (``checkpoint="small"``); :func:`resolve_world` maps a
+  ``checkpoint`` argument onto one of them.
 
 >>> from simsci.models import vectorworld as vw
 >>> from simsci.envs import vectorworld_rollout
@@ -45,6 +48,8 @@ from simsci.driving import MANOEUVRES, AgentState, LaneSet, lanes_from_road, ste
 from simsci.models.vectorworld._bc import collect_bc, train_delta_sim
 from simsci.models.vectorworld._bundle import (
     VectorWorld,
+    pretrained,
+    resolve_world,
     small_default,
     train_vectorworld,
 )
@@ -86,6 +91,8 @@ __all__ = [
     "VectorWorld",
     "train_vectorworld",
     "small_default",
+    "pretrained",
+    "resolve_world",
     "StreamingWorld",
     "seam_gaps",
     "DriveRecorder",

@@ -37,7 +37,14 @@ from pathlib import Path
 import torch
 from filelock import FileLock
 
-__all__ = ["VectorWorld", "train_vectorworld", "small_default", "FORMAT_VERSION"]
+__all__ = [
+    "VectorWorld",
+    "train_vectorworld",
+    "small_default",
+    "pretrained",
+    "resolve_world",
+    "FORMAT_VERSION",
+]
 
 FORMAT = "simsci.vectorworld"
 FORMAT_VERSION = 1
@@ -159,6 +166,59 @@ class VectorWorld:
 
     def __repr__(self) -> str:
         return f"VectorWorld(layout={self.tiles.layout}, device={self.device})"
+
+
+#: the one command that remakes the shipped default (Makefile target; its recipe has the
+#: scene generation, the training and the shipping, with their seeds)
+PRETRAINED_COMMAND = "make pretrained-vectorworld"
+
+
+def pretrained(*, device=None) -> VectorWorld:
+    """The VectorWorld shipped with simsci (``simsci/pretrained/vectorworld``, its files
+    checked against the manifest's SHA-256): trained on CPU on 2,000 simulated drives;
+    its training command, data seed and figures are in ``simsci/pretrained/manifest.json``
+    and ``benchmarks/README.md``."""
+    from simsci import pretrained as shipped
+
+    return VectorWorld.load(shipped.path("vectorworld"), device=device)
+
+
+def resolve_world(checkpoint=None, *, device=None) -> VectorWorld:
+    """The world a user asked for: ``None`` the shipped default (:func:`pretrained`),
+    ``"small"`` the small model trained on the fly (:func:`small_default`, for tests), a
+    loaded :class:`VectorWorld` (or any object with ``tiles``, ``vae`` and ``npc``) as
+    it is, else a directory written by ``simsci train vectorworld`` or :meth:`VectorWorld.save`."""
+    if checkpoint is None:
+        return pretrained(device=device)
+    if isinstance(checkpoint, str) and checkpoint == "small":
+        world = small_default()
+        return world if device is None else world.to(device)
+    if all(hasattr(checkpoint, part) for part in _PARTS):
+        return checkpoint
+    return VectorWorld.load(checkpoint, device=device)
+
+
+def ship_default(model_dir, *, data_seed: int, train_seed: int, notes: str = "") -> Path:
+    """Copy the trained world in ``model_dir`` (its parts, not its training runs) into the
+    package as the shipped default (``simsci.pretrained.ship``) and check that it loads."""
+    from simsci import pretrained as shipped
+
+    model_dir = Path(model_dir)
+    VectorWorld.load(model_dir)  # refuse to ship what does not load
+    files = ["vectorworld.json", *(f"{name}.pt" for name in _PARTS)]
+    folder = shipped.ship(
+        "vectorworld",
+        model_dir,
+        files,
+        command=PRETRAINED_COMMAND,
+        data_seed=data_seed,
+        train_seed=train_seed,
+        format=FORMAT,
+        format_version=FORMAT_VERSION,
+        notes=notes,
+    )
+    pretrained()
+    return folder
 
 
 def _best(run_dir: Path) -> Path:

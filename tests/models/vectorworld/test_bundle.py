@@ -152,7 +152,10 @@ def test_small_default_drives_and_cli_rollout(tmp_path, monkeypatch):
     # closed seams (every end meets its partner) and NPC positions feasible (the slip)
     assert s["seam_unmatched"] == 0 and (s["seam_gap_p90_m"] or 0.0) <= 0.1
     assert s["npc_path_infeasible_steps"] <= 0.005 * max(s["npc_path_steps_checked"], 1)
-    r = _cli("rollout", "vectorworld", "--km", "0.1", "--keep-going", "--out", "out", cwd=tmp_path)
+    r = _cli(
+        "rollout", "vectorworld", "--checkpoint", "small", "--km", "0.1", "--keep-going",
+        "--out", "out", cwd=tmp_path,
+    )  # fmt: skip
     assert r.returncode == 0, r.stderr
     stats = json.loads((tmp_path / "out" / "stats.json").read_text())
     assert stats["distance_m"] >= 100.0
