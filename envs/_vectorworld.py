@@ -74,7 +74,10 @@ Reset cost
     seeds (the reset generator's next draws), so on a miss it makes the openings of
     this and the next ``OPENING_POOL - 1`` resets in one batched generator call; the
     others take theirs from the pool. A seeded reset makes its own. The same seed gives
-    the same episode either way.
+    the same episode either way. ``first_steps`` (default 16) sets the first tile's
+    flow steps; ``first_steps=1`` uses the one-step sampler there too: with the shipped
+    world a lane-keeping evaluation ran 2.4x faster, but the first tile has a lane
+    through the ego's start less often (mean distance 28 m against 44 m).
 """
 
 from __future__ import annotations
@@ -128,6 +131,7 @@ class _Stream:
         tile_steps: int,
         device,
         tile_mode: str = "flow",
+        first_steps: int = 16,
     ):
         from simsci.models.vectorworld import StreamingWorld, resolve_world
 
@@ -158,6 +162,7 @@ class _Stream:
             tile_steps=tile_steps,
             # one step: MeanFlow's average velocity; more: the flow-matching sampler
             tile_mode="meanflow" if int(tile_steps) == 1 else tile_mode,
+            first_steps=first_steps,
             device=device,
         )
         self.device = self.sim.device
@@ -184,6 +189,7 @@ class _Stream:
             "max_tiles": int(max_tiles),
             "shaping": bool(shaping),
             "tile_steps": int(tile_steps),
+            "first_steps": int(first_steps),
         }
 
     def reset(self, generator: torch.Generator, index: torch.Tensor | None = None):
@@ -380,6 +386,7 @@ class VectorWorldVectorEnv(DrivingVectorEnv):
         max_tiles: int = 6,
         shaping: bool = True,
         tile_steps: int = 1,
+        first_steps: int = 16,
         device=None,
         action_bounds: str = "clip",
         action_scale: str = "physical",
@@ -403,6 +410,7 @@ class VectorWorldVectorEnv(DrivingVectorEnv):
             max_tiles=max_tiles,
             shaping=shaping,
             tile_steps=tile_steps,
+            first_steps=first_steps,
             device=device,
         )
         self._finish_init(

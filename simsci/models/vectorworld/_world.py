@@ -201,7 +201,12 @@ class StreamingWorld:
     ):
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
             raise ValueError(f"n (the number of worlds) must be a positive int, got {n!r}")
-        for name, value, lo in (("max_tiles", max_tiles, 3), ("max_agents", max_agents, 2)):
+        for name, value, lo in (
+            ("max_tiles", max_tiles, 3),
+            ("max_agents", max_agents, 2),
+            ("tile_steps", tile_steps, 1),
+            ("first_steps", first_steps, 1),
+        ):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
                 raise ValueError(f"{name} must be an int >= {lo}, got {value!r}")
         if not (lookahead > 0 and window > lookahead):

@@ -313,6 +313,16 @@ def test_bad_actions_and_options_rejected():
         StreamingWorld(FakeWorldModel(), 1, max_tiles=2)
     with pytest.raises(ValueError, match="lookahead"):
         StreamingWorld(FakeWorldModel(), 1, lookahead=200.0, window=150.0)
+    with pytest.raises(ValueError, match="first_steps must be an int >= 1"):
+        StreamingWorld(FakeWorldModel(), 1, first_steps=0)
+
+
+def test_first_steps_reaches_the_world_and_is_recorded():
+    from simsci.envs import VectorWorldVectorEnv
+
+    env = VectorWorldVectorEnv(1, checkpoint=FakeWorldModel(), first_steps=1)
+    assert env.world.sim.first_steps == 1 and env.world.config["first_steps"] == 1
+    assert VectorWorldVectorEnv(1, checkpoint=FakeWorldModel()).world.sim.first_steps == 16
 
 
 def _env(**kw):
