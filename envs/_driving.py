@@ -274,12 +274,17 @@ def _ego_near(xy: torch.Tensor, half: torch.Tensor, valid: torch.Tensor) -> torc
 def ego_collisions(agents: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     """``(n,)`` the ego's box (slot 0 of ``agents`` ``(n, V, 7)``) overlaps another valid
     vehicle's; tested in ego-relative coordinates (exact in float32 far from the origin)."""
-    from simsci.driving.metrics import _sat
-
     # with no valid vehicle close enough to touch the ego, the separating-axis test
     # cannot find an overlap: skip it
     if not bool(_ego_near(agents[..., :2], agents[..., 5:7] / 2, valid).any()):
         return torch.zeros(valid.shape[0], dtype=torch.bool, device=valid.device)
+    return _ego_overlaps(agents, valid)
+
+
+def _ego_overlaps(agents: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """:func:`ego_collisions` without its closeness pre-check (the separating-axis test)."""
+    from simsci.driving.metrics import _sat
+
     rel = agents.clone()
     rel[..., :2] = rel[..., :2] - agents[:, :1, :2]
     return (_sat(rel[:, :1], rel[:, 1:]) & valid[:, 1:]).any(1)
@@ -481,7 +486,7 @@ class _World:
         xy = torch.stack([st.x, st.y], -1)
         if not bool(_ego_near(xy, torch.stack([st.length, st.width], -1) / 2, st.valid).any()):
             return torch.zeros(self.n, dtype=torch.bool, device=self.device)
-        return ego_collisions(*self.traffic.agents())
+        return _ego_overlaps(*self.traffic.agents())  # checked close just above
 
     @torch.no_grad()
     def observe(self) -> dict[str, torch.Tensor]:

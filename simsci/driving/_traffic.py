@@ -293,32 +293,16 @@ class RoadPool:
     def point_at(self, net, lane, s):
         """Position ``(..., 2)`` and unit tangent ``(..., 2)`` at arc length ``s`` of
         ``lane`` of network ``net`` (all broadcastable, same shape)."""
-        base, frac = self._segment(net, lane, s)
-        return self.points_flat[base] + frac * self._seg_flat[base], self._tangent_flat[base]
+        return self.point_on(self.lane_rows(net, lane), s)
 
     def position_at(self, net, lane, s):
         """The position of :meth:`point_at` alone."""
-        base, frac = self._segment(net, lane, s)
+        base, frac = self._segment(self.lane_rows(net, lane), s)
         return self.points_flat[base] + frac * self._seg_flat[base]
 
     def tangent_at(self, net, lane, s):
         """The unit tangent of :meth:`point_at` alone."""
-        return self._tangent_flat[self._segment_index(net, lane, s)[0]]
-
-    def _segment_index(self, net, lane, s):
-        """The flat index of the segment holding arc length ``s``, with ``s`` in segments
-        ``u`` and the segment's index ``i0`` on its lane (``u >= 0``: truncation is the
-        floor)."""
-        flat = net * self.L + lane.clamp(min=0)
-        u = (s / self._ds_flat[flat]).clamp(min=0)
-        i0 = torch.minimum(u.long(), self._last_seg_flat[flat])
-        return flat * self.P + i0, u, i0
-
-    def _segment(self, net, lane, s):
-        """The flat index of the segment holding arc length ``s`` and the fraction
-        ``(..., 1)`` of it before ``s``."""
-        index, u, i0 = self._segment_index(net, lane, s)
-        return index, (u - i0.to(u.dtype)).clamp(max=1.0).unsqueeze(-1)
+        return self._tangent_flat[self._segment_index(self.lane_rows(net, lane), s)[0]]
 
     def lane_rows(self, net, lane):
         """What :meth:`point_at` looks up per lane, for several :meth:`point_on` calls on
@@ -328,12 +312,23 @@ class RoadPool:
 
     def point_on(self, rows, s):
         """:meth:`point_at` on the lanes of ``rows`` (:meth:`lane_rows`)."""
+        base, frac = self._segment(rows, s)
+        return self.points_flat[base] + frac * self._seg_flat[base], self._tangent_flat[base]
+
+    def _segment_index(self, rows, s):
+        """The flat index of the segment holding arc length ``s`` on the lanes of ``rows``,
+        with ``s`` in segments ``u`` and the segment's index ``i0`` on its lane (``u >= 0``:
+        truncation is the floor)."""
         _, ds, last, first = rows
         u = (s / ds).clamp(min=0)
         i0 = torch.minimum(u.long(), last)
-        frac = (u - i0.to(u.dtype)).clamp(max=1.0).unsqueeze(-1)
-        base = first + i0
-        return self.points_flat[base] + frac * self._seg_flat[base], self._tangent_flat[base]
+        return first + i0, u, i0
+
+    def _segment(self, rows, s):
+        """The flat index of the segment holding arc length ``s`` and the fraction
+        ``(..., 1)`` of it before ``s``."""
+        index, u, i0 = self._segment_index(rows, s)
+        return index, (u - i0.to(u.dtype)).clamp(max=1.0).unsqueeze(-1)
 
 
 def _pool_tables(roads) -> dict:

@@ -499,27 +499,25 @@ def vectorworld_entry() -> ModelEntry:
 
 
 def _build_vectorworld(checkpoint=None, *, device=None, **kwargs):
-    from simsci.models.vectorworld import VectorWorld, pretrained, small_default
+    from simsci.models.vectorworld import VectorWorld, resolve_world, small_default
 
     if isinstance(checkpoint, str) and checkpoint == "small":
-        world = small_default(**kwargs)
+        world = small_default(**kwargs)  # cache_dir, rebuild
         return world if device is None else world.to(device)
-    if checkpoint is not None:
-        if kwargs:
-            raise TypeError(
-                f"get('vectorworld', checkpoint=...) loads a trained world; it takes no "
-                f"{sorted(kwargs)}"
-            )
-        return VectorWorld.load(checkpoint, device=device)
-    if not {"tiles", "vae", "npc"} & set(kwargs):
-        if kwargs:
-            raise TypeError(
-                f"get('vectorworld') takes {sorted(kwargs)} only with checkpoint='small' "
-                "(the small on-the-fly model) or with the parts tiles=, vae=, npc="
-            )
-        return pretrained(device=device)
-    world = VectorWorld(**kwargs)
-    return world if device is None else world.to(device)
+    if {"tiles", "vae", "npc"} & set(kwargs) and checkpoint is None:
+        world = VectorWorld(**kwargs)
+        return world if device is None else world.to(device)
+    if kwargs and checkpoint is not None:
+        raise TypeError(
+            f"get('vectorworld', checkpoint=...) loads a trained world; it takes no "
+            f"{sorted(kwargs)}"
+        )
+    if kwargs:
+        raise TypeError(
+            f"get('vectorworld') takes {sorted(kwargs)} only with checkpoint='small' "
+            "(the small on-the-fly model) or with the parts tiles=, vae=, npc="
+        )
+    return resolve_world(checkpoint, device=device)  # a directory, or None: the shipped one
 
 
 def _load_vectorworld(path, *, device=None):
