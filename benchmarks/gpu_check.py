@@ -194,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     for script, extra in (
         # quick sizes where a script has them: on an H200 (2026-12-04) the full
         # bench_generate, bench_odeint_grid, bench_dno --quick and the two-system zoo each
-        # ran past 45 s, and the whole check took 8.2 min against its 5 min target
+        # ran past 45 s, and the whole check took 8.2 min against its 5 min target; with
+        # quick sizes (second run) bench_envs and the zoo still ran past 60 s
         ("bench_generate.py", ["--quick", "--device", "cuda"]),
         (
             "bench_odeint_grid.py",
@@ -207,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
             ],
         ),
         ("bench_pde_throughput.py", ["--device", "cuda"]),
-        # every environment batched on CUDA at 1, 64 and 4096; SyncVectorEnv at 1 and 64
+        # every environment batched on CUDA at 1, 64 and 4096; SyncVectorEnv at N = 1 only
+        # (at 64 it steps 64 single envs at ~3-30 ms each: the script ran past 60 s)
         (
             "bench_envs.py",
             [
@@ -218,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
                 "64",
                 "4096",
                 "--sync-max",
-                "64",
+                "1",
                 "--repeat",
                 "5",
                 "--sync-repeat",
@@ -232,7 +234,18 @@ def main(argv: list[str] | None = None) -> int:
         # DynaDiff's zoo: experts per minute, vmapped vs one at a time, on CUDA
         (
             "bench_dynadiff_zoo.py",
-            ["--device", "cuda", "--systems", "lotka_volterra", "--steps", "50", "--repeats", "1"],
+            [
+                "--device",
+                "cuda",
+                "--part",
+                "throughput",  # the quality part trains five systems' zoos: minutes
+                "--systems",
+                "lotka_volterra",
+                "--steps",
+                "20",  # one at a time on CUDA: 58 experts/min at 50 steps (2026-12-04)
+                "--repeats",
+                "1",
+            ],
         ),
     ):
         start = time.perf_counter()
