@@ -15,11 +15,13 @@ points each, batch 32), latent size 8, GRU width 64:
   step of 1/4 of the median gap on the union time grid, Gaussian likelihood of the
   observed entries, + backward.
 
-Also timed: the non-linear and complex variants (complex: 4 complex modes = 8 real
-dimensions), and simsci's own baseline ``simsci.models.LatentSDE`` (the same harness as
-SDEVI; per-time context, gated correction) at the peer's step.
+Also timed: the non-linear variant (its default parallel linearisation and the
+sequential one), the complex variant (4 complex modes = 8 real dimensions), and simsci's
+own baseline ``simsci.models.LatentSDE`` (the same harness as SDEVI; per-time context,
+gated correction) at the peer's step.
 
-All are timed warm (median of repeats), on ``--device`` (synchronised). Usage: ``python
+All are timed warm, in interleaved rounds (median over rounds; ratios also as the
+median of each round's ratio), on ``--device`` (synchronised). Usage: ``python
 benchmarks/bench_sdevi_speed.py [--quick] [--device cuda]``; writes
 ``benchmarks/results/sdevi_speed_<device>.json``.
 """
@@ -27,7 +29,9 @@ benchmarks/bench_sdevi_speed.py [--quick] [--device cuda]``; writes
 from __future__ import annotations
 
 import argparse
+import statistics
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -102,7 +106,16 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--out", default=None)
+    parser.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="wall time, or this thread's CPU time (a shared CPU machine; not for CUDA)",
+    )
     args = parser.parse_args()
+    if args.clock == "cpu" and args.device != "cpu":
+        parser.error("--clock cpu times the CPU only; use the wall clock on a GPU")
+    clock = time.thread_time if args.clock == "cpu" else time.perf_counter
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     device = torch.device(args.device)
@@ -120,6 +133,11 @@ def main() -> None:
             ).to(device)
             for variant in VARIANTS
         }  # fmt: skip
+        # the non-linear variant's earlier scheme (one Python step per sub-step), beside
+        # the default fixed-point sweeps (issue 27)
+        sdevi["nonlinear_sequential"] = SDEVI.from_data(
+            traj, latent_dim=8, hidden_dim=64, variant="nonlinear", linearisation="sequential"
+        ).to(device)
         batch = sdevi["linear"].collate([ds[i] for i in range(32)])
         batch = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
         peer = LatentSDE(obs_dim=2, latent=8, hidden=64).to(device)
@@ -137,26 +155,34 @@ def main() -> None:
 
             return run
 
-        times = {
-            f"sdevi_{v}": time_call(
-                step(m, lambda m=m: m.training_step(batch)["loss"]), repeat=repeat, device=device
-            ).median
-            for v, m in sdevi.items()
+        runs = {f"sdevi_{v}": step(m, lambda m=m: m.training_step(batch)["loss"])
+                for v, m in sdevi.items()}  # fmt: skip
+        runs["torchsde_latent_sde"] = step(peer, lambda: peer.loss(batch))
+        runs["simsci_latent_sde"] = step(library, lambda: library.training_step(batch)["loss"])
+        # interleaved rounds (one timed step of every model a round): a load change on a
+        # shared machine then hits all models alike, and each round gives its own ratios
+        rounds = {k: [] for k in runs}
+        for r in range(repeat):
+            for key, run in runs.items():
+                rounds[key].append(
+                    time_call(run, repeat=1, warmup=int(r == 0), device=device, clock=clock).times[
+                        0
+                    ]
+                )
+        times = {k: statistics.median(v) for k, v in rounds.items()}
+        peer_rounds = rounds["torchsde_latent_sde"]
+        round_ratios = {
+            k: statistics.median(p / t for p, t in zip(peer_rounds, v))
+            for k, v in rounds.items()
+            if k.startswith("sdevi")
         }
-        times["torchsde_latent_sde"] = time_call(
-            step(peer, lambda: peer.loss(batch)), repeat=repeat, device=device
-        ).median
-        times["simsci_latent_sde"] = time_call(
-            step(library, lambda: library.training_step(batch)["loss"]),
-            repeat=repeat,
-            device=device,
-        ).median
     result = {
         "batch": 32,
         "device": str(device),
         "time_points_per_episode": int(batch["valid"].sum(1).float().mean()),
         "union_grid": int(batch["grid"].numel()),
         "latent": 8,
+        "clock": args.clock,
         "step_s": times,
         # the headline: linear SDEVI vs the compact torchsde latent SDE (earlier results)
         "sdevi_step_s": times["sdevi_linear"],
@@ -165,6 +191,9 @@ def main() -> None:
         "speedup_vs_torchsde": {
             k: times["torchsde_latent_sde"] / v for k, v in times.items() if k.startswith("sdevi")
         },
+        # the median over rounds of each round's peer / model time
+        "speedup_vs_torchsde_round_median": round_ratios,
+        "step_s_rounds": rounds,
         "speedup_vs_simsci_latent_sde": {
             k: times["simsci_latent_sde"] / v for k, v in times.items() if k.startswith("sdevi")
         },
@@ -175,6 +204,10 @@ def main() -> None:
     print(
         "speed-up vs the torchsde latent SDE: "
         + ", ".join(f"{k} {v:.1f}x" for k, v in result["speedup_vs_torchsde"].items())
+    )
+    print(
+        "median of the rounds' ratios: "
+        + ", ".join(f"{k} {v:.1f}x" for k, v in round_ratios.items())
     )
     print(f"wrote {write_result(out, result, device=device)}")
 

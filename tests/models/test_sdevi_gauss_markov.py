@@ -152,6 +152,50 @@ def test_expm_matches_torch_matrix_exp_for_small_and_large_norms():
     torch.testing.assert_close(expm(M), torch.linalg.matrix_exp(M), rtol=1e-9, atol=1e-12)
 
 
+def test_per_matrix_squarings_give_each_matrix_its_own_exponential():
+    """Each matrix of a batch (norms 0.01 to 30, shuffled, leading batch axes) gets what
+    it gets alone, for expm and for the (F, c, Q) of lti_transition, in a batch large
+    enough to be sorted by squaring count and in a small one (masked rounds)."""
+    from simsci.integrate import expm
+    from simsci.integrate._linear import _PER_MATRIX_FROM
+
+    g = torch.Generator().manual_seed(0)
+    n = 2 * _PER_MATRIX_FROM
+    scale = 10 ** (torch.rand(n, generator=g, dtype=torch.float64) * 3.5 - 2)
+    M = torch.randn(n, 4, 4, generator=g, dtype=torch.float64) * scale[:, None, None]
+    torch.testing.assert_close(
+        expm(M.reshape(2, n // 2, 4, 4)).reshape(n, 4, 4),
+        torch.linalg.matrix_exp(M),
+        rtol=1e-9,
+        atol=1e-12,
+    )
+    A = M - 3 * scale[:, None, None] * torch.eye(4, dtype=torch.float64)  # stable drifts
+    b = torch.randn(n, 4, generator=g, dtype=torch.float64)
+    L = torch.randn(n, 4, 4, generator=g, dtype=torch.float64)
+    dt = torch.rand(n, generator=g, dtype=torch.float64) + 0.05
+    together, small = lti_transition(A, b, L, dt), lti_transition(A[:9], b[:9], L[:9], dt[:9])
+    for i in (0, 7, n // 2, n - 1):
+        alone = lti_transition(A[i : i + 1], b[i : i + 1], L[i : i + 1], dt[i : i + 1])
+        for k, (x, y) in enumerate(zip(together, alone)):
+            torch.testing.assert_close(x[i : i + 1], y, rtol=1e-10, atol=1e-13)
+            if i < 9:
+                torch.testing.assert_close(small[k][i : i + 1], y, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 8, 33])
+def test_propagate_means_equals_the_means_of_propagate(n):
+    from simsci.models.sdevi._gauss_markov import propagate_means
+
+    m0, P0, F, c, Q = _dynamics("rotating", 3, n, 4)
+    F.requires_grad_(True)
+    means = propagate_means(m0, F, c)
+    torch.testing.assert_close(means, _loop(m0, P0, F, c, Q)[0], rtol=1e-10, atol=1e-12)
+    if n > 1:
+        (grad,) = torch.autograd.grad(means.sum(), F)
+        (expected,) = torch.autograd.grad(_loop(m0, P0, F, c, Q)[0].sum(), F)
+        torch.testing.assert_close(grad, expected, rtol=1e-9, atol=1e-11)
+
+
 # --------------------------------------------------------------- the scan against the loop
 def _loop(m0, P0, F, c, Q):
     """The plain recursion (the reference the scan must reproduce)."""

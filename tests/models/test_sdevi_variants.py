@@ -80,6 +80,42 @@ def test_local_linearisation_is_exact_for_a_linear_drift(pendulum):
             assert (gap <= 1e-8).all(), gap
 
 
+def test_parallel_linearisation_converges_to_the_sequential_one(pendulum):
+    """The fixed-point sweeps linearise the first k sub-steps where the sequential scheme
+    does after k sweeps, so with a non-trivial drift their distance to it shrinks fast
+    with the sweeps and vanishes once they cover the episode; gradients flow."""
+    torch.manual_seed(3)
+    ds = data.TrajectoryDataset(pendulum, fields=("t", "x"), dtype=torch.float64)
+    kwargs = dict(latent_dim=3, hidden_dim=8, variant="nonlinear", substeps=2)
+    sequential = SDEVI.from_data(pendulum, linearisation="sequential", **kwargs).double()
+    with torch.no_grad():
+        sequential.drift.outer.weight.normal_(0.0, 0.5)  # a drift that is not linear
+    items = [ds[0], {**ds[1], "t": ds[1]["t"][:11], "x": ds[1]["x"][:11]}]  # ragged
+    batch = sequential.collate(items)
+    with torch.no_grad():
+        reference = sequential.elbo(batch)
+    n = 2 * (batch["t"].shape[1] - 1)  # sub-steps of the longest episode
+    gaps = []
+    for sweeps in (1, 2, 3, n):
+        model = SDEVI.from_data(pendulum, sweeps=sweeps, **kwargs).double()
+        model.load_state_dict(sequential.state_dict())
+        with torch.no_grad():
+            gaps.append(float((model.elbo(batch) - reference).abs().max()))
+    assert gaps[0] > 1e-6, gaps  # one sweep is not the sequential scheme...
+    assert gaps[1] < gaps[0] / 10 and gaps[2] < gaps[1] / 10, gaps  # ...but converges to it
+    assert gaps[3] < 1e-9, gaps
+    model.elbo(batch).sum().backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.drift.parameters())
+    assert float(model.drift.outer.weight.grad.abs().sum()) > 0
+
+
+def test_bad_linearisation_settings_are_refused():
+    with pytest.raises(ValueError, match="linearisation"):
+        SDEVI(2, variant="nonlinear", linearisation="newton")
+    with pytest.raises(ValueError, match="sweeps"):
+        SDEVI(2, variant="nonlinear", sweeps=0)
+
+
 def test_ragged_batches_give_the_same_result_as_one_episode_at_a_time(pendulum):
     torch.manual_seed(2)
     for variant in ("linear", "nonlinear", "complex"):

@@ -57,6 +57,7 @@ from torch import Tensor
 
 __all__ = [
     "propagate",
+    "propagate_means",
     "gaussian_kl",
     "chain_kl",
     "safe_cholesky",
@@ -231,6 +232,24 @@ def propagate(m0: Tensor, P0: Tensor, F: Tensor, c: Tensor, Q: Tensor) -> tuple[
     ):
         return _Propagate.apply(*inputs)
     return _propagate_scan(*inputs)
+
+
+def propagate_means(m0: Tensor, F: Tensor, c: Tensor) -> Tensor:
+    """The means alone of :func:`propagate`'s chain: ``m_{i+1} = F_i m_i + c_i``.
+
+    m0 (B, d), F (B, n-1, d, d), c (B, n-1, d) -> means (B, n, d). The affine maps'
+    prefix compositions by recursive doubling (Hillis–Steele: after the round with
+    offset k every map is composed with the k before it), ``O(log n)`` rounds of one
+    batched product each, differentiated by autograd; no covariance is carried.
+    """
+    for k in (1 << r for r in range(max(0, F.shape[1] - 1).bit_length())):
+        # (F_i, c_i) <- (F_i F_{i-k}, F_i c_{i-k} + c_i) for i >= k
+        head_F, head_c = F[:, :k], c[:, :k]
+        tail_F = F[:, k:] @ F[:, :-k]
+        tail_c = (F[:, k:] @ c[:, :-k, :, None])[..., 0] + c[:, k:]
+        F, c = torch.cat([head_F, tail_F], 1), torch.cat([head_c, tail_c], 1)
+    rest = (F @ m0[:, None, :, None])[..., 0] + c
+    return torch.cat([m0[:, None], rest], 1)
 
 
 def _logdet(Lchol: Tensor) -> Tensor:
