@@ -12,8 +12,12 @@ of 600 steps (60 s) in both worlds (``evaluate_driving(env_id=...)``): success (
 full distance; with 60 s episodes nobody reaches it, so ``timeout`` = safe to the end),
 collision and off-road rates, the safe rate and the mean distance.
 
+``--opening-bank K``: PPO trains in VectorWorld with K reused openings (the
+environment's ``opening_bank``; cheap resets), evaluated on fresh ones.
+
 Usage: ``python benchmarks/bench_vectorworld_ppo.py --checkpoint runs/vectorworld
-[--timesteps 100000] [--quick]``. Writes ``benchmarks/results/vectorworld_ppo_cpu.json``.
+[--timesteps 100000] [--opening-bank 64] [--quick]``. Writes
+``benchmarks/results/vectorworld_ppo_cpu.json``.
 """
 
 from __future__ import annotations
@@ -39,6 +43,12 @@ def main() -> None:
     p.add_argument("--num-envs", type=int, default=16)
     p.add_argument("--episodes", type=int, default=32)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--opening-bank",
+        type=int,
+        default=None,
+        help="VectorWorld's opening_bank while PPO trains there (evaluation: fresh openings)",
+    )
     p.add_argument("--quick", action="store_true")
     p.add_argument("--out", default=None)
     args = p.parse_args()
@@ -78,6 +88,7 @@ def main() -> None:
         "claim": "a PPO driver moves between simsci/Driving-v0 and simsci/VectorWorld-v1",
         "checkpoint": str(args.checkpoint),
         "timesteps": timesteps,
+        "opening_bank": args.opening_bank,
         "episodes": episodes,
         "episode_steps": steps,
         "ppo": {**PPO_SETTINGS, "log_std_init": -1.5, "vec_normalize": True},
@@ -86,6 +97,8 @@ def main() -> None:
     }
     print("lane keeping", result["lane_keeping"], flush=True)
     for train_id, (cls, kw) in worlds.items():
+        if cls is VectorWorldVectorEnv and args.opening_bank is not None:
+            kw = dict(kw, opening_bank=args.opening_bank)  # training only
         venv = VecNormalize(to_sb3(cls(args.num_envs, **kw)), gamma=PPO_SETTINGS["gamma"])
         venv.seed(args.seed)
         settings = dict(PPO_SETTINGS)

@@ -257,16 +257,17 @@ class EdgeGatedAttention(nn.Module):
         logits = q @ kt + self.rel_bias[:, rel].transpose(0, 1)
         logits = logits.masked_fill(~key_mask[:, None, None, :], torch.finfo(h.dtype).min)
         p = torch.softmax(logits, dim=-1)
-        # gate logit: q_i^T diag(w[h, rel_ij]) k_j / sqrt(d) + c[h, rel_ij], one matmul
-        # per relation type, selected where rel == rho
-        gl = self.gate_bias[:, rel].transpose(0, 1)
-        for rho in range(self.num_relations):
-            s_rho = (q * self.gate_weight[None, :, rho, None, :]) @ kt
-            if self.num_relations == 1:
-                gl = gl + s_rho
-            else:
-                gl = torch.where((rel == rho)[:, None], gl + s_rho, gl)
-        gates = torch.sigmoid(gl)
+        # gate logit: q_i^T diag(w[h, rel_ij]) k_j / sqrt(d) + c[h, rel_ij]: the products
+        # of every relation type in one batched matmul (B, H, R, N, N), then each pair's
+        # own type gathered (a loop over the R types with a select each cost 3x as much:
+        # 30% of a tile's generation was torch.where; same values)
+        R = self.num_relations
+        s_all = (q[:, :, None] * self.gate_weight[None, :, :, None, :]) @ kt[:, :, None]
+        if R == 1:
+            s_rel = s_all[:, :, 0]
+        else:
+            s_rel = s_all.gather(2, rel[:, None, None].expand(B, H, 1, N, N))[:, :, 0]
+        gates = torch.sigmoid(self.gate_bias[:, rel].transpose(0, 1) + s_rel)
         out = ((p * gates) @ v).transpose(1, 2).reshape(B, N, W)
         return self.proj(out), gates
 

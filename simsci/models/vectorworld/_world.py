@@ -167,6 +167,10 @@ def _physical(tile: dict) -> dict:
     return out
 
 
+#: the seed of an opening bank's slot 0 (StreamingWorld.opening_key); slot j: + j
+BANK_SEED = 2**62
+
+
 class StreamingWorld:
     """``n`` streaming VectorWorld rollouts (see the module docstring).
 
@@ -177,7 +181,11 @@ class StreamingWorld:
     ``first_steps``: flow-matching steps of a reset's first tile (once per episode, where
     a lane through the origin matters most: 16 steps find one far more often);
     ``shaping``: ΔSim's kinematic logit shaping; ``greedy``: ΔSim's most likely actions
-    instead of samples; ``seed``: the generator of tiles, agents and NPC actions.
+    instead of samples; ``seed``: the generator of tiles, agents and NPC actions;
+    ``opening_bank``: None (default) opens every episode with tiles made from its own
+    seed; an int K opens it with one of K fixed openings (:meth:`opening_key`), kept
+    once made, so that after the first K a reset makes no tile at all (what the rest of
+    the episode generates, its agents and NPC actions still come from its own seed).
     """
 
     def __init__(
@@ -198,6 +206,7 @@ class StreamingWorld:
         seed: int = 0,
         device=None,
         dtype=torch.float32,
+        opening_bank: int | None = None,
     ):
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
             raise ValueError(f"n (the number of worlds) must be a positive int, got {n!r}")
@@ -209,6 +218,12 @@ class StreamingWorld:
         ):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
                 raise ValueError(f"{name} must be an int >= {lo}, got {value!r}")
+        if opening_bank is not None and (
+            isinstance(opening_bank, bool)
+            or not isinstance(opening_bank, (int, np.integer))
+            or opening_bank < 1
+        ):
+            raise ValueError(f"opening_bank must be None or an int >= 1, got {opening_bank!r}")
         if not (lookahead > 0 and window > lookahead):
             raise ValueError(
                 f"need 0 < lookahead < window, got lookahead={lookahead}, window={window}"
@@ -224,6 +239,7 @@ class StreamingWorld:
         self.spawn_clearance = float(spawn_clearance)
         self.tile_steps, self.tile_mode = int(tile_steps), str(tile_mode)
         self.first_steps = int(first_steps)
+        self.opening_bank = None if opening_bank is None else int(opening_bank)
         self.shaping, self.greedy = bool(shaping), bool(greedy)
         self.generator = torch.Generator(device="cpu")
         self.generator.manual_seed(int(seed))
@@ -315,12 +331,14 @@ class StreamingWorld:
             self._freed_at[b] = -(10**9)
         self.driven[idx] = 0.0
         pool = {} if pool is None else pool
+        seeds = [self.opening_key(s) for s in seeds]
         missing = list(dict.fromkeys(s for s in seeds if s not in pool))
         if missing:
             pool.update(zip(missing, self.opening(missing)))
         openings = [pool[s] for s in seeds]
-        for s in seeds:
-            pool.pop(s, None)
+        if self.opening_bank is None:  # a bank's openings are kept for the next episodes
+            for s in seeds:
+                pool.pop(s, None)
         self.stats["first_tiles"] += len(idx)
         for b, tiles in zip(idx, openings):
             (cell, first), rest = tiles[0], tiles[1:]
@@ -338,6 +356,15 @@ class StreamingWorld:
         ``generator.manual_seed(seed)`` (what a pool of openings is keyed by)."""
         gen = torch.Generator(device="cpu").manual_seed(int(seed))
         return [int(torch.randint(2**62, (1,), generator=gen)) for _ in range(k)]
+
+    def opening_key(self, seed: int) -> int:
+        """The seed an episode's opening is made from, given the opening seed it drew:
+        that seed itself, or with ``opening_bank`` K the seed of its bank slot (the drawn
+        seed mod K; slot j's seed is fixed, ``BANK_SEED + j``), so that K openings serve
+        every episode and a seeded reset still gets the same one."""
+        if self.opening_bank is None:
+            return int(seed)
+        return BANK_SEED + int(seed) % self.opening_bank
 
     def opening(self, seeds) -> list[list]:
         """The opening tiles of episodes with these ``seeds``: per seed ``[((0, 0), first

@@ -373,6 +373,45 @@ def test_resets_take_openings_made_ahead_and_the_same_seed_gives_the_same_episod
     assert all(np.array_equal(x, y) for x, y in zip(first, episode(fresh)))
 
 
+def test_an_opening_bank_reuses_k_openings_and_keeps_episodes_seeded():
+    """With ``opening_bank=2`` every episode opens with one of two openings, made once:
+    after both are made a reset calls the tile generator for nothing; reusing an opening
+    leaves it intact (the same seed gives the same episode after other episodes used it),
+    and the rest of an episode still follows its own seed."""
+    model = FakeWorldModel()
+    model.tiles = SeededTiles()
+
+    def episode(env, steps=6):
+        sim = env._vec.world.sim
+        for _ in range(steps):
+            env.step(np.array([0.5, 0.02], np.float32))
+        return [sim.store[0][c]["tile"]["points"].copy() for c in ((0, 0), (1, 0))] + [
+            float(sim.x[0, 0]),
+            float(sim.y[0, 0]),
+            sim.x[0].clone(),
+        ]
+
+    env = _env(checkpoint=model, opening_bank=2)
+    assert env._vec.world.sim.opening_bank == 2 and env._vec.world.config["opening_bank"] == 2
+    env.reset(seed=5)
+    first = episode(env)
+    for _ in range(8):
+        calls = len(model.tiles.calls)
+        env.reset()
+        made = len(model.tiles.calls) - calls
+        episode(env)
+    assert len(env._vec.world.pool) == 2  # both openings kept
+    assert made == 0  # a reset with both openings made generates no opening tile
+    env.reset(seed=5)
+    again = episode(env)
+    assert all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(first, again))
+    fresh = _env(checkpoint=model, opening_bank=2)
+    fresh.reset(seed=5)
+    assert all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(first, episode(fresh)))
+    with pytest.raises(ValueError, match="opening_bank"):
+        StreamingWorld(FakeWorldModel(), 1, opening_bank=0)
+
+
 def test_env_passes_check_env_with_driving_spaces():
     from simsci.envs import DrivingEnv
 
