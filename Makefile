@@ -120,7 +120,7 @@ gpu-check: $(if $(filter $(VENV)/bin/python,$(PY)),venv)
 VW_DEFAULT := runs/vw_default
 pretrained-vectorworld: venv
 	test -f $(VW_DEFAULT)/scenes.h5 || OMP_NUM_THREADS=1 $(PY) -m simsci generate driving \
-	  --n 2000 --seed 0 --out $(VW_DEFAULT)/scenes.h5
+	  --episodes 2000 --seed 0 --out $(VW_DEFAULT)/scenes.h5
 	OMP_NUM_THREADS=1 $(PY) -m simsci train vectorworld --data $(VW_DEFAULT)/scenes.h5 \
 	  --out $(VW_DEFAULT)/model --param tile_steps=1500 --param vae_steps=6000 \
 	  --param npc_steps=3000 --seed 0 --resume --no-progress
