@@ -125,7 +125,7 @@ def dataset(problem: str) -> dict[str, torch.Tensor]:
 
 
 # ------------------------------------------------------------------ one run
-def build(problem: str, width: int, features: str, train_x: torch.Tensor):
+def build(problem: str, width: int, features: str, train_x: torch.Tensor, backbone="fno"):
     from simsci.operators import OperatorModel
 
     m, periodic, _ = PROBLEMS[problem]
@@ -140,9 +140,12 @@ def build(problem: str, width: int, features: str, train_x: torch.Tensor):
         }
         if not periodic:
             fkw["extension"] = "even-half"  # cell-centred data
-    bkw = {"width": width, "modes": 16, "layers": 4, "projection_width": 2 * width}
-    if not periodic:
-        bkw.update(periodic=False, padding=0.125)
+    if backbone == "unet":  # a local backbone: width channels at the finest of 4 levels
+        bkw = {"width": width, "levels": 3, "periodic": periodic}
+    else:
+        bkw = {"width": width, "modes": 16, "layers": 4, "projection_width": 2 * width}
+        if not periodic:
+            bkw.update(periodic=False, padding=0.125)
     return OperatorModel(
         task="map",
         channels=["input", "output"],
@@ -150,7 +153,7 @@ def build(problem: str, width: int, features: str, train_x: torch.Tensor):
         grid=[GRID],
         inputs=[0],
         targets=[1],
-        backbone="fno",
+        backbone=backbone,
         backbone_kwargs=bkw,
         features=features,
         feature_kwargs=fkw,
@@ -160,13 +163,14 @@ def build(problem: str, width: int, features: str, train_x: torch.Tensor):
 
 
 def run_one(job: tuple) -> dict:
-    """Train one model; ``job = (problem, width, features, seed, steps)``."""
+    """Train one model; ``job = (problem, width, features, seed, steps[, backbone])``."""
     from simsci.operators import relative_l2
 
-    problem, width, features, seed, steps = job
+    problem, width, features, seed, steps, *rest = job
+    backbone = rest[0] if rest else "fno"
     d = dataset(problem)
     torch.manual_seed(seed)
-    model = build(problem, width, features, d["x"])
+    model = build(problem, width, features, d["x"], backbone)
     lr = 2e-3
     groups = [
         {"params": g["params"], "lr": lr * g["lr_scale"]}
@@ -197,6 +201,7 @@ def run_one(job: tuple) -> dict:
         train_err = relative_l2(model.map(xy[:N_TEST]), xy[:N_TEST, :, 1:])
     return {
         "problem": problem,
+        "backbone": backbone,
         "width": width,
         "features": features,
         "seed": seed,
@@ -311,26 +316,40 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=1500)
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument(
+        "--backbone",
+        choices=("fno", "unet"),
+        default="fno",
+        help="unet: a local backbone, where derivatives are not one weight per mode "
+        "(its own log, results/dno_width_unet_cpu.json and dno_width_unet.png)",
+    )
     parser.add_argument("--quick", action="store_true", help="2 widths, 1 seed, 30 steps")
-    parser.add_argument("--out", default=str(RESULTS / "dno_width_cpu.json"))
+    parser.add_argument("--out", default=None)
     args = parser.parse_args()
+    tag = "" if args.backbone == "fno" else f"_{args.backbone}"
+    args.out = args.out or str(RESULTS / f"dno_width{tag}_cpu.json")
     problems = args.problems.split(",")
     for p in problems:
         if p not in PROBLEMS:
             parser.error(f"unknown problem {p!r}; choose from {sorted(PROBLEMS)}")
     widths = [int(w) for w in args.widths.split(",")]
     seeds, steps = args.seeds, args.steps
-    log = OUT / "log.jsonl"
+    log = OUT / f"log{tag}.jsonl"
     if args.quick:
-        widths, seeds, steps, log = widths[:2], 1, 30, OUT / "quick.jsonl"
+        widths, seeds, steps, log = widths[:2], 1, 30, OUT / f"quick{tag}.jsonl"
     for p in problems:
         dataset(p)  # generate once, before the workers start
-    key = lambda r: (r["problem"], r["width"], r["features"], r["seed"], r["steps"])  # noqa: E731
+
+    def key(r):
+        job = (r["problem"], r["width"], r["features"], r["seed"], r["steps"])
+        return job + ((r["backbone"],) if r.get("backbone", "fno") != "fno" else ())
+
     done = {key(r): r for r in read_log(log)} if log.exists() else {}
     # problem by problem (a partial run has whole problems), widest first within one (the
     # long runs start early and the short ones fill the gaps)
+    extra = () if args.backbone == "fno" else (args.backbone,)
     jobs = [
-        (p, w, f, s, steps)
+        (p, w, f, s, steps, *extra)
         for p in problems
         for w in sorted(widths, reverse=True)
         for s in range(seeds)
@@ -343,9 +362,9 @@ def main() -> None:
     summary = summarise(runs)
     result = {"steps": steps, "widths": widths, "seeds": seeds, "summary": summary, "runs": runs}
     if not args.quick:
-        png = plot(summary, RESULTS / "dno_width.png")
+        png = plot(summary, RESULTS / f"dno_width{tag}.png")
         result["plot"] = None if png is None else str(png.relative_to(ROOT))
-    write(args.out if not args.quick else OUT / "quick.json", result)
+    write(args.out if not args.quick else OUT / f"quick{tag}.json", result)
     for p, e in summary.items():
         print(p, {f: round(v["mean"], 3) for f, v in e["exponent"].items()}, flush=True)
 
