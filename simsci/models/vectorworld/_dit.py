@@ -257,19 +257,33 @@ class EdgeGatedAttention(nn.Module):
         logits = q @ kt + self.rel_bias[:, rel].transpose(0, 1)
         logits = logits.masked_fill(~key_mask[:, None, None, :], torch.finfo(h.dtype).min)
         p = torch.softmax(logits, dim=-1)
-        # gate logit: q_i^T diag(w[h, rel_ij]) k_j / sqrt(d) + c[h, rel_ij]: the products
-        # of every relation type in one batched matmul (B, H, R, N, N), then each pair's
-        # own type gathered (a loop over the R types with a select each cost 3x as much:
-        # 30% of a tile's generation was torch.where; same values)
-        R = self.num_relations
-        s_all = (q[:, :, None] * self.gate_weight[None, :, :, None, :]) @ kt[:, :, None]
-        if R == 1:
-            s_rel = s_all[:, :, 0]
-        else:
-            s_rel = s_all.gather(2, rel[:, None, None].expand(B, H, 1, N, N))[:, :, 0]
-        gates = torch.sigmoid(self.gate_bias[:, rel].transpose(0, 1) + s_rel)
+        gates = torch.sigmoid(self._gate_logits(q, kt, rel))
         out = ((p * gates) @ v).transpose(1, 2).reshape(B, N, W)
         return self.proj(out), gates
+
+    def _gate_logits(self, q, kt, rel):
+        """``q_i^T diag(w[h, rel_ij]) k_j / sqrt(d) + c[h, rel_ij]`` (B, H, N, N).
+
+        Without gradients (sampling: every tile the world generates) the products of
+        all R relation types come from one batched matmul and each pair's own type is
+        gathered; with gradients, one matmul per type selected where ``rel == rho``. The
+        values are the same bit for bit; the loop, 3x slower (30% of a tile's generation
+        was its ``torch.where``), stays for training because the batched form's backward
+        sums over the types in another order: it changed the shipped world's training at
+        rounding level from step ~75, and ``make pretrained-vectorworld`` must remake
+        the shipped files bit for bit."""
+        B, H, N, _ = q.shape
+        gl = self.gate_bias[:, rel].transpose(0, 1)
+        R = self.num_relations
+        if torch.is_grad_enabled() and (q.requires_grad or self.gate_weight.requires_grad):
+            for rho in range(R):
+                s_rho = (q * self.gate_weight[None, :, rho, None, :]) @ kt
+                gl = gl + s_rho if R == 1 else torch.where((rel == rho)[:, None], gl + s_rho, gl)
+            return gl
+        s_all = (q[:, :, None] * self.gate_weight[None, :, :, None, :]) @ kt[:, :, None]
+        if R == 1:
+            return gl + s_all[:, :, 0]
+        return gl + s_all.gather(2, rel[:, None, None].expand(B, H, 1, N, N))[:, :, 0]
 
 
 class _Block(nn.Module):
