@@ -212,7 +212,7 @@ class _Stream:
         self._after = generator.get_state()
         self.sim.generator.manual_seed(seed)
         if ahead:
-            self._fill_pool([self.sim.opening_key(s) for s in self.sim.opening_seeds(seed, k)])
+            self._fill_pool(self.sim.opening_seeds(seed, k))
         self.sim.reset(None if index is None else index.tolist(), pool=self.pool)
         idx = slice(None) if index is None else index
         self.steps[idx] = 0
@@ -224,7 +224,7 @@ class _Stream:
         """When an opening of this reset is not in the pool: make it and those of the next
         ``OPENING_POOL - 1`` resets (one world each) in one batched call, forgetting
         openings no reset will ask for (the generator was seeded anew; an opening bank's
-        are all kept). ``needed``: opening keys (``opening_key``)."""
+        are all kept). ``needed``: the keys of this reset's openings (``opening_seeds``)."""
         if all(s in self.pool for s in needed):
             return
         peek = torch.Generator(device="cpu")
@@ -232,7 +232,7 @@ class _Stream:
         upcoming = list(needed)
         for _ in range(OPENING_POOL - 1):
             nxt = int(torch.randint(2**62, (1,), generator=peek))
-            upcoming += [self.sim.opening_key(s) for s in self.sim.opening_seeds(nxt, 1)]
+            upcoming += self.sim.opening_seeds(nxt, 1)
         if self.sim.opening_bank is None:
             self.pool = {s: t for s, t in self.pool.items() if s in set(upcoming)}
         todo = list(dict.fromkeys(s for s in upcoming if s not in self.pool))

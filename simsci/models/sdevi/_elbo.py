@@ -91,18 +91,20 @@ def unscented_expected_loglik(
     return expected, pred, var + R
 
 
-def pad_identity(trans: tuple[Tensor, Tensor, Tensor], steps: Tensor, diagonal: bool = False):
+def pad_identity(trans: tuple, steps: Tensor, diagonal: bool = False):
     """Transitions (F, c, Q) (B, n-1, ...) with the padded intervals (``steps`` False)
     made the identity map with unit noise: a padded step then carries the last marginal
     on unchanged, and nothing there can overflow (an unstable posterior drift over a
     dummy step would reach inf, and inf times a zero mask is NaN). ``diagonal``: F given
-    as its diagonal (the complex variant)."""
-    F, c, Q = trans
+    as its diagonal (the complex variant). ``trans`` may also be the affine part (F, c)
+    alone (a deterministic step); the result has the same length."""
+    F, c, *Q = trans
     d = c.shape[-1]
-    eye = torch.eye(d, dtype=Q.dtype, device=Q.device)
+    eye = torch.eye(d, dtype=c.dtype, device=c.device)
     sv, sm = steps[..., None], steps[..., None, None]
     F = torch.where(sv if diagonal else sm, F, torch.ones_like(F) if diagonal else eye.to(F.dtype))
-    return F, torch.where(sv, c, torch.zeros_like(c)), torch.where(sm, Q, eye)
+    c = torch.where(sv, c, torch.zeros_like(c))
+    return (F, c, *(torch.where(sm, q, eye.to(q.dtype)) for q in Q))
 
 
 def linear_gaussian_elbo(

@@ -210,13 +210,11 @@ class _DriftMLP(nn.Module):
 def _affine_exp(A: torch.Tensor, b: torch.Tensor, h: torch.Tensor, steps: torch.Tensor):
     """``(F, c)`` of ``dz = (A z + b) dt`` over ``h``: ``exp(h [[A, b], [0, 0]])``'s top
     blocks; A (..., d, d), b (..., d), h and ``steps`` (...). Where ``steps`` is False
-    (padding) the identity map, as :func:`pad_identity` makes it."""
+    (padding) the identity map (:func:`pad_identity`)."""
     d = A.shape[-1]
     top = torch.cat([A, b[..., None]], -1) * h[..., None, None]
     E = expm(torch.cat([top, torch.zeros_like(top[..., :1, :])], -2))
-    eye = torch.eye(d, dtype=A.dtype, device=A.device)
-    F = torch.where(steps[..., None, None], E[..., :d, :d], eye)
-    return F, torch.where(steps[..., None], E[..., :d, d], torch.zeros_like(b))
+    return pad_identity((E[..., :d, :d], E[..., :d, d]), steps)
 
 
 def noise_from_data(trajectories, data_std, max_episodes: int = 64) -> list[float]:

@@ -275,7 +275,7 @@ class EdgeGatedAttention(nn.Module):
         B, H, N, _ = q.shape
         gl = self.gate_bias[:, rel].transpose(0, 1)
         R = self.num_relations
-        if torch.is_grad_enabled() and (q.requires_grad or self.gate_weight.requires_grad):
+        if torch.is_grad_enabled():
             for rho in range(R):
                 s_rho = (q * self.gate_weight[None, :, rho, None, :]) @ kt
                 gl = gl + s_rho if R == 1 else torch.where((rel == rho)[:, None], gl + s_rho, gl)

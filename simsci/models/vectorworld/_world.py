@@ -210,20 +210,16 @@ class StreamingWorld:
     ):
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
             raise ValueError(f"n (the number of worlds) must be a positive int, got {n!r}")
+        bank = () if opening_bank is None else (("opening_bank", opening_bank, 1),)
         for name, value, lo in (
             ("max_tiles", max_tiles, 3),
             ("max_agents", max_agents, 2),
             ("tile_steps", tile_steps, 1),
             ("first_steps", first_steps, 1),
+            *bank,
         ):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
                 raise ValueError(f"{name} must be an int >= {lo}, got {value!r}")
-        if opening_bank is not None and (
-            isinstance(opening_bank, bool)
-            or not isinstance(opening_bank, (int, np.integer))
-            or opening_bank < 1
-        ):
-            raise ValueError(f"opening_bank must be None or an int >= 1, got {opening_bank!r}")
         if not (lookahead > 0 and window > lookahead):
             raise ValueError(
                 f"need 0 < lookahead < window, got lookahead={lookahead}, window={window}"
@@ -350,12 +346,12 @@ class StreamingWorld:
         self._stream(idx)
         self._associate_ego(torch.as_tensor(idx, device=self.device))
 
-    @staticmethod
-    def opening_seeds(seed: int, k: int = 1) -> list[int]:
-        """The opening seeds :meth:`reset` draws for ``k`` worlds right after
-        ``generator.manual_seed(seed)`` (what a pool of openings is keyed by)."""
+    def opening_seeds(self, seed: int, k: int = 1) -> list[int]:
+        """The keys of the openings :meth:`reset` asks for, for ``k`` worlds right after
+        ``generator.manual_seed(seed)`` (what a pool of openings is keyed by): the seeds
+        it draws, through :meth:`opening_key`."""
         gen = torch.Generator(device="cpu").manual_seed(int(seed))
-        return [int(torch.randint(2**62, (1,), generator=gen)) for _ in range(k)]
+        return [self.opening_key(int(torch.randint(2**62, (1,), generator=gen))) for _ in range(k)]
 
     def opening_key(self, seed: int) -> int:
         """The seed an episode's opening is made from, given the opening seed it drew:
