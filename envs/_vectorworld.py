@@ -67,6 +67,11 @@ Version history
     ends on a shared edge snapped, trimmed or continued), NPC curvature is rate-limited
     so the slip keeps their positions feasible, and an episode's opening tiles depend
     on its seed alone (made ahead in a pool: see Reset cost).
+    Later in v1 (2026-12-04): lane-graph completion (``complete=True``, the default;
+    ``complete=False`` for the raw lanes): lanes that stopped inside a tile are joined
+    or extended to its edge, kinks smoothed, speed limits capped by curvature; and the
+    ego's observed lane keeps to its lane and its successors at crossings (off-road is
+    judged as before).
 
 Reset cost
     A reset's opening tiles (the first tile, 16 flow steps and up to 8 draws, and the
@@ -139,6 +144,7 @@ class _Stream:
         tile_mode: str = "flow",
         first_steps: int = 16,
         opening_bank: int | None = None,
+        complete: bool = True,
     ):
         from simsci.models.vectorworld import StreamingWorld, resolve_world
 
@@ -172,6 +178,7 @@ class _Stream:
             first_steps=first_steps,
             device=device,
             opening_bank=opening_bank,
+            complete=complete,
         )
         self.device = self.sim.device
         self.n = int(n)
@@ -399,6 +406,7 @@ class VectorWorldVectorEnv(DrivingVectorEnv):
         tile_steps: int = 1,
         first_steps: int = 16,
         opening_bank: int | None = None,
+        complete: bool = True,
         device=None,
         action_bounds: str = "clip",
         action_scale: str = "physical",
@@ -424,6 +432,7 @@ class VectorWorldVectorEnv(DrivingVectorEnv):
             tile_steps=tile_steps,
             first_steps=first_steps,
             opening_bank=opening_bank,
+            complete=complete,
             device=device,
         )
         self._finish_init(

@@ -41,6 +41,7 @@ WORLD_OPTIONS = {
     "shaping": True,
     "tile_steps": 1,
     "tile_mode": "flow",
+    "complete": True,
 }
 
 
@@ -92,7 +93,8 @@ def vectorworld_rollout(
     observations. ``max_steps``: a cap (default: 2 m/s on average, ``km * 1000 / 2`` s at
     10 Hz); ``device``: None (the model's), "auto", "cpu", "cuda"...; ``world_kwargs``:
     max_agents, max_tiles, shaping, tile_steps (1: one-step MeanFlow; more: that many
-    flow-matching Euler steps, ``tile_mode="flow"``) of the world. ``stop_on_failure``:
+    flow-matching Euler steps, ``tile_mode="flow"``), complete (lane-graph completion,
+    default True) of the world. ``stop_on_failure``:
     end at the first collision or off-road (else keep driving and count them).
 
     Returns a dict: ``stats`` (``end_reason`` says why the rollout ended: "distance" when
@@ -120,6 +122,7 @@ def vectorworld_rollout(
         shaping=opts["shaping"],
         tile_steps=opts["tile_steps"],
         tile_mode=opts["tile_mode"],
+        complete=opts["complete"],
         device=device,
     )
     gen = torch.Generator().manual_seed(int(seed))

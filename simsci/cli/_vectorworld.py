@@ -103,7 +103,7 @@ _VECTORWORLD_OPTIONS = (
 #: spellings still work, with a warning)
 _AS_PARAM = ("tile_steps", "no_shaping")
 #: the --param names of ``simsci rollout vectorworld`` and their defaults
-_ROLLOUT_PARAMS = {"tile_steps": 1, "shaping": True}
+_ROLLOUT_PARAMS = {"tile_steps": 1, "shaping": True, "complete": True}
 _SHARED = (
     ("--seed", "seed", {"type": int}),
     ("--device", "device", {}),
@@ -162,7 +162,8 @@ def add_to(sub) -> None:
     add_param(
         p,
         what="a parameter of the rollout: tile_steps (default 1: one-step MeanFlow tiles), "
-        "shaping (default true: ΔSim with shaping)",
+        "shaping (default true: ΔSim with shaping), complete (default true: lane ends "
+        "inside a tile joined or extended to its edge; false: the generator's raw lanes)",
     )
     add_deprecated_param(p, "--tile-steps", "tile_steps")
     add_deprecated(p, "--no-shaping", "--param shaping=false", dest="no_shaping", flag=True)
@@ -269,6 +270,7 @@ def run_rollout(args) -> int:
         stop_on_failure=not args.keep_going,
         tile_steps=int(values["tile_steps"]),
         shaping=bool(values["shaping"]),
+        complete=bool(values["complete"]),
     )
     stats = {"policy": args.policy, "checkpoint": args.checkpoint, **result["stats"]}
     write_rollout(result, out / "rollout.h5", meta={"policy": args.policy})

@@ -487,6 +487,7 @@ def test_vector_env_autoresets_and_evaluates():
         num_envs=2,
         env_id="simsci/VectorWorld-v1",
         checkpoint=FakeWorldModel(ending=True),
+        complete=False,
     )
     assert ended["offroad"] == 1.0 and ended["left_generated_lanes"] == 1.0
     with pytest.raises(ValueError, match="env_id"):
@@ -541,8 +542,9 @@ def test_an_episode_ended_by_leaving_the_generated_lanes_says_so():
     """The generator's road ends 32 m east of the origin (lane-less tiles beyond, where
     the closed seams continue its lanes by 16 m stubs): the ego drives off their end at
     48 m. Terminated and rewarded as any off-road (dynamics and reward unchanged), but
-    ``info["end_reason"]`` tells it apart from leaving a lane that goes on."""
-    env = _env(checkpoint=FakeWorldModel(ending=True))
+    ``info["end_reason"]`` tells it apart from leaving a lane that goes on. (Raw lanes:
+    the world's lane completion would carry the stubs on to the tile's far edge.)"""
+    env = _env(checkpoint=FakeWorldModel(ending=True), complete=False)
     obs, info = env.reset(seed=0)
     assert "end_reason" not in info
     x0 = float(env._vec.world.sim.x[0, 0])
@@ -555,6 +557,17 @@ def test_an_episode_ended_by_leaving_the_generated_lanes_says_so():
     assert info["end_reason"] == "left_generated_lanes"
     # off 0.5 * 3.5 + 0.5 m beyond the stub's end at x = 48
     assert 48.0 + 2.25 <= x0 + info["distance"] <= 48.0 + 2.25 + 1.7
+
+
+def test_completed_lanes_carry_a_road_on_where_the_generator_stopped():
+    """The same ending road with lane completion (the default): every stub a lane-less
+    tile gets is extended to that tile's far edge, so the next tile continues it and the
+    ego drives on."""
+    res = vectorworld_rollout(FakeWorldModel(ending=True), km=0.3, seed=0)
+    s = res["stats"]
+    assert s["end_reason"] == "distance" and s["distance_m"] >= 300.0
+    assert s["ego_offroad_steps"] == 0 and s["world_lanes_extended"] >= 4
+    assert s["world_lanes_dead_ends"] == 0
 
 
 def test_leaving_a_lane_that_goes_on_is_offroad():
@@ -584,11 +597,13 @@ def test_the_end_reasons_of_the_vector_env_and_the_same_step_final_info():
 
 
 def test_a_rollout_that_stops_early_says_why():
-    res = vectorworld_rollout(FakeWorldModel(ending=True), km=0.2, seed=0)
+    res = vectorworld_rollout(FakeWorldModel(ending=True), km=0.2, seed=0, complete=False)
     s = res["stats"]
     assert s["end_reason"] == "left_generated_lanes" and s["distance_m"] < 56.0
     assert s["ego_offroad_steps"] == s["ego_left_lanes_steps"] == 1
-    go_on = vectorworld_rollout(FakeWorldModel(ending=True), km=0.1, stop_on_failure=False)
+    go_on = vectorworld_rollout(
+        FakeWorldModel(ending=True), km=0.1, stop_on_failure=False, complete=False
+    )
     g = go_on["stats"]
     assert g["end_reason"] == "distance" and g["distance_m"] >= 100.0
     assert g["ego_left_lanes_steps"] == g["ego_offroad_steps"] > 20
@@ -606,7 +621,8 @@ def _fake_cli_rollout(monkeypatch):
     monkeypatch.setattr(
         simsci.envs,
         "vectorworld_rollout",
-        lambda checkpoint, **kw: real(FakeWorldModel(ending=True), **kw),
+        # the raw lanes: completion would carry the ending road on to the tile's edge
+        lambda checkpoint, **kw: real(FakeWorldModel(ending=True), **{**kw, "complete": False}),
     )
 
 
@@ -674,3 +690,26 @@ def test_world_and_env_follow_the_device(device):
     obs, r, term, trunc, info = env.step(torch.zeros(2, 2, device=device))
     assert obs["ego"].device.type == device.type and r.shape == (2,) and not bool(term.any())
     assert isinstance(info["end_reason"], np.ndarray)  # str: numpy on either backend
+
+
+def test_the_ego_keeps_to_its_lane_where_another_crosses_it():
+    """A lane crossing the ego's at 20 degrees, nearer to the ego than its own lane: the
+    ego stays on its lane (its observed offset is to its own lane), as the driving
+    world's ego does; a fresh association (after a reset) takes the nearest."""
+    world = StreamingWorld(FakeWorldModel(), 1, seed=0)
+    world.reset()
+    own = int(world._ego_lane[0])
+    x, y = float(world.x[0, 0]), float(world.y[0, 0])
+    world.y[0, 0] = y + 0.4  # 0.4 m left of its lane's centre
+    free = int(torch.nonzero(~world.lane_valid[0]).flatten()[0])
+    s = np.linspace(-30.0, 30.0, 20)
+    a = math.radians(20.0)
+    crossing = np.stack([x + s * math.cos(a), y + 0.5 + s * math.sin(a)], -1)
+    world.lane_points[0, free] = torch.as_tensor(crossing, dtype=world.dtype)
+    world.lane_valid[0, free] = True
+    world._associate_ego()
+    assert int(world._ego_lane[0]) == own
+    assert float(world._ego_offset[0]) == pytest.approx(0.4, abs=1e-4)
+    world._ego_known[0] = False
+    world._associate_ego()
+    assert int(world._ego_lane[0]) == free

@@ -1,0 +1,262 @@
+r"""Lane-graph completion: a generated tile without dead ends inside it.
+
+:func:`complete_lanes` takes a generated tile (own frame, after
+:func:`~._outpaint.close_seams`) and removes its interior dead ends, so that every lane
+either continues inside the tile or reaches the tile's edge, where the next tile's seam
+slot picks it up. The world (:class:`~._world.StreamingWorld`, ``complete=True``)
+applies it to every tile it makes.
+
+Why a decoding rule and not only a better generator: in the driving data a lane ends
+inside a tile only where a lane drops (``end = "lane_end"``, an acceleration lane: rare),
+every other end is on a successor or on the tile edge; a generator trained briefly on
+one CPU (the shipped default: 26 min) leaves most of its lanes ending mid-tile, and an
+ego (or an NPC) that reaches such an end has nowhere to go: 87% of the lane-keeping
+driver's episodes in ``simsci/VectorWorld-v1`` ended there. The rule keeps what the
+network drew and only adds road where its lane graph is open, the same way the seams
+are closed (:func:`~._outpaint.close_seams`): snapping, trimming and stubs there; joins
+and extensions here.
+
+Steps (lengths in m; a point is *on an edge* when it lies within ``tolerance`` of one of
+the tile's four edges, the seam band of :func:`simsci.driving.metrics.seam_gaps`):
+
+1. **Joins.** A lane end inside the tile with no successor (no lane start within 0.5 m
+   heading within 45 degrees, :func:`~._tokens.lane_successors`'s rule) and a lane start
+   inside the tile with no predecessor are paired, nearest pairs first, when the start
+   lies ahead of the end (within ``max_turn`` of its heading, at most ``join`` m away),
+   the headings differ by at most ``max_turn`` and the connecting curve stays below
+   ``max_curvature``: a new lane (``joined``), the cubic Hermite curve from the end to
+   the start with both lanes' tangents (G1 at both), width / speed limit / kind of the
+   lane it leaves.
+2. **Forward extension.** Any other interior end is continued along its last tangent
+   to the tile edge (``extended``): straight, the lane resampled over its new length
+   (one lane, 20 points evenly in arc length, so the lane count stays the network's).
+   Straight because an end's tangent is all the network says about where the lane goes,
+   and a straight lane cannot make a curve the generator did not draw.
+   When that edge is shared with an existing neighbour (``neighbours``), the lane must
+   meet a lane there: it is bent (Hermite, G1) onto the nearest neighbour lane start on
+   that edge within ``join`` m of the straight exit point whose heading agrees (within
+   ``max_turn``); with none, the end is left as it is (``dead_ends``), since a
+   neighbour is never changed after it is made.
+3. **Backward extension.** The same for interior lane starts with no predecessor
+   (``extended_back``): continued backwards to the edge, or bent onto a neighbour's lane
+   end there.
+
+Lanes are resampled in float64, end points written exactly (an extension's end is on the
+edge to rounding, ~1e-14 m). Tangents are those of the first / last segment.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from simsci.driving import LANE_POINTS, TILE_SIZE
+from simsci.models.vectorworld._outpaint import _in_band, _neighbour_ends
+from simsci.models.vectorworld._tokens import DIRECTIONS, _end_tangents, lane_successors
+
+__all__ = ["complete_lanes", "lane_curvature"]
+
+_SIDES = [np.asarray(d, np.float64) for d in ((1, 0), (-1, 0), (0, 1), (0, -1))]
+
+
+def _resample(poly: np.ndarray, n: int = LANE_POINTS) -> np.ndarray:
+    """``n`` points evenly in arc length along the polyline ``poly`` (m, 2); exact ends."""
+    s = np.concatenate([[0.0], np.cumsum(np.hypot(*np.diff(poly, axis=0).T))])
+    if s[-1] <= 1e-12:
+        return np.repeat(poly[:1], n, 0)
+    q = np.linspace(0.0, s[-1], n)
+    out = np.stack([np.interp(q, s, poly[:, 0]), np.interp(q, s, poly[:, 1])], -1)
+    out[0], out[-1] = poly[0], poly[-1]
+    return out
+
+
+def _hermite(p0, t0, p1, t1, n: int = 64) -> tuple[np.ndarray, float]:
+    """The cubic from ``p0`` (tangent ``t0``) to ``p1`` (tangent ``t1``), control arms a
+    third of the chord: dense points (n, 2) and its largest curvature [1/m]."""
+    chord = float(np.hypot(*(p1 - p0)))
+    c = np.stack([p0, p0 + chord / 3 * t0, p1 - chord / 3 * t1, p1])
+    u = np.linspace(0.0, 1.0, n)[:, None]
+    pts = (1 - u) ** 3 * c[0] + 3 * u * (1 - u) ** 2 * c[1] + 3 * u**2 * (1 - u) * c[2]
+    pts = pts + u**3 * c[3]
+    d1 = 3 * ((1 - u) ** 2 * (c[1] - c[0]) + 2 * u * (1 - u) * (c[2] - c[1]) + u**2 * (c[3] - c[2]))
+    d2 = 6 * ((1 - u) * (c[2] - 2 * c[1] + c[0]) + u * (c[3] - 2 * c[2] + c[1]))
+    speed = np.hypot(d1[:, 0], d1[:, 1])
+    kappa = np.abs(d1[:, 0] * d2[:, 1] - d1[:, 1] * d2[:, 0]) / np.maximum(speed, 1e-9) ** 3
+    pts[0], pts[-1] = p0, p1
+    return pts, float(kappa.max())
+
+
+def _exit(p: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, int]:
+    """Where the ray ``p + s t`` (s > 0) leaves the tile square: the point (2,) and the
+    index into :data:`_SIDES` of the edge it crosses."""
+    half = 0.5 * TILE_SIZE
+    best = (math.inf, -1)
+    for k, side in enumerate(_SIDES):
+        a = int(np.argmax(np.abs(side)))
+        if t[a] * side[a] > 1e-12:
+            best = min(best, ((half * side[a] - p[a]) / t[a], k))
+    s, k = best
+    q = p + s * t
+    a = int(np.argmax(np.abs(_SIDES[k])))
+    q[a] = half * _SIDES[k][a]  # exactly on the edge
+    return q, k
+
+
+def _side_of(direction: int) -> int:
+    """The index into :data:`_SIDES` of the new tile's edge shared with a neighbour that
+    lies ``direction`` (the step from the neighbour's cell to the new one) behind it."""
+    dx, dy = DIRECTIONS[direction]
+    return next(k for k, s in enumerate(_SIDES) if s[0] == -dx and s[1] == -dy)
+
+
+def _on_edge(p: np.ndarray, tolerance: float) -> bool:
+    return any(bool(_in_band(p, s, tolerance)) for s in _SIDES)
+
+
+def _inside(p: np.ndarray) -> bool:
+    return bool(np.all(np.abs(p) < 0.5 * TILE_SIZE))
+
+
+def lane_curvature(points: np.ndarray) -> np.ndarray:
+    """The largest curvature [1/m] of each lane polyline (n, P, 2): the turn between
+    consecutive segments over their mean length (0 for a lane of one segment)."""
+    d = np.diff(np.asarray(points, np.float64), axis=1)
+    if d.shape[1] < 2:
+        return np.zeros(len(d))
+    h = np.arctan2(d[..., 1], d[..., 0])
+    turn = np.abs(np.angle(np.exp(1j * np.diff(h, axis=1))))
+    seg = np.hypot(d[..., 0], d[..., 1])
+    ds = 0.5 * (seg[:, 1:] + seg[:, :-1])
+    return (turn / np.maximum(ds, 1e-6)).max(1)
+
+
+def complete_lanes(
+    tile: dict,
+    neighbours=(),
+    *,
+    tolerance: float = 0.5,
+    join: float = 24.0,
+    max_turn: float = 60.0,
+    max_curvature: float = 0.13,
+    lateral_accel: float = 3.0,
+    max_lanes: int | None = None,
+) -> tuple[dict, dict]:
+    """``tile`` (own frame, float64 lanes) without interior dead ends; returns ``(tile,
+    counts)`` with counts ``joined``, ``extended``, ``extended_back``, ``dead_ends``
+    (see the module docstring). ``neighbours``: the existing 4-neighbours as
+    ``(tile, direction)`` pairs, as :func:`~._outpaint.close_seams` takes them; their
+    shared edges are where an extension must meet one of their lanes. ``max_lanes``:
+    joins stop adding lanes at this count (extensions add none). The tile's agents are
+    kept as they are."""
+    out = {k: np.array(v, copy=True) for k, v in tile.items()}
+    pts = np.asarray(out["points"], np.float64).reshape(-1, LANE_POINTS, 2).copy()
+    keys = ("smoothed", "joined", "extended", "extended_back", "dead_ends", "speed_capped")
+    counts = dict.fromkeys(keys, 0)
+    n = len(pts)
+    if n == 0:
+        return out, counts
+    cos_max = math.cos(math.radians(max_turn))
+    t_in, t_out = _end_tangents(pts)
+    # 0. kinks: the Hermite curve between the lane's ends, same end tangents, if smoother
+    kappa = lane_curvature(pts)
+    for i in np.flatnonzero(kappa > max_curvature):
+        curve, k = _hermite(pts[i, 0], t_in[i], pts[i, -1], t_out[i])
+        if k < kappa[i]:
+            pts[i] = _resample(curve)
+            counts["smoothed"] += 1
+    edges = lane_successors(pts)
+    has_succ = np.zeros(n, bool)
+    has_pred = np.zeros(n, bool)
+    has_succ[edges[:, 0]] = True
+    has_pred[edges[:, 1]] = True
+    open_end = [
+        i
+        for i in range(n)
+        if not has_succ[i] and _inside(pts[i, -1]) and not _on_edge(pts[i, -1], tolerance)
+    ]
+    open_start = [
+        i
+        for i in range(n)
+        if not has_pred[i] and _inside(pts[i, 0]) and not _on_edge(pts[i, 0], tolerance)
+    ]
+    # 1. joins, nearest pairs first
+    pairs = []
+    for i in open_end:
+        for j in open_start:
+            if i == j:
+                continue
+            v = pts[j, 0] - pts[i, -1]
+            d = float(np.hypot(*v))
+            if d > join or d < 1e-6:
+                continue
+            if v @ t_out[i] < cos_max * d or t_out[i] @ t_in[j] < cos_max:
+                continue
+            pairs.append((d, i, j))
+    new_lanes, new_src = [], []
+    used_end, used_start = set(), set()
+    for _, i, j in sorted(pairs):
+        if i in used_end or j in used_start:
+            continue
+        if max_lanes is not None and n + len(new_lanes) >= max_lanes:
+            break
+        curve, kappa = _hermite(pts[i, -1], t_out[i], pts[j, 0], t_in[j])
+        if kappa > max_curvature:
+            continue
+        used_end.add(i), used_start.add(j)
+        new_lanes.append(_resample(curve))
+        new_src.append(i)
+        counts["joined"] += 1
+    # 2-3. extensions to the edge, onto a neighbour's lane where the edge is shared
+    neighbours = list(neighbours)
+    shared_sides = {_side_of(d) for _, d in neighbours}
+    shared = {}
+    for e in _neighbour_ends(neighbours, tolerance):
+        shared.setdefault(_side_of(neighbours[e["side"]][1]), []).append(e)
+    for forward, ids in ((True, open_end), (False, open_start)):
+        for i in ids:
+            if (i in used_end) if forward else (i in used_start):
+                continue
+            p = pts[i, -1] if forward else pts[i, 0]
+            t = t_out[i] if forward else -t_in[i]  # the direction the lane grows in
+            q, k = _exit(p, t)
+            if k in shared_sides:
+                # a neighbour lane to meet: its start (forward) or its end (backward)
+                want = 0 if forward else 1
+                cand = []
+                for e in shared.get(k, []):
+                    heading = e["t"] if forward else -e["t"]
+                    if e["kind"] != want or heading @ t < cos_max:
+                        continue
+                    off = float(np.hypot(*(e["p"] - q)))
+                    if off <= join:
+                        cand.append((off, e))
+                ok = None
+                for _, e in sorted(cand, key=lambda c: c[0]):
+                    curve, kappa = _hermite(p, t, e["p"], e["t"] if forward else -e["t"])
+                    if kappa <= max_curvature:
+                        ok = curve
+                        break
+                if ok is None:
+                    counts["dead_ends"] += 1
+                    continue
+                ext = ok
+            else:
+                ext = np.stack([p, q])
+            lane = pts[i] if forward else pts[i, ::-1]
+            grown = _resample(np.concatenate([lane, ext[1:]]))
+            pts[i] = grown if forward else grown[::-1]
+            counts["extended" if forward else "extended_back"] += 1
+    out["points"] = pts
+    if new_lanes:
+        out["points"] = np.concatenate([pts, np.stack(new_lanes)])
+        for key in ("width", "speed_limit", "kind"):
+            v = np.asarray(out[key])
+            out[key] = np.concatenate([v, v[np.asarray(new_src)]])
+    # 4. speed limits the curvature allows (the data's rule for connectors)
+    cap = np.sqrt(lateral_accel / np.maximum(lane_curvature(out["points"]), 1e-9))
+    limit = np.asarray(out["speed_limit"], np.float64)
+    counts["speed_capped"] = int((cap < limit).sum())
+    out["speed_limit"] = np.minimum(limit, cap)
+    out["kind"] = np.asarray(out["kind"], np.int64)
+    return out, counts

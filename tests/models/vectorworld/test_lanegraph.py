@@ -1,0 +1,107 @@
+"""Lane-graph completion of generated tiles (simsci.models.vectorworld._lanegraph)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from simsci.models.vectorworld._lanegraph import complete_lanes, lane_curvature
+from simsci.models.vectorworld._tokens import DIRECTIONS, _end_tangents, lane_successors
+
+
+def _line(p0, p1, n=20):
+    u = np.linspace(0.0, 1.0, n)[:, None]
+    return np.asarray(p0, float) + u * (np.asarray(p1, float) - np.asarray(p0, float))
+
+
+def _tile(*lanes, speed=20.0):
+    pts = np.stack(lanes)
+    n = len(pts)
+    return {
+        "points": pts,
+        "width": np.full(n, 3.5),
+        "speed_limit": np.full(n, speed),
+        "kind": np.zeros(n, np.int64),
+        "agents": np.zeros((0, 7)),
+    }
+
+
+def test_a_lane_that_stops_inside_the_tile_is_extended_to_its_edge():
+    tile = _tile(_line((-32, 0), (0, 0)), _line((5, 8), (32, 8)))
+    out, counts = complete_lanes(tile)
+    assert counts["extended"] == 1 and counts["extended_back"] == 1 and counts["joined"] == 0
+    assert out["points"].shape == (2, 20, 2)  # still the network's two lanes
+    np.testing.assert_allclose(out["points"][0, 0], [-32, 0])
+    np.testing.assert_allclose(out["points"][0, -1], [32, 0], atol=1e-12)
+    np.testing.assert_allclose(out["points"][1, 0], [-32, 8], atol=1e-12)
+    # evenly resampled along its new length, still straight
+    step = np.hypot(*np.diff(out["points"][0], axis=0).T)
+    np.testing.assert_allclose(step, 64 / 19, rtol=1e-9)
+    assert tile["points"][0, -1, 0] == 0.0  # the input is not changed
+
+
+def test_an_end_and_a_start_ahead_of_it_are_joined_smoothly():
+    a, b = _line((-32, 0), (-5, 0)), _line((8, 2), (32, 2))
+    out, counts = complete_lanes(_tile(a, b))
+    assert counts["joined"] == 1 and counts["extended"] == counts["extended_back"] == 0
+    joint = out["points"][2]
+    np.testing.assert_array_equal(joint[0], a[-1])
+    np.testing.assert_array_equal(joint[-1], b[0])
+    t_in, t_out = _end_tangents(out["points"])
+    assert t_in[2] @ t_out[0] > 0.995 and t_out[2] @ t_in[1] > 0.995  # G1 at both ends
+    edges = {tuple(e) for e in lane_successors(out["points"]).tolist()}
+    assert {(0, 2), (2, 1)} <= edges
+    assert lane_curvature(out["points"][2:3])[0] < 0.13
+
+
+def test_lanes_already_on_the_edges_are_left_exactly_as_they_are():
+    tile = _tile(_line((-32, -2), (32, -2)), _line((32, 2), (-32, 2)))
+    out, counts = complete_lanes(tile)
+    np.testing.assert_array_equal(out["points"], tile["points"])
+    np.testing.assert_array_equal(out["speed_limit"], tile["speed_limit"])
+    assert not any(counts.values())
+
+
+def test_at_a_shared_edge_an_extension_meets_the_neighbours_lane():
+    """The east neighbour (direction (-1, 0): the step from its cell to the new one) has
+    a lane entering it at y = 3; the new tile's lane stopping at the origin bends onto it
+    exactly; with no lane there within reach the end stays (a neighbour is never
+    changed) and is counted."""
+    east = DIRECTIONS.index((-1, 0))
+    neighbour = _tile(_line((-32, 3), (32, 3)))
+    tile = _tile(_line((-32, 0), (0, 0)))
+    out, counts = complete_lanes(tile, [(neighbour, east)])
+    assert counts["extended"] == 1 and counts["dead_ends"] == 0
+    np.testing.assert_array_equal(out["points"][0, -1], [32.0, 3.0])
+    far = _tile(_line((-32, 30), (32, 30)))
+    out, counts = complete_lanes(tile, [(far, east)])
+    assert counts["dead_ends"] == 1 and counts["extended"] == 0
+    np.testing.assert_array_equal(out["points"], tile["points"])
+
+
+def test_curvature_of_an_arc_and_the_speed_it_allows():
+    r = 20.0
+    phi = np.linspace(0.0, 1.2, 20)
+    arc = np.stack([r * np.sin(phi) - 10, r * (1 - np.cos(phi)) - 10], -1)
+    assert lane_curvature(arc[None])[0] == pytest.approx(1 / r, rel=1e-3)
+    out, counts = complete_lanes(_tile(arc, speed=30.0), max_curvature=1.0)
+    assert counts["speed_capped"] == 1
+    # the cap of the completed lane (the arc, extended straight at both ends)
+    kappa = lane_curvature(out["points"])[0]
+    assert out["speed_limit"][0] == pytest.approx(math.sqrt(3.0 / kappa), rel=1e-12)
+    assert 0.8 * math.sqrt(3.0 * r) < out["speed_limit"][0] <= math.sqrt(3.0 * r) + 1e-9
+
+
+def test_a_kinked_lane_is_smoothed_between_its_ends():
+    lane = _line((-32, 0), (32, 0))
+    lane[10, 1] = 3.0  # a spike: ~0.5 1/m
+    out, counts = complete_lanes(_tile(lane))
+    assert counts["smoothed"] == 1
+    np.testing.assert_array_equal(out["points"][0, [0, -1]], lane[[0, -1]])
+    assert lane_curvature(out["points"])[0] < 1e-9
+
+
+def test_an_empty_tile_is_returned_as_it_is():
+    tile = {k: v[:0] for k, v in _tile(_line((0, 0), (1, 0))).items()}
+    out, counts = complete_lanes(tile)
+    assert out["points"].shape == (0, 20, 2) and not any(counts.values())
