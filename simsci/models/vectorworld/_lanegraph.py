@@ -52,11 +52,13 @@ import math
 import numpy as np
 
 from simsci.driving import LANE_POINTS, TILE_SIZE
-from simsci.models.vectorworld._outpaint import _in_band, _neighbour_ends
+from simsci.driving._roads import MAX_CURVATURE as ROAD_MAX_CURVATURE
+from simsci.models.vectorworld._outpaint import _EXACT, _in_band, _neighbour_ends, smooth_lane
 from simsci.models.vectorworld._tokens import DIRECTIONS, _end_tangents, lane_successors
 
 __all__ = ["complete_lanes", "lane_curvature"]
 
+_SEAM_TURN = 10.0  # degrees: a lane meeting its neighbour's more sharply is refit (G1)
 _SIDES = [np.asarray(d, np.float64) for d in ((1, 0), (-1, 0), (0, 1), (0, -1))]
 
 
@@ -131,6 +133,52 @@ def lane_curvature(points: np.ndarray) -> np.ndarray:
     return (turn / np.maximum(ds, 1e-6)).max(1)
 
 
+def _reach(p, t, forward, pts, own, ends, max_kappa, cos_max, reach=TILE_SIZE):
+    """The nearest lane a lane growing from ``p`` in direction ``t`` can meet smoothly:
+    a lane start (``forward``; a lane end backwards) of the tile's other lanes or of a
+    neighbour's lane on a shared edge, ahead of ``p`` within ``reach`` m, heading within
+    ``max_turn`` of ``t``, by a Hermite curve no sharper than ``max_kappa``; the curve
+    (m, 2) from ``p``, or None."""
+    col, want = (0, 0) if forward else (-1, 1)
+    t_in, t_out = _end_tangents(pts)
+    tans = t_in if forward else -t_out
+    cand = [(pts[j, col], tans[j]) for j in range(len(pts)) if j != own]
+    cand += [(e["p"], e["t"] if forward else -e["t"]) for e in ends if e["kind"] == want]
+    scored = []
+    for q, tq in cand:
+        v = q - p
+        d = float(np.hypot(*v))
+        if 1e-6 < d <= reach and v @ t >= cos_max * d and tq @ t >= cos_max:
+            scored.append((d, q, tq))
+    for _, q, tq in sorted(scored, key=lambda c: c[0]):
+        curve, kappa = _hermite(p, t, q, tq)
+        if kappa <= max_kappa:
+            return curve
+    return None
+
+
+def _turn_out(p, t, shared_sides, max_kappa, spacing: float = 4.0):
+    """A Hermite curve from ``p`` (direction ``t``) leaving the tile square at right
+    angles through an edge not in ``shared_sides``, the shortest whose curvature stays
+    below ``max_kappa``; None when there is none."""
+    half = 0.5 * TILE_SIZE
+    best = None
+    along = np.arange(-half + spacing / 2, half, spacing)
+    for k, side in enumerate(_SIDES):
+        if k in shared_sides or side @ t < 0.0:
+            continue
+        normal = np.array([-side[1], side[0]])
+        for a in along:
+            q = half * side + a * normal
+            curve, kappa = _hermite(p, t, q, side)
+            if kappa > max_kappa:
+                continue
+            length = float(np.hypot(*np.diff(curve, axis=0).T).sum())
+            if best is None or length < best[0]:
+                best = (length, curve)
+    return None if best is None else best[1]
+
+
 def complete_lanes(
     tile: dict,
     neighbours=(),
@@ -139,6 +187,7 @@ def complete_lanes(
     join: float = 24.0,
     max_turn: float = 60.0,
     max_curvature: float = 0.13,
+    drop_curvature: float = ROAD_MAX_CURVATURE,
     lateral_accel: float = 3.0,
     max_lanes: int | None = None,
 ) -> tuple[dict, dict]:
@@ -151,20 +200,76 @@ def complete_lanes(
     kept as they are."""
     out = {k: np.array(v, copy=True) for k, v in tile.items()}
     pts = np.asarray(out["points"], np.float64).reshape(-1, LANE_POINTS, 2).copy()
-    keys = ("smoothed", "joined", "extended", "extended_back", "dead_ends", "speed_capped")
+    keys = (
+        "smoothed",
+        "straightened",
+        "dropped",
+        "joined",
+        "extended",
+        "extended_back",
+        "dead_ends",
+        "speed_capped",
+    )
     counts = dict.fromkeys(keys, 0)
     n = len(pts)
     if n == 0:
         return out, counts
     cos_max = math.cos(math.radians(max_turn))
     t_in, t_out = _end_tangents(pts)
-    # 0. kinks: the Hermite curve between the lane's ends, same end tangents, if smoother
+    # 0. kinks and seam kinks: the cubic nearest the lane through its own end points,
+    # with the neighbour lane's tangent at an end that sits on a neighbour's lane
+    neighbours = list(neighbours)
+    ends = _neighbour_ends(neighbours, tolerance)
     kappa = lane_curvature(pts)
-    for i in np.flatnonzero(kappa > max_curvature):
-        curve, k = _hermite(pts[i, 0], t_in[i], pts[i, -1], t_out[i])
-        if k < kappa[i]:
-            pts[i] = _resample(curve)
+    drop = np.zeros(n, bool)
+    cos_seam = math.cos(math.radians(_SEAM_TURN))
+    for i in range(n):
+        pin = {}
+        for kind, col, t in ((0, 0, t_in[i]), (1, -1, t_out[i])):
+            for e in ends:
+                if e["kind"] != kind and float(np.hypot(*(e["p"] - pts[i, col]))) <= _EXACT:
+                    pin[kind] = (e["t"], bool(e["t"] @ t < cos_seam))
+                    break
+        if kappa[i] <= max_curvature and not any(bent for _, bent in pin.values()):
+            continue
+        fit = smooth_lane(
+            pts[i],
+            start=pts[i, 0],
+            end=pts[i, -1],
+            start_tangent=pin[0][0] if 0 in pin else None,
+            end_tangent=pin[1][0] if 1 in pin else None,
+        )
+        if lane_curvature(fit[None])[0] < kappa[i] or any(bent for _, bent in pin.values()):
+            pts[i] = fit
             counts["smoothed"] += 1
+        # still sharper than any lane of the data (a hook or a loop, not a road): a lane
+        # continuing a neighbour's goes on straight from it; a free one is dropped
+        if lane_curvature(pts[i : i + 1])[0] > drop_curvature and len(pin) < 2:
+            if pin:
+                kind, (t, _) = next(iter(pin.items()))
+                length = float(np.hypot(*np.diff(pts[i], axis=0).T).sum())
+                start = pts[i, 0] if kind == 0 else pts[i, -1]
+                q, side = _exit(start, t if kind == 0 else -t)
+                room = float(np.hypot(*(q - start)))
+                if side in {_side_of(d) for _, d in neighbours}:
+                    # no lane to meet there yet: stop 2 tolerance short of that edge
+                    room -= 2.0 * tolerance / max(abs(float(t @ _SIDES[side])), 1e-3)
+                line = start + np.linspace(0.0, min(length, room), LANE_POINTS)[:, None] * (
+                    t if kind == 0 else -t
+                )
+                pts[i] = line if kind == 0 else line[::-1]
+                counts["straightened"] += 1
+            else:
+                drop[i] = True
+    if drop.all():  # keep the gentlest lane rather than none
+        drop[int(np.argmin(lane_curvature(pts)))] = False
+    counts["dropped"] = int(drop.sum())
+    if drop.any():
+        pts = pts[~drop]
+        for key in ("width", "speed_limit", "kind"):
+            out[key] = np.asarray(out[key])[~drop]
+        n = len(pts)
+    t_in, t_out = _end_tangents(pts)
     edges = lane_successors(pts)
     has_succ = np.zeros(n, bool)
     has_pred = np.zeros(n, bool)
@@ -208,10 +313,9 @@ def complete_lanes(
         new_src.append(i)
         counts["joined"] += 1
     # 2-3. extensions to the edge, onto a neighbour's lane where the edge is shared
-    neighbours = list(neighbours)
     shared_sides = {_side_of(d) for _, d in neighbours}
     shared = {}
-    for e in _neighbour_ends(neighbours, tolerance):
+    for e in ends:
         shared.setdefault(_side_of(neighbours[e["side"]][1]), []).append(e)
     for forward, ids in ((True, open_end), (False, open_start)):
         for i in ids:
@@ -237,6 +341,10 @@ def complete_lanes(
                     if kappa <= max_curvature:
                         ok = curve
                         break
+                if ok is None:  # any lane it can reach: the tile's or a neighbour's
+                    ok = _reach(p, t, forward, pts, i, ends, drop_curvature, cos_max)
+                if ok is None:  # else turn out of the tile through an open edge
+                    ok = _turn_out(p, t, shared_sides, drop_curvature)
                 if ok is None:
                     counts["dead_ends"] += 1
                     continue

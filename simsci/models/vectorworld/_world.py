@@ -318,6 +318,8 @@ class StreamingWorld:
                 "seam_stubs",
                 "seam_over_capacity",
                 "lanes_smoothed",
+                "lanes_straightened",
+                "lanes_dropped",
                 "lanes_joined",
                 "lanes_extended",
                 "lanes_extended_back",

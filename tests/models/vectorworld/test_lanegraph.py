@@ -65,18 +65,29 @@ def test_lanes_already_on_the_edges_are_left_exactly_as_they_are():
 def test_at_a_shared_edge_an_extension_meets_the_neighbours_lane():
     """The east neighbour (direction (-1, 0): the step from its cell to the new one) has
     a lane entering it at y = 3; the new tile's lane stopping at the origin bends onto it
-    exactly; with no lane there within reach the end stays (a neighbour is never
-    changed) and is counted."""
+    exactly. With no lane to meet there it turns out through an open edge; with none
+    open ahead the end stays (a neighbour is never changed) and is counted."""
     east = DIRECTIONS.index((-1, 0))
     neighbour = _tile(_line((-32, 3), (32, 3)))
     tile = _tile(_line((-32, 0), (0, 0)))
     out, counts = complete_lanes(tile, [(neighbour, east)])
     assert counts["extended"] == 1 and counts["dead_ends"] == 0
     np.testing.assert_array_equal(out["points"][0, -1], [32.0, 3.0])
-    far = _tile(_line((-32, 30), (32, 30)))
-    out, counts = complete_lanes(tile, [(far, east)])
+    oncoming = _tile(_line((32, 3), (-32, 3)))  # it only leaves the neighbour westwards
+    empty = {k: v[:0] for k, v in oncoming.items()}
+    north, south = DIRECTIONS.index((0, -1)), DIRECTIONS.index((0, 1))
+    boxed_in = [(oncoming, east), (empty, north), (empty, south)]
+    out, counts = complete_lanes(tile, boxed_in)
     assert counts["dead_ends"] == 1 and counts["extended"] == 0
     np.testing.assert_array_equal(out["points"], tile["points"])
+    # with the north edge open it turns out of the tile there, at right angles
+    out, counts = complete_lanes(tile, boxed_in[:1] + boxed_in[2:])
+    assert counts["extended"] == 1 and counts["dead_ends"] == 0
+    end = out["points"][0, -1]
+    assert end[1] == pytest.approx(32.0) and abs(end[0]) < 32.0
+    t_in, t_out = _end_tangents(out["points"])
+    assert t_out[0] @ np.array([0.0, 1.0]) > 0.99
+    assert lane_curvature(out["points"])[0] <= 0.2 + 1e-3
 
 
 def test_curvature_of_an_arc_and_the_speed_it_allows():
@@ -98,7 +109,7 @@ def test_a_kinked_lane_is_smoothed_between_its_ends():
     out, counts = complete_lanes(_tile(lane))
     assert counts["smoothed"] == 1
     np.testing.assert_array_equal(out["points"][0, [0, -1]], lane[[0, -1]])
-    assert lane_curvature(out["points"])[0] < 1e-9
+    assert lane_curvature(out["points"])[0] < 0.01  # from ~0.5
 
 
 def test_an_empty_tile_is_returned_as_it_is():
