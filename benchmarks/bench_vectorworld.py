@@ -10,6 +10,9 @@ world (``simsci.driving``) with the driving world's metrics, 3 seeds:
   share of tiles with lanes, seam gap at the shared edge (target <= 0.1 m median), share
   of seams continued smoothly; one-step MeanFlow against the 16-step flow sampler of the
   same network, with the tile latency of each on one CPU thread (target >= 10x).
+- **The driven map** (``map_complete``, not in the default parts): the one-step map
+  as generated and after what the world does to each tile (seams closed, lane graph
+  completed: ``evaluate_tile_generator(complete=True)``), on the same samples.
 - **Initialisation validity** (``init``): initial agents sampled by the VAE on held-out
   tiles' lanes, as many as the truth has (:func:`scene_init_metrics`): collision rate
   (target <= 3%), off-road rate, infeasible history steps, speed/history mismatch,
@@ -80,6 +83,29 @@ def bench_map(model, data, episodes, quick):
             rows.append(r)
             print(f"map {name} seed {seed}: " + ", ".join(
                 f"{k}={r[k]:.4g}" for k in ("lane_stats_distance", "seam_gap_median")
+                if isinstance(r.get(k), float)
+            ))  # fmt: skip
+        out[name] = {"runs": rows}
+    return out
+
+
+def bench_map_complete(model, data, episodes, quick):
+    """The one-step map as generated and as the world drives it (lane graph completed:
+    ``evaluate_tile_generator(complete=True)``), the same samples (same seeds)."""
+    from simsci.models.vectorworld import evaluate_tile_generator
+
+    pairs = 64 if quick else 400
+    out = {}
+    for name, complete in (("raw", False), ("completed", True)):
+        rows = []
+        for seed in SEEDS:
+            r = evaluate_tile_generator(
+                model.tiles, data, episodes, steps=1, mode="meanflow", max_pairs=pairs,
+                max_first=pairs // 4, seed=seed, complete=complete,
+            )  # fmt: skip
+            rows.append(r)
+            print(f"map_complete {name} seed {seed}: " + ", ".join(
+                f"{k}={r[k]:.4g}" for k in ("lane_stats_distance", "lanes_per_tile")
                 if isinstance(r.get(k), float)
             ))  # fmt: skip
         out[name] = {"runs": rows}
@@ -318,7 +344,7 @@ def main() -> None:
         model = VectorWorld.load(args.checkpoint)
     parts = args.parts.split(",")
     if args.data is None and set(parts) - {"rollout", "resets"}:
-        raise SystemExit("--data is needed for the parts map, latency, init and npc")
+        raise SystemExit("--data is needed for the parts map, map_complete, latency, init and npc")
     held = _held_out(args.data) if args.data is not None else []
     if args.quick:
         held = held[:20]
@@ -336,6 +362,8 @@ def main() -> None:
         start = time.perf_counter()
         if part == "map":
             result["map"] = bench_map(model, args.data, held, args.quick)
+        elif part == "map_complete":
+            result["map_complete"] = bench_map_complete(model, args.data, held, args.quick)
         elif part == "latency":
             result["latency"] = bench_latency(model, args.data, held, args.quick)
         elif part == "init":

@@ -16,9 +16,25 @@ network drew and only adds road where its lane graph is open, the same way the s
 are closed (:func:`~._outpaint.close_seams`): snapping, trimming and stubs there; joins
 and extensions here.
 
-Steps (lengths in m; a point is *on an edge* when it lies within ``tolerance`` of one of
-the tile's four edges, the seam band of :func:`simsci.driving.metrics.seam_gaps`):
+Steps (lengths in m, curvatures in 1/m; a point is *on an edge* when it lies within
+``tolerance`` of one of the tile's four edges, the seam band of
+:func:`simsci.driving.metrics.seam_gaps`; a lane end *on a neighbour's* when it is that
+neighbour lane's complementary end to 1e-9 m):
 
+0. **Shape.** A lane sharper than ``max_curvature`` (0.13, the data's junction turns)
+   anywhere (:func:`lane_curvature`), or meeting a neighbour's lane at more than 10
+   degrees, is replaced by the least-squares cubic through its 20 points with its end
+   points kept and, at an end on a neighbour's, that lane's tangent (G1;
+   :func:`~._outpaint.smooth_lane`) (``smoothed``). Generated lanes are often hooked at
+   their ends (points clipped onto the tile edge, a trimmed end): 67% of the shipped
+   model's lanes are sharper than 0.19 (the ego's tightest turn at full lock) before,
+   ~25% after this step. A lane still sharper than ``drop_curvature`` (0.2, the
+   largest curvature of any lane of the driving data) is not a road the data has: it
+   goes on straight from the neighbour lane it continues (its start's if both ends
+   are on a neighbour's: such a lane turns back across the seam), for at most 16 m and
+   turned inwards where that lane runs along the edge, as the seams' stubs
+   (``straightened``; the extension steps below take it on), or, continuing none, is
+   dropped (``dropped``; a tile keeps at least one lane).
 1. **Joins.** A lane end inside the tile with no successor (no lane start within 0.5 m
    heading within 45 degrees, :func:`~._tokens.lane_successors`'s rule) and a lane start
    inside the tile with no predecessor are paired, nearest pairs first, when the start
@@ -27,19 +43,34 @@ the tile's four edges, the seam band of :func:`simsci.driving.metrics.seam_gaps`
    ``max_curvature``: a new lane (``joined``), the cubic Hermite curve from the end to
    the start with both lanes' tangents (G1 at both), width / speed limit / kind of the
    lane it leaves.
-2. **Forward extension.** Any other interior end is continued along its last tangent
-   to the tile edge (``extended``): straight, the lane resampled over its new length
-   (one lane, 20 points evenly in arc length, so the lane count stays the network's).
-   Straight because an end's tangent is all the network says about where the lane goes,
-   and a straight lane cannot make a curve the generator did not draw.
-   When that edge is shared with an existing neighbour (``neighbours``), the lane must
-   meet a lane there: it is bent (Hermite, G1) onto the nearest neighbour lane start on
-   that edge within ``join`` m of the straight exit point whose heading agrees (within
-   ``max_turn``); with none, the end is left as it is (``dead_ends``), since a
-   neighbour is never changed after it is made.
-3. **Backward extension.** The same for interior lane starts with no predecessor
-   (``extended_back``): continued backwards to the edge, or bent onto a neighbour's lane
-   end there.
+2. **Forward extension** (``extended``), of every other interior end, the lane grown
+   and resampled over its new length (one lane, 20 points evenly in arc length, so the
+   lane count stays the network's), by the first of:
+
+   a. straight along its last tangent to the tile edge, when that edge is open (no
+      tile there yet): an end's tangent is all the network says about where the lane
+      goes, and the next tile's seam slot continues it;
+   b. when that edge is shared with an existing neighbour, a Hermite curve (G1) onto
+      the nearest neighbour lane start on it within ``join`` m of the straight exit
+      point whose heading agrees (within ``max_turn``);
+   c. a Hermite curve onto the nearest lane start it can reach smoothly (ahead within
+      ``max_turn``, heading within ``max_turn``, curvature at most ``drop_curvature``,
+      within a tile's width): the tile's own lanes or a neighbour's;
+   d. a Hermite curve merging into another lane of the tile at its nearest point ahead
+      where that lane runs the same way (within ``max_turn``; curvature at most
+      ``drop_curvature``), that lane being split there into two lanes (``merged``; a
+      merge in the data is a lane piece ending where two lanes meet);
+   e. a Hermite curve leaving the tile at right angles through an open edge ahead (the
+      shortest whose curvature is at most ``drop_curvature``).
+
+   With none of these (an end boxed in by existing tiles with no lane to meet), the end
+   is left as it is (``dead_ends``), since a neighbour is never changed after it is made.
+3. **Backward extension** (``extended_back``): the same for interior lane starts with no
+   predecessor, growing backwards onto lane ends (d: diverging from a lane).
+4. **Speed limits** are capped by the curvature: :math:`v \le \sqrt{a / \kappa_{max}}`
+   with ``lateral_accel`` a = 3 m/s^2, the driving data's rule for its road lanes
+   (``speed_capped``): a generated lane's speed limit is the network's guess, and a
+   driver keeping to it on a 20 m radius would leave the lane.
 
 Lanes are resampled in float64, end points written exactly (an extension's end is on the
 edge to rounding, ~1e-14 m). Tangents are those of the first / last segment.
@@ -53,7 +84,13 @@ import numpy as np
 
 from simsci.driving import LANE_POINTS, TILE_SIZE
 from simsci.driving._roads import MAX_CURVATURE as ROAD_MAX_CURVATURE
-from simsci.models.vectorworld._outpaint import _EXACT, _in_band, _neighbour_ends, smooth_lane
+from simsci.models.vectorworld._outpaint import (
+    _EXACT,
+    _in_band,
+    _neighbour_ends,
+    _stub,
+    smooth_lane,
+)
 from simsci.models.vectorworld._tokens import DIRECTIONS, _end_tangents, lane_successors
 
 __all__ = ["complete_lanes", "lane_curvature"]
@@ -157,6 +194,37 @@ def _reach(p, t, forward, pts, own, ends, max_kappa, cos_max, reach=TILE_SIZE):
     return None
 
 
+def _merge_point(p, t, forward, pts, own, max_kappa, cos_max, reach=TILE_SIZE, min_piece=5.0):
+    """Where a lane growing from ``p`` in direction ``t`` can merge into another lane of
+    the tile (``forward``; diverge from it backwards): the nearest inner point k of a
+    lane j ahead within ``reach`` m whose direction there agrees with the growth (within
+    ``max_turn``), leaving pieces of at least ``min_piece`` m on both sides, reached by a
+    Hermite curve no sharper than ``max_kappa``. Returns ``(curve, j, k)`` or None."""
+    scored = []
+    for j in range(len(pts)):
+        if j == own:
+            continue
+        seg = np.hypot(*np.diff(pts[j], axis=0).T)
+        s = np.concatenate([[0.0], np.cumsum(seg)])
+        for k in range(1, len(pts[j]) - 1):
+            if s[k] < min_piece or s[-1] - s[k] < min_piece:
+                continue
+            lane_t = pts[j, k + 1] - pts[j, k - 1]
+            norm = float(np.hypot(*lane_t))
+            if norm < 1e-9:
+                continue
+            tq = lane_t / norm if forward else -lane_t / norm
+            v = pts[j, k] - p
+            d = float(np.hypot(*v))
+            if 1e-6 < d <= reach and v @ t >= cos_max * d and tq @ t >= cos_max:
+                scored.append((d, j, k, tq))
+    for _, j, k, tq in sorted(scored, key=lambda c: c[0]):
+        curve, kappa = _hermite(p, t, pts[j, k], tq)
+        if kappa <= max_kappa:
+            return curve, j, k
+    return None
+
+
 def _turn_out(p, t, shared_sides, max_kappa, spacing: float = 4.0):
     """A Hermite curve from ``p`` (direction ``t``) leaving the tile square at right
     angles through an edge not in ``shared_sides``, the shortest whose curvature stays
@@ -192,8 +260,10 @@ def complete_lanes(
     max_lanes: int | None = None,
 ) -> tuple[dict, dict]:
     """``tile`` (own frame, float64 lanes) without interior dead ends; returns ``(tile,
-    counts)`` with counts ``joined``, ``extended``, ``extended_back``, ``dead_ends``
-    (see the module docstring). ``neighbours``: the existing 4-neighbours as
+    counts)`` with counts ``smoothed``, ``straightened``, ``dropped``, ``joined``,
+    ``extended``, ``extended_back``, ``dead_ends``, ``speed_capped`` (the steps of the
+    module docstring; ``tile["points"]`` (n, 20, 2), ``width`` / ``speed_limit`` /
+    ``kind`` (n,)). ``neighbours``: the existing 4-neighbours as
     ``(tile, direction)`` pairs, as :func:`~._outpaint.close_seams` takes them; their
     shared edges are where an extension must meet one of their lanes. ``max_lanes``:
     joins stop adding lanes at this count (extensions add none). The tile's agents are
@@ -207,6 +277,7 @@ def complete_lanes(
         "joined",
         "extended",
         "extended_back",
+        "merged",
         "dead_ends",
         "speed_capped",
     )
@@ -224,40 +295,32 @@ def complete_lanes(
     drop = np.zeros(n, bool)
     cos_seam = math.cos(math.radians(_SEAM_TURN))
     for i in range(n):
-        pin = {}
+        pin, bent = {}, False
         for kind, col, t in ((0, 0, t_in[i]), (1, -1, t_out[i])):
             for e in ends:
                 if e["kind"] != kind and float(np.hypot(*(e["p"] - pts[i, col]))) <= _EXACT:
-                    pin[kind] = (e["t"], bool(e["t"] @ t < cos_seam))
+                    pin[kind] = e
+                    bent = bent or bool(e["t"] @ t < cos_seam)
                     break
-        if kappa[i] <= max_curvature and not any(bent for _, bent in pin.values()):
+        if kappa[i] <= max_curvature and not bent:
             continue
         fit = smooth_lane(
             pts[i],
             start=pts[i, 0],
             end=pts[i, -1],
-            start_tangent=pin[0][0] if 0 in pin else None,
-            end_tangent=pin[1][0] if 1 in pin else None,
+            start_tangent=pin[0]["t"] if 0 in pin else None,
+            end_tangent=pin[1]["t"] if 1 in pin else None,
         )
-        if lane_curvature(fit[None])[0] < kappa[i] or any(bent for _, bent in pin.values()):
+        if lane_curvature(fit[None])[0] < kappa[i] or bent:
             pts[i] = fit
             counts["smoothed"] += 1
         # still sharper than any lane of the data (a hook or a loop, not a road): a lane
         # continuing a neighbour's goes on straight from it; a free one is dropped
-        if lane_curvature(pts[i : i + 1])[0] > drop_curvature and len(pin) < 2:
-            if pin:
-                kind, (t, _) = next(iter(pin.items()))
-                length = float(np.hypot(*np.diff(pts[i], axis=0).T).sum())
-                start = pts[i, 0] if kind == 0 else pts[i, -1]
-                q, side = _exit(start, t if kind == 0 else -t)
-                room = float(np.hypot(*(q - start)))
-                if side in {_side_of(d) for _, d in neighbours}:
-                    # no lane to meet there yet: stop 2 tolerance short of that edge
-                    room -= 2.0 * tolerance / max(abs(float(t @ _SIDES[side])), 1e-3)
-                line = start + np.linspace(0.0, min(length, room), LANE_POINTS)[:, None] * (
-                    t if kind == 0 else -t
-                )
-                pts[i] = line if kind == 0 else line[::-1]
+        if lane_curvature(pts[i : i + 1])[0] > drop_curvature:
+            if pin:  # (a lane pinned at both ends turns back: it continues its start)
+                e = pin[0] if 0 in pin else pin[1]
+                into = np.asarray(DIRECTIONS[neighbours[e["side"]][1]], np.float64)
+                pts[i] = _stub(e, into, 2.0 * tolerance)
                 counts["straightened"] += 1
             else:
                 drop[i] = True
@@ -314,6 +377,7 @@ def complete_lanes(
         counts["joined"] += 1
     # 2-3. extensions to the edge, onto a neighbour's lane where the edge is shared
     shared_sides = {_side_of(d) for _, d in neighbours}
+    moved = {}  # lane -> the piece its end went to when it was split
     shared = {}
     for e in ends:
         shared.setdefault(_side_of(neighbours[e["side"]][1]), []).append(e)
@@ -321,8 +385,11 @@ def complete_lanes(
         for i in ids:
             if (i in used_end) if forward else (i in used_start):
                 continue
+            while forward and i in moved:  # split since: its end is on the tail piece
+                i = moved[i]
             p = pts[i, -1] if forward else pts[i, 0]
-            t = t_out[i] if forward else -t_in[i]  # the direction the lane grows in
+            ti, to = _end_tangents(pts[i : i + 1])  # (pts changes as lanes are split)
+            t = to[0] if forward else -ti[0]  # the direction the lane grows in
             q, k = _exit(p, t)
             if k in shared_sides:
                 # a neighbour lane to meet: its start (forward) or its end (backward)
@@ -343,6 +410,19 @@ def complete_lanes(
                         break
                 if ok is None:  # any lane it can reach: the tile's or a neighbour's
                     ok = _reach(p, t, forward, pts, i, ends, drop_curvature, cos_max)
+                room = max_lanes is None or len(pts) < max_lanes
+                if ok is None and room:  # else merge into (diverge from) a lane: split it
+                    hit = _merge_point(p, t, forward, pts, i, drop_curvature, cos_max)
+                    if hit is not None:
+                        ok, j, k = hit
+                        head, tail = _resample(pts[j, : k + 1]), _resample(pts[j, k:])
+                        pts[j] = head
+                        moved[j] = len(pts)
+                        pts = np.concatenate([pts, tail[None]])
+                        for key in ("width", "speed_limit", "kind"):
+                            v = np.asarray(out[key])
+                            out[key] = np.concatenate([v, v[j : j + 1]])
+                        counts["merged"] += 1
                 if ok is None:  # else turn out of the tile through an open edge
                     ok = _turn_out(p, t, shared_sides, drop_curvature)
                 if ok is None:

@@ -1286,12 +1286,17 @@ def evaluate_tile_generator(
     seed: int = 0,
     max_tries: int = 3,
     smooth: bool = True,
+    complete: bool = False,
 ) -> dict:
     """Generate every pair (tile k -> k+1) of ``episodes`` of a scene file from its
     ground-truth context (and, with ``first_tiles``, each episode's tile 0 from no
     context) and compare with the ground truth by :func:`tile_metrics`. ``max_pairs``
-    caps the pairs (evenly spaced), ``max_first`` the first tiles. Returns the metrics
-    plus the summed ``generate`` stats (``resampled``, ``empty``, ``no_ego_lane``) and
+    caps the pairs (evenly spaced), ``max_first`` the first tiles. ``complete``: each
+    tile first goes through what the streaming world does to it (clipped to its square,
+    seams closed against the context, lane graph completed:
+    :func:`~._lanegraph.complete_lanes`), so the figures are those of the driven map;
+    the completion counts are summed under ``lanes_*``. Returns the metrics plus the
+    summed ``generate`` stats (``resampled``, ``empty``, ``no_ego_lane``) and
     ``seconds``."""
     ctxs, dirs, truth, firsts = scene_pairs(
         path, episodes, first_tiles=first_tiles, max_pairs=max_pairs
@@ -1323,6 +1328,28 @@ def evaluate_tile_generator(
                 totals[key] += st[key]
     finally:
         model.train(was)
+    if complete:
+        from simsci.models.vectorworld._lanegraph import complete_lanes
+        from simsci.models.vectorworld._world import _physical
+
+        done = []
+        for tile, ctx, d in zip(tiles, ctxs, dirs):
+            near = [] if ctx is None else [(ctx, d)]
+            tile = _physical(tile)
+            if near:
+                tile, _ = close_seams(tile, near, max_lanes=model.layout.max_lanes)
+            tile, counts = complete_lanes(tile, near, max_lanes=model.layout.max_lanes)
+            for key, value in counts.items():
+                totals[f"lanes_{key}"] = totals.get(f"lanes_{key}", 0) + value
+            done.append(tile)
+        tiles = done
     seconds = time.perf_counter() - t0
     metrics = tile_metrics(tiles, truth, ctxs, dirs, layout=model.layout)
-    return {**metrics, **totals, "seconds": seconds, "steps": steps, "mode": mode}
+    return {
+        **metrics,
+        **totals,
+        "seconds": seconds,
+        "steps": steps,
+        "mode": mode,
+        "complete": bool(complete),
+    }

@@ -323,6 +323,7 @@ class StreamingWorld:
                 "lanes_joined",
                 "lanes_extended",
                 "lanes_extended_back",
+                "lanes_merged",
                 "lanes_dead_ends",
                 "lanes_speed_capped",
             )

@@ -116,3 +116,24 @@ def test_an_empty_tile_is_returned_as_it_is():
     tile = {k: v[:0] for k, v in _tile(_line((0, 0), (1, 0))).items()}
     out, counts = complete_lanes(tile)
     assert out["points"].shape == (0, 20, 2) and not any(counts.values())
+
+
+def test_a_boxed_in_end_merges_into_a_lane_of_its_tile_which_is_split_there():
+    """Neighbours east, north and south (no lane to meet, no open edge ahead): the lane
+    stopping at (-10, 6) merges into the through lane at y = 0, which becomes two lanes
+    meeting there; every end is linked."""
+    east, north, south = (DIRECTIONS.index(d) for d in ((-1, 0), (0, -1), (0, 1)))
+    empty = {k: v[:0] for k, v in _tile(_line((0, 0), (1, 0))).items()}
+    boxed_in = [(empty, east), (empty, north), (empty, south)]
+    through, stub = _line((-32, 0), (32, 0)), _line((-32, 6), (-10, 6))
+    out, counts = complete_lanes(_tile(through, stub), boxed_in)
+    assert counts["merged"] == 1 and counts["extended"] == 1 and counts["dead_ends"] == 0
+    pts = out["points"]
+    assert pts.shape == (3, 20, 2) and len(out["speed_limit"]) == 3
+    np.testing.assert_array_equal(pts[0, 0], through[0])  # the head keeps the start
+    np.testing.assert_array_equal(pts[2, -1], through[-1])  # the tail the end
+    np.testing.assert_array_equal(pts[1, -1], pts[2, 0])  # the merge point
+    np.testing.assert_array_equal(pts[0, -1], pts[2, 0])
+    edges = {tuple(e) for e in lane_successors(pts).tolist()}
+    assert {(0, 2), (1, 2)} <= edges
+    assert lane_curvature(pts[1:2])[0] <= 0.2 + 1e-3
