@@ -32,7 +32,9 @@ advances them at the driving world's 10 Hz:
    random route key (its choice at forks). NPCs act with ΔSim (:mod:`._npc`) on the
    generated lanes; agents farther than ``window`` from the ego or on a dropped tile
    leave, and so do NPCs with no lane (or more than 3.5 m off it) and NPCs stopped at
-   the end of their lane (``npc_lost``): a generated lane can end anywhere.
+   the end of their lane (``npc_lost``): a generated lane can end anywhere. An NPC in
+   collision leaves at the next step (``npc_crashed``: a crashed pair would otherwise
+   stay locked on its lane; the crash itself is observed and recorded once).
 4. **The ego** is driven by the caller (acceleration, steering: the action of
    ``simsci/Driving-v0``) through the same kinematic bicycle as the driving world
    (:func:`simsci.driving.bicycle_step`).
@@ -311,6 +313,7 @@ class StreamingWorld:
                 "init_rejected",
                 "uncontexted",
                 "npc_lost",
+                "npc_crashed",
                 "seam_exact",
                 "seam_snapped",
                 "seam_trimmed",
@@ -803,6 +806,20 @@ class StreamingWorld:
             self.valid &= ~gone
             self._freed_at[gone] = self.steps
 
+    def _clear_crashes(self) -> None:
+        """NPCs whose box overlaps another vehicle's (as the last step left them, so the
+        crash is in what was observed and recorded) leave the world (``npc_crashed``):
+        there are no crash dynamics, and ΔSim cannot drive two overlapping boxes apart,
+        so a crashed pair would otherwise stay locked on the lane for the rest of the
+        episode. The ego stays (its episode ends on a collision unless told to go on)."""
+        agents, valid = self.agents()
+        crashed = metrics.collisions(agents, valid)
+        crashed[:, 0] = False
+        if bool(crashed.any()):
+            self.stats["npc_crashed"] += int(crashed.sum())
+            self.valid &= ~crashed
+            self._freed_at[crashed] = self.steps
+
     # ------------------------------------------------------------------ step
     def step(self, ego_action: torch.Tensor) -> None:
         """Advance every world by ``DT``: ΔSim moves the NPCs, ``ego_action`` ``(n, 2)``
@@ -812,6 +829,7 @@ class StreamingWorld:
             raise ValueError(f"ego_action must have shape ({self.n}, 2), got {tuple(a.shape)}")
         if not bool(torch.isfinite(a).all()):
             raise ValueError("ego_action contains NaN or inf")
+        self._clear_crashes()
         npc = self.valid.clone()
         npc[:, 0] = False
         if bool(npc.any()):

@@ -713,3 +713,21 @@ def test_the_ego_keeps_to_its_lane_where_another_crosses_it():
     world._ego_known[0] = False
     world._associate_ego()
     assert int(world._ego_lane[0]) == free
+
+
+def test_crashed_npcs_leave_after_the_step_that_shows_the_crash():
+    world = StreamingWorld(FakeWorldModel(), 1, seed=0)
+    world.reset()
+    x = float(world.x[0, 0]) + 30.0
+    for dx in (0.0, 1.0):  # two boxes overlapping 30 m ahead of the ego
+        row = np.array([x + dx, -1.75, 10.0, 1.0, 0.0, 4.5, 1.9])
+        assert world._add_agent(0, row, check=False)
+    agents, valid = world.agents()
+    from simsci.driving import metrics
+
+    assert int(metrics.collisions(agents, valid)[0].sum()) == 2  # the state observed
+    before = int(world.valid[0].sum())
+    world.step(torch.zeros(1, 2))
+    assert world.stats["npc_crashed"] == 2 and int(world.valid[0].sum()) == before - 2
+    agents, valid = world.agents()
+    assert not bool(metrics.collisions(agents, valid).any())
