@@ -34,7 +34,10 @@ advances them at the driving world's 10 Hz:
    leave, and so do NPCs with no lane (or more than 3.5 m off it) and NPCs stopped at
    the end of their lane (``npc_lost``): a generated lane can end anywhere. An NPC in
    collision leaves at the next step (``npc_crashed``: a crashed pair would otherwise
-   stay locked on its lane; the crash itself is observed and recorded once).
+   stay locked on its lane; the crash itself is observed and recorded once), and so
+   does an NPC stopped for 20 s (``npc_stalled``): ΔSim, cloned from traffic that
+   always moves on, sometimes stops for good before a seam of a generated map, and
+   a lane-keeping ego (which does not overtake) would wait behind it all episode.
 4. **The ego** is driven by the caller (acceleration, steering: the action of
    ``simsci/Driving-v0``) through the same kinematic bicycle as the driving world
    (:func:`simsci.driving.bicycle_step`).
@@ -122,6 +125,9 @@ from simsci.driving import (
 )
 
 __all__ = ["StreamingWorld", "seam_gaps"]
+
+#: an NPC stopped (< 0.1 m/s) this many steps (20 s) leaves the world (``npc_stalled``)
+STALL_STEPS = 200
 
 _EMPTY_TILE = {
     "points": np.zeros((0, LANE_POINTS, 2)),
@@ -292,6 +298,7 @@ class StreamingWorld:
         # the step a slot was last vacated: new vehicles take the slot free longest, so a
         # recorded track never jumps from one vehicle to the next within a step
         self._freed_at = torch.full((n, V), -(10**9), dtype=torch.long, device=dev)
+        self._stopped = torch.zeros(n, V, dtype=torch.long, device=dev)  # steps at v < 0.1
         self._next_uid = 1
         self.steps = 0
         self.driven = torch.zeros(n, device=dev, dtype=torch.float64)
@@ -314,6 +321,7 @@ class StreamingWorld:
                 "uncontexted",
                 "npc_lost",
                 "npc_crashed",
+                "npc_stalled",
                 "seam_exact",
                 "seam_snapped",
                 "seam_trimmed",
@@ -742,6 +750,7 @@ class StreamingWorld:
         self.accel[b, j], self.kappa[b, j] = accel, kappa
         self.length[b, j], self.width[b, j] = row[5], row[6]
         self.valid[b, j] = True
+        self._stopped[b, j] = 0
         for name, fill in (("lane", -1), ("manoeuvre", 0), ("origin", -1)):
             self.memory[name][b, j] = fill
         # a random route key: which successor the NPC takes at each fork
@@ -857,6 +866,13 @@ class StreamingWorld:
                 self.stats["npc_lost"] += int(lost.sum())
                 self.valid &= ~lost
                 self._freed_at[lost] = self.steps
+            # NPCs stopped for STALL_STEPS with road ahead leave too (npc_stalled)
+            self._stopped = torch.where(npc & (self.v < 0.1), self._stopped + 1, 0)
+            stalled = npc & self.valid & (self._stopped >= STALL_STEPS)
+            if bool(stalled.any()):
+                self.stats["npc_stalled"] += int(stalled.sum())
+                self.valid &= ~stalled
+                self._freed_at[stalled] = self.steps
         x0, y0 = self.x[:, 0].clone(), self.y[:, 0].clone()
         xn, yn, thn, vn, an, kn = bicycle_step(
             x0, y0, self.theta[:, 0], self.v[:, 0], a[:, 0], a[:, 1], self.length[:, 0]

@@ -731,3 +731,28 @@ def test_crashed_npcs_leave_after_the_step_that_shows_the_crash():
     assert world.stats["npc_crashed"] == 2 and int(world.valid[0].sum()) == before - 2
     agents, valid = world.agents()
     assert not bool(metrics.collisions(agents, valid).any())
+
+
+def test_an_npc_stopped_for_20_s_leaves():
+    from simsci.models.vectorworld._world import STALL_STEPS
+
+    world = StreamingWorld(FakeWorldModel(), 1, seed=0)
+    world.reset()
+    world.valid[0, 1:] = False
+    row = np.array([float(world.x[0, 0]) + 40.0, -1.75, 0.0, 1.0, 0.0, 4.5, 1.9])
+    assert world._add_agent(0, row, check=False)
+    j = int(torch.nonzero(world.valid[0]).flatten()[-1])
+    npc_step = world.model.npc.step
+
+    def stopped(*args, **kw):  # ΔSim that keeps this NPC where it is
+        new, feats = npc_step(*args, **kw)
+        new.x[0, j], new.y[0, j], new.v[0, j] = world.x[0, j], world.y[0, j], 0.0
+        feats.path_left[0, j] = 50.0  # with road ahead: not "at the end of its lane"
+        return new, feats
+
+    world.model.npc.step = stopped
+    steps = 0
+    while bool(world.valid[0, j]) and steps < STALL_STEPS + 5:
+        world.step(torch.tensor([[-8.0, 0.0]]))  # the ego brakes to a stop behind it
+        steps += 1
+    assert world.stats["npc_stalled"] == 1 and steps == STALL_STEPS
