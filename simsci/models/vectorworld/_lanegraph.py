@@ -34,12 +34,7 @@ neighbour lane's complementary end to 1e-9 m):
    are on a neighbour's: such a lane turns back across the seam), for at most 16 m and
    turned inwards where that lane runs along the edge, as the seams' stubs
    (``straightened``; the extension steps below take it on), or, continuing none, is
-   dropped (``dropped``; a tile keeps at least one lane). A lane lying on top of
-   another (half its points within 0.85 of its width of the other's centreline: the
-   driving data keeps lanes that are not linked at least that far apart) is dropped
-   too (``overlapping``, counted in ``dropped``), the one not continuing a neighbour's
-   lane or else the shorter: two generated lanes ~1 m apart put an NPC on one beside
-   the ego on the other.
+   dropped (``dropped``; a tile keeps at least one lane).
 1. **Joins.** A lane end inside the tile with no successor (no lane start within 0.5 m
    heading within 45 degrees, :func:`~._tokens.lane_successors`'s rule) and a lane start
    inside the tile with no predecessor are paired, nearest pairs first, when the start
@@ -199,44 +194,6 @@ def _reach(p, t, forward, pts, own, ends, max_kappa, cos_max, reach=TILE_SIZE):
     return None
 
 
-def _pinned(lane: np.ndarray, ends: list) -> bool:
-    """Whether either end of ``lane`` (20, 2) is on a neighbour lane's end (a seam)."""
-    return any(float(np.hypot(*(e["p"] - lane[col]))) <= _EXACT for e in ends for col in (0, -1))
-
-
-def _overlapping(pts, width, pinned, skip, share: float = 0.5, gap: float = 0.85):
-    """Lanes to drop because they lie on top of another: lane i is, when at least
-    ``share`` of its points are within ``gap`` x its width of lane j's centreline (the
-    driving data keeps unlinked lanes at least 0.85 widths apart) and it is the one to
-    lose: not pinned at a seam when j is, else the shorter. ``skip``: lanes already
-    dropped. Returns the indices, each lane judged against the lanes kept so far."""
-    n = len(pts)
-    a, d = pts[:, :-1], pts[:, 1:] - pts[:, :-1]  # (n, S, 2) segments
-    seg2 = np.maximum((d * d).sum(-1), 1e-12)
-    # distance from every point of lane i to lane j's polyline: (n_i, P, n_j)
-    r = pts[:, :, None, None, :] - a[None, None]  # (n, P, n, S, 2)
-    u = np.clip((r * d[None, None]).sum(-1) / seg2[None, None], 0.0, 1.0)
-    near = np.linalg.norm(r - u[..., None] * d[None, None], axis=-1).min(-1)  # (n, P, n)
-    close = (near <= gap * width[:, None, None]).mean(1)  # (n_i, n_j)
-    length = np.hypot(*np.diff(pts, axis=1).transpose(2, 0, 1)).sum(-1)
-    out, gone = [], set(np.flatnonzero(skip).tolist())
-    order = sorted(range(n), key=lambda i: (pinned[i], length[i]))  # losers first
-    for i in order:
-        if i in gone:
-            continue
-        for j in range(n):
-            if j == i or j in gone or close[i, j] < share:
-                continue
-            if pinned[i] and not pinned[j]:
-                continue  # j is the one to go (judged in its turn)
-            if pinned[i] and pinned[j]:
-                continue  # both continue a neighbour's lane: keep both
-            out.append(i)
-            gone.add(i)
-            break
-    return out
-
-
 def _merge_point(p, t, forward, pts, own, max_kappa, cos_max, reach=TILE_SIZE, min_piece=5.0):
     """Where a lane growing from ``p`` in direction ``t`` can merge into another lane of
     the tile (``forward``; diverge from it backwards): the nearest inner point k of a
@@ -303,8 +260,7 @@ def complete_lanes(
     max_lanes: int | None = None,
 ) -> tuple[dict, dict]:
     """``tile`` (own frame, float64 lanes) without interior dead ends; returns ``(tile,
-    counts)`` with counts ``smoothed``, ``straightened``, ``dropped``, ``overlapping``,
-    ``joined``,
+    counts)`` with counts ``smoothed``, ``straightened``, ``dropped``, ``joined``,
     ``extended``, ``extended_back``, ``dead_ends``, ``speed_capped`` (the steps of the
     module docstring; ``tile["points"]`` (n, 20, 2), ``width`` / ``speed_limit`` /
     ``kind`` (n,)). ``neighbours``: the existing 4-neighbours as
@@ -318,7 +274,6 @@ def complete_lanes(
         "smoothed",
         "straightened",
         "dropped",
-        "overlapping",
         "joined",
         "extended",
         "extended_back",
@@ -369,11 +324,6 @@ def complete_lanes(
                 counts["straightened"] += 1
             else:
                 drop[i] = True
-    # 0b. lanes on top of another (the data keeps unlinked lanes >= 0.85 widths apart)
-    pinned = np.array([_pinned(pts[i], ends) for i in range(n)], bool)
-    for i in _overlapping(pts, np.asarray(out["width"], np.float64), pinned, drop):
-        drop[i] = True
-        counts["overlapping"] += 1
     if drop.all():  # keep the gentlest lane rather than none
         drop[int(np.argmin(lane_curvature(pts)))] = False
     counts["dropped"] = int(drop.sum())

@@ -331,7 +331,6 @@ class StreamingWorld:
                 "lanes_smoothed",
                 "lanes_straightened",
                 "lanes_dropped",
-                "lanes_overlapping",
                 "lanes_joined",
                 "lanes_extended",
                 "lanes_extended_back",

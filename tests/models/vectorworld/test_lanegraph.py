@@ -137,18 +137,3 @@ def test_a_boxed_in_end_merges_into_a_lane_of_its_tile_which_is_split_there():
     edges = {tuple(e) for e in lane_successors(pts).tolist()}
     assert {(0, 2), (1, 2)} <= edges
     assert lane_curvature(pts[1:2])[0] <= 0.2 + 1e-3
-
-
-def test_a_lane_on_top_of_another_is_dropped_and_one_a_lane_width_away_kept():
-    long, twin = _line((-32, 0), (32, 0)), _line((-30, 1.0), (30, 1.0))
-    beside = _line((-32, 3.5), (32, 3.5))
-    out, counts = complete_lanes(_tile(long, twin, beside))
-    assert counts["overlapping"] == 1 and counts["dropped"] == 1
-    np.testing.assert_array_equal(out["points"], np.stack([long, beside]))
-    # the one continuing a neighbour's lane stays, whatever its length
-    west = DIRECTIONS.index((1, 0))  # the neighbour lies west: its lane ends at x = -32
-    neighbour = _tile(_line((-32, 1.0), (32, 1.0)))
-    twin = _line((-32, 1.0), (20, 1.0))
-    out, counts = complete_lanes(_tile(long, twin), [(neighbour, west)])
-    assert counts["overlapping"] == 1
-    np.testing.assert_array_equal(out["points"][0, 0], twin[0])  # the long one went
