@@ -63,7 +63,9 @@ neighbour lane's complementary end to 1e-9 m):
    e. a Hermite curve leaving the tile at right angles through an open edge ahead (the
       shortest whose curvature is at most ``drop_curvature``).
 
-   With none of these (an end boxed in by existing tiles with no lane to meet), the end
+   With none of these, c and e are tried again from 8, 16 and 24 m before the end, the
+   lane's last metres replaced (``rerouted``): an end a few metres from an edge cannot
+   turn. Failing all (an end boxed in by existing tiles with no lane to meet), the end
    is left as it is (``dead_ends``), since a neighbour is never changed after it is made.
 3. **Backward extension** (``extended_back``): the same for interior lane starts with no
    predecessor, growing backwards onto lane ends (d: diverging from a lane).
@@ -225,6 +227,31 @@ def _merge_point(p, t, forward, pts, own, max_kappa, cos_max, reach=TILE_SIZE, m
     return None
 
 
+def _reroute(
+    lane, forward, pts, own, ends, shared_sides, max_kappa, cos_max, backs=(8.0, 16.0, 24.0)
+):
+    """A boxed-in lane ``lane`` (20, 2, in its growth direction) left ``b`` m before its
+    end, for ``b`` in ``backs``: the lane up to there and a curve from there onto a lane
+    it can reach (:func:`_reach`) or out through an open edge (:func:`_turn_out`);
+    ``(kept part, curve)`` or None. At least 5 m of the lane is kept."""
+    seg = np.hypot(*np.diff(lane, axis=0).T)
+    s = np.concatenate([[0.0], np.cumsum(seg)])
+    for b in backs:
+        at = s[-1] - b
+        if at < 5.0:
+            break
+        k = int(np.searchsorted(s, at, side="right")) - 1  # segment k holds the cut
+        u = (at - s[k]) / max(seg[k], 1e-12)
+        c = lane[k] + u * (lane[k + 1] - lane[k])
+        tc = (lane[k + 1] - lane[k]) / max(seg[k], 1e-12)
+        curve = _reach(c, tc, forward, pts, own, ends, max_kappa, cos_max)
+        if curve is None:
+            curve = _turn_out(c, tc, shared_sides, max_kappa)
+        if curve is not None:
+            return np.concatenate([lane[: k + 1], c[None]]), curve
+    return None
+
+
 def _turn_out(p, t, shared_sides, max_kappa, spacing: float = 4.0):
     """A Hermite curve from ``p`` (direction ``t``) leaving the tile square at right
     angles through an edge not in ``shared_sides``, the shortest whose curvature stays
@@ -278,6 +305,7 @@ def complete_lanes(
         "extended",
         "extended_back",
         "merged",
+        "rerouted",
         "dead_ends",
         "speed_capped",
     )
@@ -425,14 +453,22 @@ def complete_lanes(
                         counts["merged"] += 1
                 if ok is None:  # else turn out of the tile through an open edge
                     ok = _turn_out(p, t, shared_sides, drop_curvature)
+                base = pts[i] if forward else pts[i, ::-1]
+                if ok is None:  # else leave the lane earlier (its last metres rerouted)
+                    hit = _reroute(
+                        base, forward, pts, i, ends, shared_sides, drop_curvature, cos_max
+                    )
+                    if hit is not None:
+                        base, ok = hit
+                        counts["rerouted"] += 1
                 if ok is None:
                     counts["dead_ends"] += 1
                     continue
                 ext = ok
             else:
                 ext = np.stack([p, q])
-            lane = pts[i] if forward else pts[i, ::-1]
-            grown = _resample(np.concatenate([lane, ext[1:]]))
+                base = pts[i] if forward else pts[i, ::-1]
+            grown = _resample(np.concatenate([base, ext[1:]]))
             pts[i] = grown if forward else grown[::-1]
             counts["extended" if forward else "extended_back"] += 1
     out["points"] = pts

@@ -335,6 +335,7 @@ class StreamingWorld:
                 "lanes_extended",
                 "lanes_extended_back",
                 "lanes_merged",
+                "lanes_rerouted",
                 "lanes_dead_ends",
                 "lanes_speed_capped",
             )
