@@ -196,12 +196,15 @@ def _reach(p, t, forward, pts, own, ends, max_kappa, cos_max, reach=TILE_SIZE):
     return None
 
 
-def _merge_point(p, t, forward, pts, own, max_kappa, cos_max, reach=TILE_SIZE, min_piece=5.0):
+def _merge_point(
+    p, t, forward, pts, own, max_kappa, cos_max, reach=TILE_SIZE, min_piece=5.0, tolerance=0.5
+):
     """Where a lane growing from ``p`` in direction ``t`` can merge into another lane of
     the tile (``forward``; diverge from it backwards): the nearest inner point k of a
     lane j ahead within ``reach`` m whose direction there agrees with the growth (within
-    ``max_turn``), leaving pieces of at least ``min_piece`` m on both sides, reached by a
-    Hermite curve no sharper than ``max_kappa``. Returns ``(curve, j, k)`` or None."""
+    ``max_turn``), leaving pieces of at least ``min_piece`` m on both sides and not within
+    ``tolerance`` of an edge, reached by a Hermite curve no sharper than ``max_kappa``.
+    Returns ``(curve, j, k)`` or None."""
     scored = []
     for j in range(len(pts)):
         if j == own:
@@ -209,8 +212,8 @@ def _merge_point(p, t, forward, pts, own, max_kappa, cos_max, reach=TILE_SIZE, m
         seg = np.hypot(*np.diff(pts[j], axis=0).T)
         s = np.concatenate([[0.0], np.cumsum(seg)])
         for k in range(1, len(pts[j]) - 1):
-            if s[k] < min_piece or s[-1] - s[k] < min_piece:
-                continue
+            if s[k] < min_piece or s[-1] - s[k] < min_piece or _on_edge(pts[j, k], tolerance):
+                continue  # (a split on a seam band would leave a seam end unmatched)
             lane_t = pts[j, k + 1] - pts[j, k - 1]
             norm = float(np.hypot(*lane_t))
             if norm < 1e-9:
