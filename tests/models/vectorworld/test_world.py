@@ -756,3 +756,20 @@ def test_an_npc_stopped_for_20_s_leaves():
         world.step(torch.tensor([[-8.0, 0.0]]))  # the ego brakes to a stop behind it
         steps += 1
     assert world.stats["npc_stalled"] == 1 and steps == STALL_STEPS
+
+
+def test_initial_agents_on_a_collision_course_with_the_ego_are_screened():
+    from simsci.models.vectorworld._world import _on_collision_course
+
+    ego = np.array([0.0, 0.0, 8.0, 1.0, 0.0, 4.6, 1.9])
+    c, s = math.cos(math.radians(15)), math.sin(math.radians(15))
+    agents = np.array(
+        [
+            [-20.0, 0.0, 16.0, 1.0, 0.0, 4.5, 1.9],  # behind, faster, same line: meets it
+            [-10.0, -3.0, 12.0, c, s, 4.5, 1.9],  # converging from behind right
+            [30.0, 0.0, 10.0, 1.0, 0.0, 4.5, 1.9],  # ahead, pulling away
+            [0.0, 3.5, 8.0, 1.0, 0.0, 4.5, 1.9],  # beside, next lane, same speed
+        ]
+    )
+    np.testing.assert_array_equal(_on_collision_course(agents, ego), [True, True, False, False])
+    assert _on_collision_course(np.zeros((0, 7)), ego).shape == (0,)
