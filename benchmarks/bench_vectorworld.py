@@ -68,48 +68,49 @@ def _held_out(path, fraction=0.1):
     return list(range(n - k, n))
 
 
-def bench_map(model, data, episodes, quick):
+def _map_runs(model, data, episodes, quick, label, keys, **kw):
+    """``evaluate_tile_generator`` for each of SEEDS (``kw``: its sampler options)."""
     from simsci.models.vectorworld import evaluate_tile_generator
 
     pairs = 64 if quick else 400
-    out = {}
-    for name, steps, mode in (("one_step", 1, "meanflow"), ("flow_16", 16, "flow")):
-        rows = []
-        for seed in SEEDS:
-            r = evaluate_tile_generator(
-                model.tiles, data, episodes, steps=steps, mode=mode, max_pairs=pairs,
-                max_first=pairs // 4, seed=seed,
-            )  # fmt: skip
-            rows.append(r)
-            print(f"map {name} seed {seed}: " + ", ".join(
-                f"{k}={r[k]:.4g}" for k in ("lane_stats_distance", "seam_gap_median")
-                if isinstance(r.get(k), float)
-            ))  # fmt: skip
-        out[name] = {"runs": rows}
-    return out
+    rows = []
+    for seed in SEEDS:
+        r = evaluate_tile_generator(
+            model.tiles, data, episodes, max_pairs=pairs, max_first=pairs // 4, seed=seed, **kw
+        )
+        rows.append(r)
+        print(f"{label} seed {seed}: " + ", ".join(
+            f"{k}={r[k]:.4g}" for k in keys if isinstance(r.get(k), float)
+        ))  # fmt: skip
+    return {"runs": rows}
+
+
+def bench_map(model, data, episodes, quick):
+    keys = ("lane_stats_distance", "seam_gap_median")
+    return {
+        name: _map_runs(model, data, episodes, quick, f"map {name}", keys, steps=steps, mode=mode)
+        for name, steps, mode in (("one_step", 1, "meanflow"), ("flow_16", 16, "flow"))
+    }
 
 
 def bench_map_complete(model, data, episodes, quick):
     """The one-step map as generated and as the world drives it (lane graph completed:
     ``evaluate_tile_generator(complete=True)``), the same samples (same seeds)."""
-    from simsci.models.vectorworld import evaluate_tile_generator
-
-    pairs = 64 if quick else 400
-    out = {}
-    for name, complete in (("raw", False), ("completed", True)):
-        rows = []
-        for seed in SEEDS:
-            r = evaluate_tile_generator(
-                model.tiles, data, episodes, steps=1, mode="meanflow", max_pairs=pairs,
-                max_first=pairs // 4, seed=seed, complete=complete,
-            )  # fmt: skip
-            rows.append(r)
-            print(f"map_complete {name} seed {seed}: " + ", ".join(
-                f"{k}={r[k]:.4g}" for k in ("lane_stats_distance", "lanes_per_tile")
-                if isinstance(r.get(k), float)
-            ))  # fmt: skip
-        out[name] = {"runs": rows}
-    return out
+    keys = ("lane_stats_distance", "lanes_per_tile")
+    return {
+        name: _map_runs(
+            model,
+            data,
+            episodes,
+            quick,
+            f"map_complete {name}",
+            keys,
+            steps=1,
+            mode="meanflow",
+            complete=complete,
+        )  # fmt: skip
+        for name, complete in (("raw", False), ("completed", True))
+    }
 
 
 def _contexts(data, episodes, n):
