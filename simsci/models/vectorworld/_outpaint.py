@@ -738,14 +738,26 @@ def _trim(points: np.ndarray, end: int, sides: list, clear: float) -> np.ndarray
 def _stub(end: dict, into: np.ndarray, clear: float) -> np.ndarray:
     """A straight lane (20, 2) continuing a neighbour's lane ``end`` into the new tile
     (``into``: the unit normal of the shared edge, pointing inside), at most
-    :data:`_STUB_LENGTH` long and ending ``clear`` m inside every edge."""
+    :data:`_STUB_LENGTH` long and ending ``clear`` m inside every edge; where that leaves
+    under :data:`_MIN_LENGTH` m (an end at a tile corner heading for the other edge), it
+    runs to exactly that edge instead, crossing the corner."""
     t = end["t"] if end["kind"] == 1 else -end["t"]  # from the edge into the tile
     if t @ into < 0.3:  # running along the edge (or out of it): turn it inwards
         t = t + into
         t = t / np.hypot(*t)
-    q, lim = end["p"], 0.5 * TILE_SIZE - clear
-    room = [((lim if t[a] > 0 else -lim) - q[a]) / t[a] for a in (0, 1) if abs(t[a]) > 1e-9]
-    length = max(min([_STUB_LENGTH, *room]), 1.0)
+    q = end["p"]
+
+    def room(lim):
+        return min(
+            [_STUB_LENGTH]
+            + [((lim if t[a] > 0 else -lim) - q[a]) / t[a] for a in (0, 1) if abs(t[a]) > 1e-9]
+        )
+
+    length = room(0.5 * TILE_SIZE - clear)
+    if length < _MIN_LENGTH:
+        # at a corner, heading for the other edge: cross the corner to exactly that edge,
+        # where the next tile continues it (a stub kept inside would be a dead end)
+        length = max(room(0.5 * TILE_SIZE), 0.1)
     pts = q + np.linspace(0.0, length, LANE_POINTS)[:, None] * t
     return pts if end["kind"] == 1 else pts[::-1]
 
