@@ -735,12 +735,13 @@ def _trim(points: np.ndarray, end: int, sides: list, clear: float) -> np.ndarray
     return out if end == 1 else out[::-1]
 
 
-def _stub(end: dict, into: np.ndarray, clear: float) -> np.ndarray:
+def _stub(end: dict, into: np.ndarray, clear: float, shared=()) -> np.ndarray:
     """A straight lane (20, 2) continuing a neighbour's lane ``end`` into the new tile
     (``into``: the unit normal of the shared edge, pointing inside), at most
     :data:`_STUB_LENGTH` long and ending ``clear`` m inside every edge; where that leaves
     under :data:`_MIN_LENGTH` m (an end at a tile corner heading for the other edge), it
-    runs to exactly that edge instead, crossing the corner."""
+    runs to exactly that edge instead, crossing the corner, unless that edge is one of
+    ``shared`` (outward unit normals of edges with a tile beyond)."""
     t = end["t"] if end["kind"] == 1 else -end["t"]  # from the edge into the tile
     if t @ into < 0.3:  # running along the edge (or out of it): turn it inwards
         t = t + into
@@ -756,8 +757,11 @@ def _stub(end: dict, into: np.ndarray, clear: float) -> np.ndarray:
     length = room(0.5 * TILE_SIZE - clear)
     if length < _MIN_LENGTH:
         # at a corner, heading for the other edge: cross the corner to exactly that edge,
-        # where the next tile continues it (a stub kept inside would be a dead end)
-        length = max(room(0.5 * TILE_SIZE), 0.1)
+        # where the next tile continues it (a stub kept inside would be a dead end),
+        # unless a tile is there already (its edge has no lane to meet)
+        exact = max(room(0.5 * TILE_SIZE), 0.1)
+        blocked = any(abs((q + exact * t) @ s - 0.5 * TILE_SIZE) < 1e-6 for s in shared)
+        length = max(length, 1.0) if blocked else exact
     pts = q + np.linspace(0.0, length, LANE_POINTS)[:, None] * t
     return pts if end["kind"] == 1 else pts[::-1]
 
@@ -853,7 +857,7 @@ def close_seams(
             continue  # two neighbour lanes meeting at one point share a stub
         src = neighbours[e["side"]][0]
         attrs = {key: np.asarray(src[key])[e["lane"]] for key in lane_keys}
-        stubs.append((_stub(e, -sides[e["side"]], 2.0 * tolerance), attrs))
+        stubs.append((_stub(e, -sides[e["side"]], 2.0 * tolerance, sides), attrs))
     counts["stubs"] = len(stubs)
     if stubs:
         out["points"] = np.concatenate([new, np.stack([s for s, _ in stubs])])
