@@ -85,6 +85,7 @@ import math
 import numpy as np
 
 from simsci.driving import LANE_POINTS, TILE_SIZE
+from simsci.driving import _geometry as geo
 from simsci.driving._roads import MAX_CURVATURE as ROAD_MAX_CURVATURE
 from simsci.models.vectorworld._outpaint import (
     _EXACT,
@@ -98,16 +99,16 @@ from simsci.models.vectorworld._tokens import DIRECTIONS, _end_tangents, lane_su
 __all__ = ["complete_lanes", "lane_curvature"]
 
 _SEAM_TURN = 10.0  # degrees: a lane meeting its neighbour's more sharply is refit (G1)
+_LANE_KEYS = ("width", "speed_limit", "kind")  # per-lane attributes beside the points
 _SIDES = [np.asarray(d, np.float64) for d in ((1, 0), (-1, 0), (0, 1), (0, -1))]
 
 
 def _resample(poly: np.ndarray, n: int = LANE_POINTS) -> np.ndarray:
     """``n`` points evenly in arc length along the polyline ``poly`` (m, 2); exact ends."""
-    s = np.concatenate([[0.0], np.cumsum(np.hypot(*np.diff(poly, axis=0).T))])
-    if s[-1] <= 1e-12:
+    total = geo.arc_length(poly)[-1]
+    if total <= 1e-12:
         return np.repeat(poly[:1], n, 0)
-    q = np.linspace(0.0, s[-1], n)
-    out = np.stack([np.interp(q, s, poly[:, 0]), np.interp(q, s, poly[:, 1])], -1)
+    out = geo.point_at(poly, np.linspace(0.0, total, n))
     out[0], out[-1] = poly[0], poly[-1]
     return out
 
@@ -209,8 +210,7 @@ def _merge_point(
     for j in range(len(pts)):
         if j == own:
             continue
-        seg = np.hypot(*np.diff(pts[j], axis=0).T)
-        s = np.concatenate([[0.0], np.cumsum(seg)])
+        s = geo.arc_length(pts[j])
         for k in range(1, len(pts[j]) - 1):
             if s[k] < min_piece or s[-1] - s[k] < min_piece or _on_edge(pts[j, k], tolerance):
                 continue  # (a split on a seam band would leave a seam end unmatched)
@@ -277,6 +277,79 @@ def _turn_out(p, t, shared_sides, max_kappa, spacing: float = 4.0):
     return None if best is None else best[1]
 
 
+def _shape(pts, ends, neighbours, counts, tolerance, max_curvature, drop_curvature):
+    """Step 0 of :func:`complete_lanes`, in place on ``pts`` (n, 20, 2): lanes sharper
+    than ``max_curvature`` or meeting a neighbour's lane at more than ``_SEAM_TURN``
+    degrees refit through their end points (with the neighbour lane's tangent at an end
+    on a neighbour's), those still sharper than ``drop_curvature`` made a seam stub when
+    they continue a neighbour's lane; returns the (n,) mask of lanes to drop."""
+    t_in, t_out = _end_tangents(pts)
+    kappa = lane_curvature(pts)
+    drop = np.zeros(len(pts), bool)
+    cos_seam = math.cos(math.radians(_SEAM_TURN))
+    for i in range(len(pts)):
+        pin, bent = {}, False
+        for kind, col, t in ((0, 0, t_in[i]), (1, -1, t_out[i])):
+            for e in ends:
+                if e["kind"] != kind and float(np.hypot(*(e["p"] - pts[i, col]))) <= _EXACT:
+                    pin[kind] = e
+                    bent = bent or bool(e["t"] @ t < cos_seam)
+                    break
+        if kappa[i] <= max_curvature and not bent:
+            continue
+        fit = smooth_lane(
+            pts[i],
+            start=pts[i, 0],
+            end=pts[i, -1],
+            start_tangent=pin[0]["t"] if 0 in pin else None,
+            end_tangent=pin[1]["t"] if 1 in pin else None,
+        )
+        if lane_curvature(fit[None])[0] < kappa[i] or bent:
+            pts[i] = fit
+            counts["smoothed"] += 1
+        # still sharper than any lane of the data (a hook or a loop, not a road): a lane
+        # continuing a neighbour's goes on straight from it; a free one is dropped
+        if lane_curvature(pts[i : i + 1])[0] > drop_curvature:
+            if pin:  # (a lane pinned at both ends turns back: it continues its start)
+                e = pin[0] if 0 in pin else pin[1]
+                into = np.asarray(DIRECTIONS[neighbours[e["side"]][1]], np.float64)
+                pts[i] = _stub(e, into, 2.0 * tolerance)
+                counts["straightened"] += 1
+            else:
+                drop[i] = True
+    return drop
+
+
+def _meet_on_edge(p, t, q, forward, edge_ends, join, cos_max, max_kappa):
+    """A Hermite curve from ``p`` (growing along ``t``) onto the nearest lane of a
+    neighbour on the shared edge it would leave by at ``q``: a lane start (``forward``;
+    a lane end backwards) within ``join`` m of ``q``, heading within ``max_turn`` of
+    ``t``, the curve no sharper than ``max_kappa``; None when there is none."""
+    want = 0 if forward else 1
+    cand = []
+    for e in edge_ends:
+        heading = e["t"] if forward else -e["t"]
+        if e["kind"] != want or heading @ t < cos_max:
+            continue
+        off = float(np.hypot(*(e["p"] - q)))
+        if off <= join:
+            cand.append((off, e))
+    for _, e in sorted(cand, key=lambda c: c[0]):
+        curve, kappa = _hermite(p, t, e["p"], e["t"] if forward else -e["t"])
+        if kappa <= max_kappa:
+            return curve
+    return None
+
+
+def _append_lanes(out: dict, pts: np.ndarray, new, src) -> np.ndarray:
+    """``pts`` with the lanes ``new`` (m, 20, 2) appended; ``out``'s per-lane attributes
+    get copies of lanes ``src``' (m,) in place."""
+    for key in _LANE_KEYS:
+        v = np.asarray(out[key])
+        out[key] = np.concatenate([v, v[np.asarray(src, np.int64)]])
+    return np.concatenate([pts, np.asarray(new).reshape(-1, LANE_POINTS, 2)])
+
+
 def complete_lanes(
     tile: dict,
     neighbours=(),
@@ -317,50 +390,15 @@ def complete_lanes(
     if n == 0:
         return out, counts
     cos_max = math.cos(math.radians(max_turn))
-    t_in, t_out = _end_tangents(pts)
-    # 0. kinks and seam kinks: the cubic nearest the lane through its own end points,
-    # with the neighbour lane's tangent at an end that sits on a neighbour's lane
     neighbours = list(neighbours)
     ends = _neighbour_ends(neighbours, tolerance)
-    kappa = lane_curvature(pts)
-    drop = np.zeros(n, bool)
-    cos_seam = math.cos(math.radians(_SEAM_TURN))
-    for i in range(n):
-        pin, bent = {}, False
-        for kind, col, t in ((0, 0, t_in[i]), (1, -1, t_out[i])):
-            for e in ends:
-                if e["kind"] != kind and float(np.hypot(*(e["p"] - pts[i, col]))) <= _EXACT:
-                    pin[kind] = e
-                    bent = bent or bool(e["t"] @ t < cos_seam)
-                    break
-        if kappa[i] <= max_curvature and not bent:
-            continue
-        fit = smooth_lane(
-            pts[i],
-            start=pts[i, 0],
-            end=pts[i, -1],
-            start_tangent=pin[0]["t"] if 0 in pin else None,
-            end_tangent=pin[1]["t"] if 1 in pin else None,
-        )
-        if lane_curvature(fit[None])[0] < kappa[i] or bent:
-            pts[i] = fit
-            counts["smoothed"] += 1
-        # still sharper than any lane of the data (a hook or a loop, not a road): a lane
-        # continuing a neighbour's goes on straight from it; a free one is dropped
-        if lane_curvature(pts[i : i + 1])[0] > drop_curvature:
-            if pin:  # (a lane pinned at both ends turns back: it continues its start)
-                e = pin[0] if 0 in pin else pin[1]
-                into = np.asarray(DIRECTIONS[neighbours[e["side"]][1]], np.float64)
-                pts[i] = _stub(e, into, 2.0 * tolerance)
-                counts["straightened"] += 1
-            else:
-                drop[i] = True
+    drop = _shape(pts, ends, neighbours, counts, tolerance, max_curvature, drop_curvature)
     if drop.all():  # keep the gentlest lane rather than none
         drop[int(np.argmin(lane_curvature(pts)))] = False
     counts["dropped"] = int(drop.sum())
     if drop.any():
         pts = pts[~drop]
-        for key in ("width", "speed_limit", "kind"):
+        for key in _LANE_KEYS:
             out[key] = np.asarray(out[key])[~drop]
         n = len(pts)
     t_in, t_out = _end_tangents(pts)
@@ -424,21 +462,9 @@ def complete_lanes(
             q, k = _exit(p, t)
             if k in shared_sides:
                 # a neighbour lane to meet: its start (forward) or its end (backward)
-                want = 0 if forward else 1
-                cand = []
-                for e in shared.get(k, []):
-                    heading = e["t"] if forward else -e["t"]
-                    if e["kind"] != want or heading @ t < cos_max:
-                        continue
-                    off = float(np.hypot(*(e["p"] - q)))
-                    if off <= join:
-                        cand.append((off, e))
-                ok = None
-                for _, e in sorted(cand, key=lambda c: c[0]):
-                    curve, kappa = _hermite(p, t, e["p"], e["t"] if forward else -e["t"])
-                    if kappa <= max_curvature:
-                        ok = curve
-                        break
+                ok = _meet_on_edge(
+                    p, t, q, forward, shared.get(k, []), join, cos_max, max_curvature
+                )
                 if ok is None:  # any lane it can reach: the tile's or a neighbour's
                     ok = _reach(p, t, forward, pts, i, ends, drop_curvature, cos_max)
                 room = max_lanes is None or len(pts) < max_lanes
@@ -449,10 +475,7 @@ def complete_lanes(
                         head, tail = _resample(pts[j, : k + 1]), _resample(pts[j, k:])
                         pts[j] = head
                         moved[j] = len(pts)
-                        pts = np.concatenate([pts, tail[None]])
-                        for key in ("width", "speed_limit", "kind"):
-                            v = np.asarray(out[key])
-                            out[key] = np.concatenate([v, v[j : j + 1]])
+                        pts = _append_lanes(out, pts, tail, [j])
                         counts["merged"] += 1
                 if ok is None:  # else turn out of the tile through an open edge
                     ok = _turn_out(p, t, shared_sides, drop_curvature)
@@ -474,12 +497,7 @@ def complete_lanes(
             grown = _resample(np.concatenate([base, ext[1:]]))
             pts[i] = grown if forward else grown[::-1]
             counts["extended" if forward else "extended_back"] += 1
-    out["points"] = pts
-    if new_lanes:
-        out["points"] = np.concatenate([pts, np.stack(new_lanes)])
-        for key in ("width", "speed_limit", "kind"):
-            v = np.asarray(out[key])
-            out[key] = np.concatenate([v, v[np.asarray(new_src)]])
+    out["points"] = _append_lanes(out, pts, new_lanes, new_src) if new_lanes else pts
     # 4. speed limits the curvature allows (the data's rule for connectors)
     cap = np.sqrt(lateral_accel / np.maximum(lane_curvature(out["points"]), 1e-9))
     limit = np.asarray(out["speed_limit"], np.float64)

@@ -840,8 +840,13 @@ class StreamingWorld:
         on = ((cx[..., None] == sc[..., 0]) & (cy[..., None] == sc[..., 1]) & used).any(-1)
         gone |= self.valid & ~on & self.slot_used.any(1, keepdim=True)
         gone[:, 0] = False
+        self._leave(gone, "despawned")
+
+    def _leave(self, gone: torch.Tensor, stat: str) -> None:
+        """The vehicles of the ``(n, V)`` mask ``gone`` leave the world, counted in
+        ``stats[stat]``; their slots remember the step they were freed."""
         if bool(gone.any()):
-            self.stats["despawned"] += int(gone.sum())
+            self.stats[stat] += int(gone.sum())
             self.valid &= ~gone
             self._freed_at[gone] = self.steps
 
@@ -854,10 +859,7 @@ class StreamingWorld:
         agents, valid = self.agents()
         crashed = metrics.collisions(agents, valid)
         crashed[:, 0] = False
-        if bool(crashed.any()):
-            self.stats["npc_crashed"] += int(crashed.sum())
-            self.valid &= ~crashed
-            self._freed_at[crashed] = self.steps
+        self._leave(crashed, "npc_crashed")
 
     # ------------------------------------------------------------------ step
     def step(self, ego_action: torch.Tensor) -> None:
@@ -892,17 +894,10 @@ class StreamingWorld:
                 | (feats.offset.abs() > 3.5)
                 | ((self.v < 0.1) & (feats.path_left[..., 0] < 5.0))
             )
-            if bool(lost.any()):
-                self.stats["npc_lost"] += int(lost.sum())
-                self.valid &= ~lost
-                self._freed_at[lost] = self.steps
+            self._leave(lost, "npc_lost")
             # NPCs stopped for STALL_STEPS with road ahead leave too (npc_stalled)
             self._stopped = torch.where(npc & (self.v < 0.1), self._stopped + 1, 0)
-            stalled = npc & self.valid & (self._stopped >= STALL_STEPS)
-            if bool(stalled.any()):
-                self.stats["npc_stalled"] += int(stalled.sum())
-                self.valid &= ~stalled
-                self._freed_at[stalled] = self.steps
+            self._leave(npc & self.valid & (self._stopped >= STALL_STEPS), "npc_stalled")
         x0, y0 = self.x[:, 0].clone(), self.y[:, 0].clone()
         xn, yn, thn, vn, an, kn = bicycle_step(
             x0, y0, self.theta[:, 0], self.v[:, 0], a[:, 0], a[:, 1], self.length[:, 0]
@@ -943,14 +938,12 @@ class StreamingWorld:
         agree = (tx * torch.cos(th)[:, None, None] + ty * torch.sin(th)[:, None, None]) > 0
         ok = self.lane_valid[rows][..., None] & agree & (seg2 > 1e-6)
         dist = torch.where(ok, dist, torch.full_like(dist, math.inf))
-        k, L, P1 = dist.shape
-        flat = dist.reshape(k, -1)
-        best, where = flat.min(1)
-        lane, seg = where // P1, where % P1
-        r = torch.arange(k, device=self.device)
-        near_width = self.lane_width[rows, lane]  # the off-road test's lane
+        lane_dist, lane_seg = dist.min(-1)  # k, L: each lane's nearest segment
+        best, lane = lane_dist.min(1)  # the nearest agreeing lane (decides off-road)
+        r = torch.arange(len(rows), device=self.device)
+        seg = lane_seg[r, lane]
+        near_width = self.lane_width[rows, lane]
         # keep to the last lane or its successors while on them
-        lane_dist, lane_seg = dist.min(-1)  # k, L
         prev = self._ego_lane[rows]
         keep = torch.cat([prev[:, None], self.lane_succ[rows, prev]], 1)  # k, 3
         keep_d = torch.gather(lane_dist, 1, keep.clamp(min=0))
