@@ -266,7 +266,7 @@ def tangles(checkpoint, data, episodes, args) -> dict:
     """Crossing lanes ("tangles") in the final model's outpainted tiles (one draw, the
     network's own seams) against the held-out truth: crossing lane pairs per tile, share
     of tiles with one, lane length."""
-    from simsci.models.vectorworld._outpaint import scene_pairs
+    from simsci.models.vectorworld._evaluate import scene_pairs
     from simsci.train import load_model
 
     ctxs, dirs, truth, _ = scene_pairs(data, episodes, max_pairs=args.pairs)
@@ -313,7 +313,7 @@ def truth_halves(data, episodes, pairs: int) -> dict:
     targets, evenly spaced, alternating): the floor a generator is measured against."""
     from simsci import data as sdata
     from simsci.driving import read_scene
-    from simsci.models.vectorworld._outpaint import tile_metrics
+    from simsci.models.vectorworld._evaluate import tile_metrics
     from simsci.models.vectorworld._tokens import episode_tile, pair_steps
 
     ds = sdata.open(data)

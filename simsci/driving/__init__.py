@@ -11,7 +11,8 @@
 - :func:`make_road` / :class:`RoadNetwork` / :class:`RoadConfig`: seeded lane graphs of
   multi-lane roads, curves, on/off-ramps, lane drops, signal-free T and 4-way
   intersections and roundabouts, with lane connectivity, right of way and conflicts
-  (:mod:`._roads`); :func:`straight_road` a small hand-built one.
+  (:mod:`._roads`); :func:`straight_road` a small hand-built one; ``ROAD_MAX_CURVATURE``
+  the sharpest lane it draws (1/m).
 - :class:`Traffic`: many scenes at once (CPU or CUDA): IDM, MOBIL, yielding at
   junctions, route choice, kinematic bicycle at 10 Hz; ``PARAM_NAMES`` per-episode
   parameters with the literature's defaults (:mod:`._traffic`).
@@ -29,6 +30,8 @@
   feasibility limits ``MAX_JERK``, ``MAX_LATERAL_ACCEL``, :func:`curvature_limit`,
   :func:`feasible_box`; :func:`checked_tensor` and :func:`check_shape`, the contract's
   input checks, for code that builds on it.
+- Polyline helpers (points ``(n, 2)``): :func:`arc_length`, :func:`point_at`,
+  :func:`resample`.
 - :mod:`.metrics`: collisions, off-road, kinematic infeasibility, ADE/FDE, density,
   lane-graph statistics, seam gaps, Fréchet and MMD distances.
 - The RL environment is ``gymnasium.make("simsci/Driving-v0")`` (:mod:`simsci.envs`).
@@ -45,6 +48,7 @@ from simsci.driving._agents import (
     manoeuvre_index,
     step_agents,
 )
+from simsci.driving._geometry import arc_length, point_at, resample
 from simsci.driving._lanes import (
     LaneSet,
     check_shape,
@@ -60,6 +64,9 @@ from simsci.driving._roads import (
     RoadNetwork,
     make_road,
     straight_road,
+)
+from simsci.driving._roads import (
+    MAX_CURVATURE as ROAD_MAX_CURVATURE,
 )
 from simsci.driving._scenes import driving_scenes as make_scenes
 from simsci.driving._scenes import simulate_drives
@@ -100,6 +107,7 @@ __all__ = [
     "EDGE_TYPES",
     "LANE_KINDS",
     "LANE_ENDS",
+    "ROAD_MAX_CURVATURE",
     "RoadConfig",
     "RoadNetwork",
     "make_road",
@@ -138,6 +146,9 @@ __all__ = [
     "crop_lanes",
     "checked_tensor",
     "check_shape",
+    "arc_length",
+    "point_at",
+    "resample",
     "AgentState",
     "MANOEUVRES",
     "manoeuvre_index",

@@ -62,15 +62,11 @@ from simsci.models.vectorworld._dit import (
     sample_one_step,
     sample_times,
 )
+from simsci.models.vectorworld._evaluate import evaluate_tile_generator, tile_metrics
 from simsci.models.vectorworld._features import features
 from simsci.models.vectorworld._npc import DeltaSim
 from simsci.models.vectorworld._npc_eval import rollout_vs_traffic
-from simsci.models.vectorworld._outpaint import (
-    TileGenerator,
-    evaluate_tile_generator,
-    tile_metrics,
-    train_tile_generator,
-)
+from simsci.models.vectorworld._outpaint import TileGenerator, train_tile_generator
 from simsci.models.vectorworld._rollout import DriveRecorder, plot_route, write_rollout
 from simsci.models.vectorworld._tokens import (
     GENERATOR_LAYOUT,

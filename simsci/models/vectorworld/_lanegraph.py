@@ -84,9 +84,7 @@ import math
 
 import numpy as np
 
-from simsci.driving import LANE_POINTS, TILE_SIZE
-from simsci.driving import _geometry as geo
-from simsci.driving._roads import MAX_CURVATURE as ROAD_MAX_CURVATURE
+from simsci.driving import LANE_POINTS, ROAD_MAX_CURVATURE, TILE_SIZE, arc_length, point_at
 from simsci.models.vectorworld._outpaint import (
     _EXACT,
     _in_band,
@@ -105,10 +103,10 @@ _SIDES = [np.asarray(d, np.float64) for d in ((1, 0), (-1, 0), (0, 1), (0, -1))]
 
 def _resample(poly: np.ndarray, n: int = LANE_POINTS) -> np.ndarray:
     """``n`` points evenly in arc length along the polyline ``poly`` (m, 2); exact ends."""
-    total = geo.arc_length(poly)[-1]
+    total = arc_length(poly)[-1]
     if total <= 1e-12:
         return np.repeat(poly[:1], n, 0)
-    out = geo.point_at(poly, np.linspace(0.0, total, n))
+    out = point_at(poly, np.linspace(0.0, total, n))
     out[0], out[-1] = poly[0], poly[-1]
     return out
 
@@ -210,7 +208,7 @@ def _merge_point(
     for j in range(len(pts)):
         if j == own:
             continue
-        s = geo.arc_length(pts[j])
+        s = arc_length(pts[j])
         for k in range(1, len(pts[j]) - 1):
             if s[k] < min_piece or s[-1] - s[k] < min_piece or _on_edge(pts[j, k], tolerance):
                 continue  # (a split on a seam band would leave a seam end unmatched)

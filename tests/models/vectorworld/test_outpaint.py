@@ -11,13 +11,13 @@ from simsci import data as sdata
 from simsci.driving import make_scenes, read_scene
 from simsci.driving.metrics import drive_seam_gaps as seam_gaps_of_drive
 from simsci.driving.metrics import seam_gaps
+from simsci.models.vectorworld._evaluate import tile_metrics
 from simsci.models.vectorworld._outpaint import (
     TileGenerator,
     TileSamples,
     close_seams,
     collate_blocks,
     has_ego_lane,
-    tile_metrics,
     train_tile_generator,
 )
 from simsci.models.vectorworld._tokens import (
