@@ -531,8 +531,9 @@ def _train_vectorworld(
     model_args=None, resume=False,
 ) -> dict:  # fmt: skip
     """``simsci train vectorworld``: model args ``tile_steps``, ``vae_steps``,
-    ``npc_steps``, ``npc_roads``; ``max_steps`` sets all three step counts (ΔSim's
-    behaviour-cloning collection follows it), ``seed`` (default 0, seeding the whole run)
+    ``npc_steps``, ``npc_roads``, ``lane_repr`` (the tile generator's lane tokens);
+    ``max_steps`` sets all three step counts (ΔSim's behaviour-cloning collection
+    follows it), ``seed`` (default 0, seeding the whole run)
     and ``progress`` apply. VectorWorld's parts choose their own batches, learning rates
     and device, and read no validation file, window or task: the other settings are
     accepted and left unused, as ``simsci train vectorworld`` always did."""
@@ -545,10 +546,11 @@ def _train_vectorworld(
         for k in _VECTORWORLD_STEPS:
             steps.setdefault(k, config["max_steps"])
     roads = extra.pop("npc_roads", 6)
+    lane_repr = extra.pop("lane_repr", None)
     if extra:
         raise ValueError(
             f"unknown --param for vectorworld: {sorted(extra)} (valid: tile_steps, "
-            "vae_steps, npc_steps, npc_roads)"
+            "vae_steps, npc_steps, npc_roads, lane_repr)"
         )
     seed = config.get("seed")
     path = train_vectorworld(
@@ -556,6 +558,7 @@ def _train_vectorworld(
         Path(out),
         **{k: int(v) for k, v in steps.items()},
         npc_roads=int(roads),
+        lane_repr=None if lane_repr is None else str(lane_repr),
         seed=seed if seed is not None else 0,
         resume=resume,
         progress=config.get("progress", True),

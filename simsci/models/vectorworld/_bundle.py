@@ -252,6 +252,7 @@ def train_vectorworld(
     vae_kwargs: dict | None = None,
     npc_kwargs: dict | None = None,
     npc_roads: int = 6,
+    lane_repr: str | None = None,
     seed: int = 0,
     resume: bool = False,
     progress: bool = False,
@@ -264,7 +265,9 @@ def train_vectorworld(
     interval longer than a part's steps is cut to them (the part evaluates once, at its
     end), ΔSim's behaviour-cloning collection follows ``npc_steps``
     (:func:`._bc.collection_budget`), and every part ends with a best.pt, so a run of a
-    few steps finishes in seconds with a loadable world."""
+    few steps finishes in seconds with a loadable world. ``lane_repr``: the tile
+    generator's lane tokens (:class:`~._tokens.TokenLayout`; ``"road"``: lane groups,
+    :mod:`._lanegroups`); None keeps the generator's default."""
     from simsci import data as sdata
     from simsci.models.vectorworld._bc import train_delta_sim
     from simsci.models.vectorworld._outpaint import train_tile_generator
@@ -274,6 +277,9 @@ def train_vectorworld(
 
     seed = seed_everything(seed)
     tiles_kwargs = _short_run(train_tile_generator, tile_steps, tiles_kwargs)
+    if lane_repr is not None:
+        args = dict(tiles_kwargs.get("model_args") or {})
+        tiles_kwargs["model_args"] = {**args, "lane_repr": str(lane_repr)}
     vae_kwargs = _short_run(train_vae, vae_steps, vae_kwargs)
     out = Path(out)
     runs = out / "runs"

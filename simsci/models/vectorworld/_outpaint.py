@@ -94,6 +94,11 @@ Design choices, and why
   (topology), not smoothness within one. Decoding (``smooth=True``) still refits
   :func:`smooth_lane`, which is then only the arc-length resampling and the tangent at
   a seam.
+- **Roads as lane groups** (``lane_repr="road"``, :mod:`._lanegroups`): a slot is a
+  road, its reference lane as a cubic plus how many lanes run beside it (same way left
+  and right, oncoming); decoding expands each into its lanes. What the Bézier run
+  lacked was coordination between lanes; a group gives the parallel and oncoming lanes
+  of a road from one token, and the data's 6.8 lanes per tile are 2.4 groups.
 - **Exact seams.** Pinned entries never change in the samplers; decoding writes the
   float64 pin (the context endpoint mapped into the target frame, ``p - 64 step``)
   back into each seam lane, so a seam endpoint equals the context's endpoint.
@@ -119,6 +124,7 @@ from simsci.models.vectorworld._dit import (
     sample_multistep,
     sample_one_step,
 )
+from simsci.models.vectorworld._lanegroups import expand_groups, group_lanes
 from simsci.models.vectorworld._tokens import (
     _FIRST,
     DIRECTIONS,
@@ -397,6 +403,9 @@ class TileGenerator(nn.Module):
             "kind": tile["kind"].astype(np.int64),
             "agents": tile["agents"],
         }
+        if self.layout.lane_repr == "road":  # groups -> lanes; the references keep their ids
+            out = expand_groups({**out, "group": tile["group"]})
+            out.pop("lane_group")
         return out, np.asarray(rows, np.int64).reshape(-1, 3)
 
     @torch.no_grad()
@@ -563,6 +572,8 @@ def _pin_neighbours(block: dict, neighbours, layout: TokenLayout) -> None:
         if not isinstance(direction, (int, np.integer)) or not 0 <= direction < len(DIRECTIONS):
             raise ValueError(f"a neighbour's direction must index DIRECTIONS, got {direction!r}")
         pts = check_tile(tile, "neighbour")["points"]
+        if layout.lane_repr == "road":  # a road's reference lane pins the new group's
+            pts = group_lanes({**check_tile(tile, "neighbour")})["points"]
         cp = pts - TILE_SIZE * np.asarray(DIRECTIONS[direction], np.float64)  # new frame
         for end, pin, ids in _seam_slots(cp, int(direction), layout):
             taken = [

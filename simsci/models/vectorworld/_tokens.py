@@ -49,6 +49,14 @@ Lane geometry (:class:`TokenLayout`'s ``lane_repr``)
   mutual smoothness a generator must otherwise learn. The token keeps its width for both
   (one set of slices; a zero input column costs nothing in the DiT's linear embedding),
   so the option is one field of the layout, stored in a model's config.
+- ``"road"``: a token is a **lane group** (:mod:`._lanegroups`): the tile's lanes are
+  grouped (:func:`~._lanegroups.group_lanes`) before tokenising, a token holds its
+  reference lane as ``"bezier"`` does, plus the group's counts ``(left, right,
+  oncoming) / COUNT_SCALE`` in :data:`COUNT_SLICE` (``[8:11]``; the other 29 columns 0
+  and pinned). :func:`tokens_to_tile` returns the rounded counts as ``group`` (n, 3);
+  the generator expands them into lanes (:func:`~._lanegroups.expand_groups`). Contexts
+  and neighbours arrive as lanes and are grouped the same way, so a seam pins a
+  reference lane to a reference lane; a first tile's ego lane is its group's reference.
 
 Relations (:data:`RELATIONS`; ``rel[i, j]`` = how token i sees token j)
 -----------------------------------------------------------------------
@@ -123,10 +131,12 @@ import numpy as np
 
 from simsci.driving import LANE_KINDS, LANE_POINTS, TILE_SIZE
 from simsci.driving.metrics import AGENT_FEATURES, EDGE_TYPES
+from simsci.models.vectorworld._lanegroups import COUNT_NAMES, MAX_COUNT, group_lanes
 
 __all__ = [
     "AGENT_SLICE",
     "BEZIER_SLICE",
+    "COUNT_SLICE",
     "DIRECTIONS",
     "FIRST_TILE",
     "FLAG_SLICE",
@@ -197,11 +207,16 @@ _HALF = TILE_SIZE / 2.0
 _FIRST = slice(0, 2)  # a lane token's first point (or first control point)
 _LAST = slice(2 * LANE_POINTS - 2, 2 * LANE_POINTS)  # and its last ("points")
 #: how a lane's geometry fills :data:`POINTS_SLICE` (:class:`TokenLayout`'s ``lane_repr``)
-LANE_REPRS = ("points", "bezier")
+LANE_REPRS = ("points", "bezier", "road")
 #: control points of a ``"bezier"`` lane, ``(P0x, P0y, ..., P3x, P3y) / scale``
 BEZIER_SLICE = slice(0, 8)
 _BEZIER_LAST = slice(6, 8)
 _BEZIER_UNUSED = slice(BEZIER_SLICE.stop, POINTS_SLICE.stop)
+#: a ``"road"`` lane token's group counts (left, right, oncoming) / COUNT_SCALE, in the
+#: columns after its reference lane's control points (:mod:`._lanegroups`)
+COUNT_SLICE = slice(BEZIER_SLICE.stop, BEZIER_SLICE.stop + len(COUNT_NAMES))
+COUNT_SCALE = 2.0
+_ROAD_UNUSED = slice(COUNT_SLICE.stop, POINTS_SLICE.stop)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -266,13 +281,14 @@ class TokenLayout:
     @property
     def last_cols(self) -> slice:
         """The token columns of a lane's last point (its last control point)."""
-        return _BEZIER_LAST if self.lane_repr == "bezier" else _LAST
+        return _LAST if self.lane_repr == "points" else _BEZIER_LAST
 
     @property
     def unused_cols(self) -> slice | None:
         """Columns of :data:`POINTS_SLICE` a lane token leaves 0 (pinned in generation
-        blocks): the 32 after the control points for ``"bezier"``, None for ``"points"``."""
-        return _BEZIER_UNUSED if self.lane_repr == "bezier" else None
+        blocks): the 32 after the control points for ``"bezier"``, the 29 after the
+        control points and group counts for ``"road"``, None for ``"points"``."""
+        return {"bezier": _BEZIER_UNUSED, "road": _ROAD_UNUSED}.get(self.lane_repr)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -474,6 +490,9 @@ def tile_tokens(tile_lanes, agents_now, agents_valid, layout=None, offset=None) 
     x[:nl, POINTS_SLICE] = _encode_geometry((pts_k + off) / layout.scale, layout)
     x[:nl, WIDTH] = fields["width"][lane_keep] / layout.width_scale
     x[:nl, SPEED_LIMIT] = fields["speed_limit"][lane_keep] / layout.speed_scale
+    if layout.lane_repr == "road" and "group" in tile_lanes:
+        group = np.asarray(tile_lanes["group"], np.float64).reshape(-1, len(COUNT_NAMES))
+        x[:nl, COUNT_SLICE] = group[lane_keep] / COUNT_SCALE
     x[np.arange(nl), KIND_SLICE.start + kind_k] = 1.0
     x[:nl, IS_LANE] = 1.0
     a0 = AGENT_SLICE.start
@@ -582,6 +601,10 @@ def tokens_to_tile(x, mask=None, layout=None) -> dict:
         "lane_token": lt,
         "agent_token": at,
     }
+    if layout.lane_repr == "road":  # group counts, rounded to whole lanes
+        out["group"] = (
+            torch.round(xl[:, COUNT_SLICE] * COUNT_SCALE).clamp(0, MAX_COUNT).to(torch.long)
+        )
     if is_np:
         out = {k: v.cpu().numpy() for k, v in out.items()}
     return out
@@ -1061,10 +1084,16 @@ def episode_tile(episode, k: int) -> dict:
     }
 
 
-def _geometric_tokens(tile: dict, layout: TokenLayout, offset=None) -> dict:
+def _geometric_tokens(tile: dict, layout: TokenLayout, offset=None, ego: int = -1) -> dict:
     """:func:`tile_tokens` of a checked tile dict with succ/pred from
     :func:`lane_successors` (the same at training and sampling: generated tiles have no
-    stored edges) and all agents valid."""
+    stored edges) and all agents valid. With ``lane_repr="road"`` the tile's lanes are
+    first grouped (:func:`~._lanegroups.group_lanes`; ``ego`` >= 0: that lane is a
+    reference) and ``lane_index`` indexes the tile's lanes (the references)."""
+    source = None
+    if layout.lane_repr == "road":
+        tile = group_lanes(tile, ego=ego if ego >= 0 else None)
+        source = tile["source"]
     succ = lane_successors(tile["points"], tol=layout.seam_tol)
     lanes = {
         "points": tile["points"],
@@ -1076,8 +1105,13 @@ def _geometric_tokens(tile: dict, layout: TokenLayout, offset=None) -> dict:
             [EDGE_TYPES.index("succ"), EDGE_TYPES.index("pred")], len(succ)
         ).astype(np.int64),
     }
+    if source is not None:
+        lanes["group"] = tile["group"]
     ag = tile["agents"]
-    return tile_tokens(lanes, ag, np.ones(len(ag), bool), layout, offset=offset)
+    tok = tile_tokens(lanes, ag, np.ones(len(ag), bool), layout, offset=offset)
+    if source is not None:
+        tok["lane_index"] = source[tok["lane_index"]]
+    return tok
 
 
 def _seam_slots(cp: np.ndarray, direction: int, layout: TokenLayout) -> list:
@@ -1250,7 +1284,11 @@ def _block_target(blk: dict, target, layout, S: int) -> dict:
     L = layout.max_lanes
     M = L + layout.max_agents
     x, seam_end, seam_pin = blk["x"], blk["seam_end"], blk["seam_pin"]
-    tgt = _geometric_tokens(check_tile(target, "target"), layout)
+    target = check_tile(target, "target")
+    ego = -1
+    if blk.get("ego_slot") and layout.lane_repr == "road":  # the ego lane is a reference
+        ego = ego_lane_index(target["points"], target["width"])
+    tgt = _geometric_tokens(target, layout, ego=ego)
     ntl, nta = tgt["counts"]["lanes"], tgt["counts"]["agents"]
     tp = token_points(tgt["x"][:ntl], layout)
     cand = []
