@@ -12,7 +12,9 @@ world (``simsci.driving``) with the driving world's metrics, 3 seeds:
   same network, with the tile latency of each on one CPU thread (target >= 10x).
 - **The driven map** (``map_complete``, not in the default parts): the one-step map
   as generated and after what the world does to each tile (seams closed, lane graph
-  completed: ``evaluate_tile_generator(complete=True)``), on the same samples.
+  completed: ``evaluate_tile_generator(complete=True)``), on the same samples;
+  ``--peer CHECKPOINT`` measures a second generator on those samples in the same run
+  (e.g. the lane-group tokens against the lane tokens).
 - **Initialisation validity** (``init``): initial agents sampled by the VAE on held-out
   tiles' lanes, as many as the truth has (:func:`scene_init_metrics`): collision rate
   (target <= 3%), off-road rate, infeasible history steps, speed/history mismatch,
@@ -315,6 +317,25 @@ def bench_resets(model, quick):
     }
 
 
+def _load(checkpoint):
+    """A VectorWorld directory, ``small``, or one part's ``.pt`` (map, latency, npc)."""
+    from simsci.models.vectorworld import VectorWorld
+
+    if checkpoint == "small":
+        from simsci.models.vectorworld import small_default
+
+        return small_default()
+    if str(checkpoint).endswith(".pt"):
+        from types import SimpleNamespace
+
+        from simsci.models.vectorworld import DeltaSim
+        from simsci.train import load_model
+
+        part = load_model(checkpoint)
+        return SimpleNamespace(**{"npc" if isinstance(part, DeltaSim) else "tiles": part})
+    return VectorWorld.load(checkpoint)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument(
@@ -325,24 +346,14 @@ def main() -> None:
     p.add_argument("--km", type=float, default=None, help="rollout length (default 1 km)")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--out", default=None)
+    p.add_argument(
+        "--peer",
+        default=None,
+        help="map_complete: a second checkpoint measured on the same samples (same run)",
+    )
     args = p.parse_args()
     torch.set_num_threads(1)
-    from simsci.models.vectorworld import VectorWorld
-
-    if args.checkpoint == "small":
-        from simsci.models.vectorworld import small_default
-
-        model = small_default()
-    elif str(args.checkpoint).endswith(".pt"):  # one part's checkpoint (map, latency, npc)
-        from types import SimpleNamespace
-
-        from simsci.models.vectorworld import DeltaSim
-        from simsci.train import load_model
-
-        part = load_model(args.checkpoint)
-        model = SimpleNamespace(**{"npc" if isinstance(part, DeltaSim) else "tiles": part})
-    else:
-        model = VectorWorld.load(args.checkpoint)
+    model = _load(args.checkpoint)
     parts = args.parts.split(",")
     if args.data is None and set(parts) - {"rollout", "resets"}:
         raise SystemExit("--data is needed for the parts map, map_complete, latency, init and npc")
@@ -365,6 +376,10 @@ def main() -> None:
             result["map"] = bench_map(model, args.data, held, args.quick)
         elif part == "map_complete":
             result["map_complete"] = bench_map_complete(model, args.data, held, args.quick)
+            if args.peer is not None:
+                result["peer"] = os.fspath(args.peer)
+                peer = _load(args.peer)
+                result["map_complete_peer"] = bench_map_complete(peer, args.data, held, args.quick)
         elif part == "latency":
             result["latency"] = bench_latency(model, args.data, held, args.quick)
         elif part == "init":

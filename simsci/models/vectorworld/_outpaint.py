@@ -127,6 +127,8 @@ from simsci.models.vectorworld._dit import (
 from simsci.models.vectorworld._lanegroups import expand_groups, group_lanes
 from simsci.models.vectorworld._tokens import (
     _FIRST,
+    COUNT_SCALE,
+    COUNT_SLICE,
     DIRECTIONS,
     GEN_COND_DIM,
     GENERATOR_LAYOUT,
@@ -136,6 +138,7 @@ from simsci.models.vectorworld._tokens import (
     RELATIONS,
     TILE_SIZE,
     TOKEN_DIM,
+    WIDTH,
     TokenLayout,
     _decode_geometry,
     _end_tangents,
@@ -552,12 +555,20 @@ def _noise(generator, todo: list, shape, dtype, dev) -> torch.Tensor:
 
 def _force_lanes(block: dict, layout: TokenLayout) -> None:
     """Pin ``is_lane`` to 1 in the context's seam slots of a generation block (sampling
-    only: ``generate(continue_seams=True)``)."""
+    only: ``generate(continue_seams=True)``); with ``lane_repr="road"`` also the width
+    and lane counts of the road each continues (a road keeps its lanes across a seam, and
+    its offset lanes then meet the context's)."""
     M = layout.max_lanes + layout.max_agents
     rows = M + np.arange(block["n_seam"])
     for arr in (block["x"], block["known"]):
         arr[rows, IS_LANE] = 1.0
     block["pinned"][rows, IS_LANE] = True
+    if layout.lane_repr == "road":
+        src = np.asarray(block["seam_token"], np.int64)
+        for cols in (slice(WIDTH, WIDTH + 1), COUNT_SLICE):
+            for arr in (block["x"], block["known"]):
+                arr[rows, cols] = arr[src, cols]
+            block["pinned"][rows, cols] = True
 
 
 def _pin_neighbours(block: dict, neighbours, layout: TokenLayout) -> None:
@@ -571,9 +582,12 @@ def _pin_neighbours(block: dict, neighbours, layout: TokenLayout) -> None:
     for tile, direction in neighbours:
         if not isinstance(direction, (int, np.integer)) or not 0 <= direction < len(DIRECTIONS):
             raise ValueError(f"a neighbour's direction must index DIRECTIONS, got {direction!r}")
-        pts = check_tile(tile, "neighbour")["points"]
+        tile = check_tile(tile, "neighbour")
+        road = None
         if layout.lane_repr == "road":  # a road's reference lane pins the new group's
-            pts = group_lanes({**check_tile(tile, "neighbour")})["points"]
+            road = group_lanes(tile)
+            tile = road
+        pts = tile["points"]
         cp = pts - TILE_SIZE * np.asarray(DIRECTIONS[direction], np.float64)  # new frame
         for end, pin, ids in _seam_slots(cp, int(direction), layout):
             taken = [
@@ -591,6 +605,12 @@ def _pin_neighbours(block: dict, neighbours, layout: TokenLayout) -> None:
                 arr[M + S, cols] = (pin / layout.scale).astype(np.float32)
                 arr[M + S, IS_LANE] = 1.0
             pinned[M + S, cols] = pinned[M + S, IS_LANE] = True
+            if road is not None:  # the road's width and lanes, as _force_lanes
+                for arr in (x, known):
+                    arr[M + S, WIDTH] = road["width"][ids[0]] / layout.width_scale
+                    arr[M + S, COUNT_SLICE] = road["group"][ids[0]] / COUNT_SCALE
+                pinned[M + S, WIDTH] = True
+                pinned[M + S, COUNT_SLICE] = True
             lane = cp[ids[0]]
             d = lane[-1] - lane[-2] if end == 0 else lane[1] - lane[0]
             n = float(np.hypot(*d))

@@ -1153,7 +1153,8 @@ def generation_block(context, direction, layout=None, target=None) -> dict:
     ``pinned`` (N, D), ``known`` (= x), ``cond`` float32 (GEN_COND_DIM,), ``seam_end``
     int64 (M,) (-1, or 0/1 per target slot), ``seam_pin`` float64 (M, 2) (metres, target
     frame; NaN off seams), ``seam_context`` (list of context lane-id lists per seam slot,
-    ids into ``context``), ``n_seam``, ``counts``, ``truncated`` and ``matching``
+    ids into ``context``), ``seam_token`` (per seam slot, the index of a context token
+    it continues), ``n_seam``, ``counts``, ``truncated`` and ``matching``
     (``seam_matched``, ``seam_empty``: seam slots with / without a ground-truth lane;
     ``free``: ground-truth lanes placed in free slots; training only), ``ego_slot``
     (a first tile whose lane slot 0 is the ego's lane, ``is_lane`` pinned).
@@ -1220,6 +1221,7 @@ def generation_block(context, direction, layout=None, target=None) -> dict:
         "seam_end": seam_end,
         "seam_pin": seam_pin,
         "seam_context": [ids for _, _, ids in slots],
+        "seam_token": blk.get("seam_token", []),
         "n_seam": S,
         "n_context": nc,
         "counts": blk["counts"],
@@ -1272,6 +1274,7 @@ def _block_context(blk: dict, context, direction: int, layout) -> tuple[list, in
             rel[i, M + s] = rel[M + s, i] = _R["seam"]
     rel[:nc, M:] = np.where(rel[:nc, M:] == _R["seam"], _R["seam"], _R["context"])
     rel[M:, :nc] = rel[:nc, M:].T
+    blk["seam_token"] = [int(ids[0]) for _, _, ids in slots]  # a context token per slot
     # context lane ids -> the caller's lane ids
     slots = [(e, p, [int(tok["lane_index"][i]) for i in ids]) for e, p, ids in slots]
     return slots, nc

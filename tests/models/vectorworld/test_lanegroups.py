@@ -205,3 +205,27 @@ def test_road_generator_trains_and_samples_lanes(scene, tmp_path):
         assert np.array_equal(
             tiles[0]["points"][j, 0 if end == 0 else -1], cp[i, -1 if end == 0 else 0]
         )
+
+
+def test_sampling_pins_a_continued_road_to_the_context_road(scene):
+    from simsci.models.vectorworld._outpaint import _force_lanes, _pin_neighbours
+    from simsci.models.vectorworld._tokens import WIDTH, generation_block
+
+    ep = scene[1][0]
+    k = pair_steps(ep)[0][0]
+    d = DIRECTIONS.index(tuple(int(v) for v in ep["tile_cell"][k + 1] - ep["tile_cell"][k]))
+    blk = generation_block(episode_tile(ep, k), d, ROAD)
+    M, S = ROAD.tile_capacity, blk["n_seam"]
+    assert S > 0 and len(blk["seam_token"]) == S
+    _force_lanes(blk, ROAD)
+    src = np.asarray(blk["seam_token"])
+    for cols in (slice(WIDTH, WIDTH + 1), COUNT_SLICE):
+        assert blk["pinned"][M : M + S, cols].all()
+        assert np.array_equal(blk["known"][M : M + S, cols], blk["x"][src, cols])
+    assert not blk["pinned"][M + S : M + ROAD.max_lanes, COUNT_SLICE].any()
+    # another neighbour's roads (here: the context again, seen from the other side)
+    first = generation_block(None, None, ROAD)
+    back = (d + 2) % 4  # the step from the new cell to the context's, reversed
+    _pin_neighbours(first, [(episode_tile(ep, k), back)], ROAD)
+    n = first["n_seam"]
+    assert n > 0 and first["pinned"][M : M + n, COUNT_SLICE].all()
