@@ -98,7 +98,10 @@ Design choices, and why
   road, its reference lane as a cubic plus how many lanes run beside it (same way left
   and right, oncoming); decoding expands each into its lanes. What the Bézier run
   lacked was coordination between lanes; a group gives the parallel and oncoming lanes
-  of a road from one token, and the data's 6.8 lanes per tile are 2.4 groups.
+  of a road from one token, and the data's 6.8 lanes per tile are 2.4 groups. Not the
+  default: at the shipped budget its map is closer to the truth (raw lane statistics
+  1.6-3.3x closer, 20% more lanes per tile as driven) but the lane-keeping driver is
+  less safe there (75-81% against 84-94%; benchmarks/README.md, "Roads as lane groups").
 - **Exact seams.** Pinned entries never change in the samplers; decoding writes the
   float64 pin (the context endpoint mapped into the target frame, ``p - 64 step``)
   back into each seam lane, so a seam endpoint equals the context's endpoint.
