@@ -72,6 +72,10 @@ Version history
     or extended to its edge, kinks smoothed, speed limits capped by curvature; and the
     ego's observed lane keeps to its lane and its successors at crossings (off-road is
     judged as before).
+    Later in v1 (2026-12-04, fifth session): every tile's vehicles are drawn by the VAE
+    on its final lanes, as many as its count head draws (``tile_agents="vae"``, the
+    default; ``"generator"``: the tile generator's agent tokens, as before), so the
+    traffic is about as dense as the data's.
 
 Reset cost
     A reset's opening tiles (the first tile, 16 flow steps and up to 8 draws, and the
@@ -145,6 +149,7 @@ class _Stream:
         first_steps: int = 16,
         opening_bank: int | None = None,
         complete: bool = True,
+        tile_agents: str = "vae",
     ):
         from simsci.models.vectorworld import StreamingWorld, resolve_world
 
@@ -179,6 +184,7 @@ class _Stream:
             device=device,
             opening_bank=opening_bank,
             complete=complete,
+            tile_agents=tile_agents,
         )
         self.device = self.sim.device
         self.n = int(n)
@@ -206,6 +212,8 @@ class _Stream:
             "tile_steps": int(tile_steps),
             "first_steps": int(first_steps),
             "opening_bank": self.sim.opening_bank,
+            "complete": self.sim.complete,
+            "tile_agents": self.sim.tile_agents,
         }
 
     def reset(self, generator: torch.Generator, index: torch.Tensor | None = None):
@@ -407,6 +415,7 @@ class VectorWorldVectorEnv(DrivingVectorEnv):
         first_steps: int = 16,
         opening_bank: int | None = None,
         complete: bool = True,
+        tile_agents: str = "vae",
         device=None,
         action_bounds: str = "clip",
         action_scale: str = "physical",
@@ -433,6 +442,7 @@ class VectorWorldVectorEnv(DrivingVectorEnv):
             first_steps=first_steps,
             opening_bank=opening_bank,
             complete=complete,
+            tile_agents=tile_agents,
             device=device,
         )
         self._finish_init(

@@ -42,6 +42,7 @@ WORLD_OPTIONS = {
     "tile_steps": 1,
     "tile_mode": "flow",
     "complete": True,
+    "tile_agents": "vae",
 }
 
 
@@ -94,7 +95,8 @@ def vectorworld_rollout(
     10 Hz); ``device``: None (the model's), "auto", "cpu", "cuda"...; ``world_kwargs``:
     max_agents, max_tiles, shaping, tile_steps (1: one-step MeanFlow; more: that many
     flow-matching Euler steps, ``tile_mode="flow"``), complete (lane-graph completion,
-    default True) of the world. ``stop_on_failure``:
+    default True), tile_agents ("vae", default: a tile's vehicles from the VAE;
+    "generator": from the tile generator) of the world. ``stop_on_failure``:
     end at the first collision or off-road (else keep driving and count them).
 
     Returns a dict: ``stats`` (``end_reason`` says why the rollout ended: "distance" when
@@ -123,6 +125,7 @@ def vectorworld_rollout(
         tile_steps=opts["tile_steps"],
         tile_mode=opts["tile_mode"],
         complete=opts["complete"],
+        tile_agents=opts["tile_agents"],
         device=device,
     )
     gen = torch.Generator().manual_seed(int(seed))

@@ -103,7 +103,7 @@ _VECTORWORLD_OPTIONS = (
 #: spellings still work, with a warning)
 _AS_PARAM = ("tile_steps", "no_shaping")
 #: the --param names of ``simsci rollout vectorworld`` and their defaults
-_ROLLOUT_PARAMS = {"tile_steps": 1, "shaping": True, "complete": True}
+_ROLLOUT_PARAMS = {"tile_steps": 1, "shaping": True, "complete": True, "tile_agents": "vae"}
 _SHARED = (
     ("--seed", "seed", {"type": int}),
     ("--device", "device", {}),
@@ -163,7 +163,9 @@ def add_to(sub) -> None:
         p,
         what="a parameter of the rollout: tile_steps (default 1: one-step MeanFlow tiles), "
         "shaping (default true: ΔSim with shaping), complete (default true: lane ends "
-        "inside a tile joined or extended to its edge; false: the generator's raw lanes)",
+        "inside a tile joined or extended to its edge; false: the generator's raw lanes), "
+        "tile_agents (default vae: a tile's vehicles drawn by the VAE; generator: the tile "
+        "generator's own)",
     )
     add_deprecated_param(p, "--tile-steps", "tile_steps")
     add_deprecated(p, "--no-shaping", "--param shaping=false", dest="no_shaping", flag=True)
@@ -271,6 +273,7 @@ def run_rollout(args) -> int:
         tile_steps=int(values["tile_steps"]),
         shaping=bool(values["shaping"]),
         complete=bool(values["complete"]),
+        tile_agents=str(values["tile_agents"]),
     )
     stats = {"policy": args.policy, "checkpoint": args.checkpoint, **result["stats"]}
     write_rollout(result, out / "rollout.h5", meta={"policy": args.policy})

@@ -213,6 +213,8 @@ def _physical(tile: dict) -> dict:
     return out
 
 
+#: who puts a new tile's vehicles (StreamingWorld's ``tile_agents``)
+TILE_AGENTS = ("vae", "generator")
 #: the seed of an opening bank's slot 0 (StreamingWorld.opening_key); slot j: + j
 BANK_SEED = 2**62
 
@@ -235,7 +237,10 @@ class StreamingWorld:
     ``complete``: True (default) completes every tile's lane graph when it is made
     (:func:`._lanegraph.complete_lanes`: kinks smoothed, lane ends inside the tile joined
     or extended to its edge, speed limits capped by curvature); False keeps the
-    generator's lanes as closed at the seams.
+    generator's lanes as closed at the seams. ``tile_agents``: who puts the vehicles of
+    a tile: ``"vae"`` (default) the motion-gated VAE on the tile's final lanes, as many
+    as its count head draws for them (the first tile's too), ``"generator"`` the tile
+    generator's own agent tokens (the first tile: the VAE, that many).
     """
 
     def __init__(
@@ -258,6 +263,7 @@ class StreamingWorld:
         dtype=torch.float32,
         opening_bank: int | None = None,
         complete: bool = True,
+        tile_agents: str = "vae",
     ):
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
             raise ValueError(f"n (the number of worlds) must be a positive int, got {n!r}")
@@ -290,6 +296,9 @@ class StreamingWorld:
         if not isinstance(complete, (bool, np.bool_)):
             raise ValueError(f"complete must be True or False, got {complete!r}")
         self.complete = bool(complete)
+        if tile_agents not in TILE_AGENTS:
+            raise ValueError(f"tile_agents must be one of {TILE_AGENTS}, got {tile_agents!r}")
+        self.tile_agents = str(tile_agents)
         self.shaping, self.greedy = bool(shaping), bool(greedy)
         self.generator = torch.Generator(device="cpu")
         self.generator.manual_seed(int(seed))
@@ -342,6 +351,7 @@ class StreamingWorld:
                 "init_agents",
                 "init_rejected",
                 "init_unsafe",
+                "tile_agents_drawn",
                 "uncontexted",
                 "npc_lost",
                 "npc_crashed",
@@ -460,8 +470,8 @@ class StreamingWorld:
         nexts, _ = self._generate(contexts, [east if ok else None for ok in lanes], generator=gens)
         firsts = [self._complete(t, []) for t in firsts]
         return [
-            [((0, 0), first), ((1, 0), self._close(nxt, [(first, east)]))]
-            for first, nxt in zip(firsts, nexts)
+            [((0, 0), first), ((1, 0), self._close(nxt, [(first, east)], gen))]
+            for first, nxt, gen in zip(firsts, nexts, gens)
         ]
 
     def _place_ego(self, b: int, tile: dict) -> None:
@@ -505,8 +515,11 @@ class StreamingWorld:
         )
 
     def _init_agents(self, b: int, tile: dict) -> None:
-        """Tile 0's agents from the VAE (the count the generator made), with history."""
+        """Tile 0's agents from the VAE, with history: as many as its count head draws
+        (``tile_agents="vae"``) or as the generator made."""
         count = min(len(tile["agents"]), self.V - 1)
+        if self.tile_agents == "vae":
+            count = None
         if count == 0 or len(tile["points"]) == 0:
             self.init_history[b] = np.zeros((0, 11, 7))
             return
@@ -710,15 +723,32 @@ class StreamingWorld:
                 for (b, c), tile, near in zip(cells, tiles, around):
                     self._add_tile(b, c, self._close(tile, near), protect=walks[b])
 
-    def _close(self, tile: dict, neighbours) -> dict:
+    def _close(self, tile: dict, neighbours, generator=None) -> dict:
         """``tile`` closed against every existing neighbour (:func:`._outpaint.close_seams`,
-        at the seam band of the one seam-gap definition); counted in ``stats``."""
+        at the seam band of the one seam-gap definition), completed and populated
+        (:meth:`_populate`, from ``generator``, default the world's); counted in
+        ``stats``."""
         from simsci.models.vectorworld._outpaint import close_seams
 
         tile, counts = close_seams(tile, neighbours, max_lanes=self.Lt)
         for key, value in counts.items():
             self.stats[f"seam_{key}"] += value
-        return self._complete(tile, neighbours)
+        return self._populate(self._complete(tile, neighbours), generator)
+
+    def _populate(self, tile: dict, generator=None) -> dict:
+        """With ``tile_agents="vae"``, ``tile``'s vehicles redrawn by the VAE on its final
+        lanes (its count head choosing how many): the generator draws about a third of the
+        data's agents per tile, the VAE was trained to fill a tile's lanes as the data
+        does (benchmarks/README.md, "Vehicles from the VAE")."""
+        if self.tile_agents != "vae" or len(tile["points"]) == 0:
+            return tile
+        hist, _, st = self.model.vae.sample(
+            {k: tile[k] for k in ("points", "width", "speed_limit", "kind")},
+            None,
+            generator=self.generator if generator is None else generator,
+        )
+        self.stats["tile_agents_drawn"] += int(st.get("placed", len(hist)))
+        return {**tile, "agents": np.asarray(hist, np.float64)[:, -1].reshape(-1, 7)}
 
     def _complete(self, tile: dict, neighbours) -> dict:
         """``tile`` without interior dead ends (:func:`._lanegraph.complete_lanes`) when

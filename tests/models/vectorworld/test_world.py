@@ -97,9 +97,16 @@ class SeededTiles(StraightTiles):
 
 
 class OnLaneVAE(torch.nn.Module):
-    """Agents at x = -25, -15, ... on the south lane with a constant-speed history."""
+    """Agents at x = -25, -15, ... on the south lane with a constant-speed history; its
+    "count head" (``n_agents=None``) draws one: behind the ego when one is given (a first
+    tile), else at x = 20, where the straight tiles' generator puts its one."""
 
     def sample(self, lanes, n_agents, *, ego=None, generator=None):
+        if n_agents is None:
+            hist, valid, st = self.sample(lanes, 1)
+            if ego is None:
+                hist[..., 0] += 45.0
+            return hist, valid, st
         hist = np.zeros((n_agents, 11, 7))
         for i in range(n_agents):
             x_now = -25.0 + 10.0 * i
@@ -773,3 +780,19 @@ def test_initial_agents_on_a_collision_course_with_the_ego_are_screened():
     )
     np.testing.assert_array_equal(_on_collision_course(agents, ego), [True, True, False, False])
     assert _on_collision_course(np.zeros((0, 7)), ego).shape == (0,)
+
+
+def test_tile_vehicles_come_from_the_vae_or_the_generator():
+    vae = StreamingWorld(FakeWorldModel(), 1, seed=0)
+    assert vae.tile_agents == "vae"
+    vae.reset()
+    _drive(vae, 40, accel=1.0)
+    # every tile closed so far (the opening's east tile and the streamed ones) was filled
+    # by the VAE's count head, one vehicle a tile here
+    assert vae.stats["tile_agents_drawn"] == vae.stats["tiles"] - 1 >= 2
+    gen = StreamingWorld(FakeWorldModel(), 1, seed=0, tile_agents="generator")
+    gen.reset()
+    _drive(gen, 40, accel=1.0)
+    assert gen.stats["tile_agents_drawn"] == 0 and gen.stats["spawned"] >= 1
+    with pytest.raises(ValueError, match="tile_agents must be one of"):
+        StreamingWorld(FakeWorldModel(), 1, tile_agents="data")
