@@ -241,13 +241,13 @@ def _truth_density(data, episodes):
     return agents / max(lane_km, 1e-9)
 
 
-def bench_rollout(model, data, episodes, quick, km=None):
+def bench_rollout(model, data, episodes, quick, km=None, tile_agents="generator"):
     from simsci.envs import vectorworld_rollout as rollout
 
     km = km if km is not None else (0.3 if quick else 1.0)
     rows = []
     for seed in SEEDS:
-        res = rollout(model, km=km, seed=seed, stop_on_failure=False)
+        res = rollout(model, km=km, seed=seed, stop_on_failure=False, tile_agents=tile_agents)
         s = res["stats"]
         rows.append(s)
         print(f"rollout seed {seed}: {s['distance_m']:.0f} m, {s['real_time_factor']:.1f}x real "
@@ -345,6 +345,12 @@ def main() -> None:
     p.add_argument("--parts", default="map,latency,init,npc,rollout")
     p.add_argument("--km", type=float, default=None, help="rollout length (default 1 km)")
     p.add_argument("--quick", action="store_true")
+    p.add_argument(
+        "--tile-agents",
+        default="generator",
+        choices=("generator", "vae"),
+        help="rollout: who puts a tile's vehicles (StreamingWorld's tile_agents)",
+    )
     p.add_argument("--out", default=None)
     p.add_argument(
         "--peer",
@@ -387,7 +393,10 @@ def main() -> None:
         elif part == "npc":
             result["npc"] = bench_npc(model, args.quick)
         elif part == "rollout":
-            result["rollout"] = bench_rollout(model, args.data, held, args.quick, args.km)
+            result["rollout"] = bench_rollout(
+                model, args.data, held, args.quick, args.km, args.tile_agents
+            )
+            result["tile_agents"] = args.tile_agents
         elif part == "resets":
             result["resets"] = bench_resets(model, args.quick)
         else:

@@ -38,6 +38,12 @@ def main() -> None:
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--episodes", type=int, default=32)
     p.add_argument("--quick", action="store_true")
+    p.add_argument(
+        "--tile-agents",
+        default="generator",
+        choices=("generator", "vae"),
+        help="who puts a tile's vehicles (StreamingWorld's tile_agents)",
+    )
     p.add_argument("--out", default=None)
     args = p.parse_args()
     from simsci.envs import evaluate_driving, lane_keeping_policy
@@ -47,10 +53,13 @@ def main() -> None:
     episodes, steps = (4, 100) if args.quick else (args.episodes, 600)
     worlds = {
         "driving": ("simsci/Driving-v0", DRIVING),
-        "vectorworld": ("simsci/VectorWorld-v1", {"checkpoint": args.checkpoint}),
+        "vectorworld": (
+            "simsci/VectorWorld-v1",
+            {"checkpoint": args.checkpoint, "tile_agents": args.tile_agents},
+        ),
         "vectorworld_raw": (
             "simsci/VectorWorld-v1",
-            {"checkpoint": args.checkpoint, "complete": False},
+            {"checkpoint": args.checkpoint, "complete": False, "tile_agents": args.tile_agents},
         ),
     }
     rows = {name: {} for name in worlds}
@@ -81,6 +90,7 @@ def main() -> None:
         "claim": "lane keeping in the shipped VectorWorld: >= 90% safe 60 s episodes, "
         "mean distance within 20% of simsci/Driving-v0's",
         "checkpoint": args.checkpoint or "shipped default",
+        "tile_agents": args.tile_agents,
         "episodes": episodes,
         "episode_steps": steps,
         "seeds": seeds,

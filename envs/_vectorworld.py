@@ -72,10 +72,10 @@ Version history
     or extended to its edge, kinks smoothed, speed limits capped by curvature; and the
     ego's observed lane keeps to its lane and its successors at crossings (off-road is
     judged as before).
-    Later in v1 (2026-12-04, fifth session): every tile's vehicles are drawn by the VAE
-    on its final lanes, as many as its count head draws (``tile_agents="vae"``, the
-    default; ``"generator"``: the tile generator's agent tokens, as before), so the
-    traffic is about as dense as the data's.
+    Later in v1 (2026-12-04, fifth session), an option with the default unchanged:
+    ``tile_agents="vae"`` draws every tile's vehicles by the VAE on its final lanes, as
+    many as its count head draws (about the data's density); ``"generator"`` (default)
+    keeps the tile generator's agent tokens.
 
 Reset cost
     A reset's opening tiles (the first tile, 16 flow steps and up to 8 draws, and the
@@ -149,7 +149,7 @@ class _Stream:
         first_steps: int = 16,
         opening_bank: int | None = None,
         complete: bool = True,
-        tile_agents: str = "vae",
+        tile_agents: str = "generator",
     ):
         from simsci.models.vectorworld import StreamingWorld, resolve_world
 
@@ -415,7 +415,7 @@ class VectorWorldVectorEnv(DrivingVectorEnv):
         first_steps: int = 16,
         opening_bank: int | None = None,
         complete: bool = True,
-        tile_agents: str = "vae",
+        tile_agents: str = "generator",
         device=None,
         action_bounds: str = "clip",
         action_scale: str = "physical",

@@ -42,7 +42,7 @@ WORLD_OPTIONS = {
     "tile_steps": 1,
     "tile_mode": "flow",
     "complete": True,
-    "tile_agents": "vae",
+    "tile_agents": "generator",
 }
 
 
@@ -95,8 +95,8 @@ def vectorworld_rollout(
     10 Hz); ``device``: None (the model's), "auto", "cpu", "cuda"...; ``world_kwargs``:
     max_agents, max_tiles, shaping, tile_steps (1: one-step MeanFlow; more: that many
     flow-matching Euler steps, ``tile_mode="flow"``), complete (lane-graph completion,
-    default True), tile_agents ("vae", default: a tile's vehicles from the VAE;
-    "generator": from the tile generator) of the world. ``stop_on_failure``:
+    default True), tile_agents ("generator", default: a tile's vehicles from the tile
+    generator; "vae": drawn by the VAE at the data's density) of the world. ``stop_on_failure``:
     end at the first collision or off-road (else keep driving and count them).
 
     Returns a dict: ``stats`` (``end_reason`` says why the rollout ended: "distance" when

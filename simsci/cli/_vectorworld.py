@@ -103,7 +103,7 @@ _VECTORWORLD_OPTIONS = (
 #: spellings still work, with a warning)
 _AS_PARAM = ("tile_steps", "no_shaping")
 #: the --param names of ``simsci rollout vectorworld`` and their defaults
-_ROLLOUT_PARAMS = {"tile_steps": 1, "shaping": True, "complete": True, "tile_agents": "vae"}
+_ROLLOUT_PARAMS = {"tile_steps": 1, "shaping": True, "complete": True, "tile_agents": "generator"}
 _SHARED = (
     ("--seed", "seed", {"type": int}),
     ("--device", "device", {}),
@@ -164,8 +164,8 @@ def add_to(sub) -> None:
         what="a parameter of the rollout: tile_steps (default 1: one-step MeanFlow tiles), "
         "shaping (default true: ΔSim with shaping), complete (default true: lane ends "
         "inside a tile joined or extended to its edge; false: the generator's raw lanes), "
-        "tile_agents (default vae: a tile's vehicles drawn by the VAE; generator: the tile "
-        "generator's own)",
+        "tile_agents (default generator: a tile's vehicles are the tile generator's; vae: "
+        "drawn by the VAE at the data's density)",
     )
     add_deprecated_param(p, "--tile-steps", "tile_steps")
     add_deprecated(p, "--no-shaping", "--param shaping=false", dest="no_shaping", flag=True)

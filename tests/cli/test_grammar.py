@@ -239,11 +239,11 @@ def test_rollout_parameters_old_and_new_spellings(capsys):
         _apply_legacy(args)
         return rollout_params(args)
 
-    base = {"tile_steps": 1, "shaping": True, "complete": True, "tile_agents": "vae"}
+    base = {"tile_steps": 1, "shaping": True, "complete": True, "tile_agents": "generator"}
     assert values("vectorworld") == base
     new = values("vectorworld", "--param", "tile_steps=3", "--param", "shaping=false")
     assert new == {**base, "tile_steps": 3, "shaping": False}
-    assert values("vectorworld", "--param", "tile_agents=generator")["tile_agents"] == "generator"
+    assert values("vectorworld", "--param", "tile_agents=vae")["tile_agents"] == "vae"
     assert capsys.readouterr().err == ""
     assert values("vectorworld", "--tile-steps", "3", "--no-shaping") == new
     assert values("--tile-steps", "3", "--no-shaping", "vectorworld") == new

@@ -28,10 +28,12 @@ advances them at the driving world's 10 Hz:
    into one generator call. At most ``max_tiles`` tiles are kept; adding one
    drops the tile farthest from the ego that is neither the ego's cell nor on its
    look-ahead walk, and its agents leave with it (the tile stays in the store).
-3. **Agents.** A new tile's agents (generated with it, so their density is the
-   generator's) enter the world unless their box overlaps a present vehicle or lies
-   within ``spawn_clearance`` of the ego (counted as ``spawn_rejected``), each with a
-   random route key (its choice at forks). NPCs act with ΔSim (:mod:`._npc`) on the
+3. **Agents.** A new tile's agents (the generator's own agent tokens; or, with
+   ``tile_agents="vae"``, drawn by the VAE on its final lanes, as many as the VAE's
+   count head draws for them) enter the world
+   unless their box overlaps a present vehicle or lies within ``spawn_clearance`` of
+   the ego (counted as ``spawn_rejected``), each with a random route key (its choice at
+   forks). NPCs act with ΔSim (:mod:`._npc`) on the
    generated lanes; agents farther than ``window`` from the ego or on a dropped tile
    leave, and so do NPCs with no lane (or more than 3.5 m off it) and NPCs stopped at
    the end of their lane (``npc_lost``): a generated lane can end anywhere. An NPC in
@@ -61,8 +63,18 @@ Design choices, and why
   their own frame, a few kB each), and a dropped cell the ego comes back to is restored
   from it, bit for bit (re-generating it would show the ego another map in the same
   place, and a recording could not say which one was driven). A restored tile brings
-  its generated agents again (subject to the spawn checks), so a revisited area keeps
-  the generator's density. Tile ids count a world's tiles in the order they were made.
+  its agents again (subject to the spawn checks), so a revisited area keeps its
+  density. Tile ids count a world's tiles in the order they were made.
+- **Vehicles from the VAE.** The tile generator's one-step sampler draws about a third
+  of the data's agents per tile (0.8-1.0 against 2.4-2.7; the same under-drawing as its
+  lanes), so a world filled by it had 0.2-0.4 of the data's agents per lane-km. The
+  VAE was trained to fill a tile's lanes as the data does (count head, placements,
+  histories that agree with the states); ``tile_agents="vae"`` lets it fill every tile,
+  on the lanes the ego will drive (after seams and completion), from the world's seeded
+  generator (an opening's from its own seed's). Not the default: at the data's density
+  the generated lanes' unresolved conflicts (crossing and converging lanes without
+  right of way) put the lane-keeping driver in collisions far more often
+  (benchmarks/README.md, "Vehicles from the VAE").
 - **All neighbours pin their seams.** The generator was trained on (tile, 4-neighbour)
   pairs, so it sees one context tile; a new cell that touches several existing tiles
   (kept or stored: the ego turned, or came back) is outpainted from the one it is
@@ -238,9 +250,10 @@ class StreamingWorld:
     (:func:`._lanegraph.complete_lanes`: kinks smoothed, lane ends inside the tile joined
     or extended to its edge, speed limits capped by curvature); False keeps the
     generator's lanes as closed at the seams. ``tile_agents``: who puts the vehicles of
-    a tile: ``"vae"`` (default) the motion-gated VAE on the tile's final lanes, as many
-    as its count head draws for them (the first tile's too), ``"generator"`` the tile
-    generator's own agent tokens (the first tile: the VAE, that many).
+    a tile: ``"generator"`` (default) the tile generator's own agent tokens (the first
+    tile: the VAE, that many), ``"vae"`` the motion-gated VAE on the tile's final lanes,
+    as many as its count head draws for them (the first tile's too): the data's density,
+    but more conflicts on the generated lanes (benchmarks/README.md).
     """
 
     def __init__(
@@ -263,7 +276,7 @@ class StreamingWorld:
         dtype=torch.float32,
         opening_bank: int | None = None,
         complete: bool = True,
-        tile_agents: str = "vae",
+        tile_agents: str = "generator",
     ):
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
             raise ValueError(f"n (the number of worlds) must be a positive int, got {n!r}")

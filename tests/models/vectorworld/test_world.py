@@ -783,14 +783,14 @@ def test_initial_agents_on_a_collision_course_with_the_ego_are_screened():
 
 
 def test_tile_vehicles_come_from_the_vae_or_the_generator():
-    vae = StreamingWorld(FakeWorldModel(), 1, seed=0)
-    assert vae.tile_agents == "vae"
+    assert StreamingWorld(FakeWorldModel(), 1).tile_agents == "generator"
+    vae = StreamingWorld(FakeWorldModel(), 1, seed=0, tile_agents="vae")
     vae.reset()
     _drive(vae, 40, accel=1.0)
     # every tile closed so far (the opening's east tile and the streamed ones) was filled
     # by the VAE's count head, one vehicle a tile here
     assert vae.stats["tile_agents_drawn"] == vae.stats["tiles"] - 1 >= 2
-    gen = StreamingWorld(FakeWorldModel(), 1, seed=0, tile_agents="generator")
+    gen = StreamingWorld(FakeWorldModel(), 1, seed=0)
     gen.reset()
     _drive(gen, 40, accel=1.0)
     assert gen.stats["tile_agents_drawn"] == 0 and gen.stats["spawned"] >= 1
