@@ -225,6 +225,13 @@ def _physical(tile: dict) -> dict:
     return out
 
 
+def _renumber(index: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """Lane indices ``index`` (n, ...) (-1: none) through a per-world ``table`` (n, L)."""
+    flat = index.reshape(index.shape[0], -1)
+    out = torch.gather(table, 1, flat.clamp(min=0))
+    return torch.where(flat >= 0, out, torch.full_like(out, -1)).reshape(index.shape)
+
+
 #: who puts a new tile's vehicles (StreamingWorld's ``tile_agents``)
 TILE_AGENTS = ("vae", "generator")
 #: the seed of an opening bank's slot 0 (StreamingWorld.opening_key); slot j: + j
@@ -859,6 +866,36 @@ class StreamingWorld:
             valid=self.lane_valid,
         )
 
+    def _packed_lanes(self):
+        """:meth:`lane_set` with only the valid lanes, packed to the front of each world in
+        slot order (ΔSim's features cost grows with the lane count, and most of the
+        ``max_tiles * max_lanes`` slots are empty: a generated tile has a few lanes), and
+        the renumberings ``(n, L)`` slot -> packed and ``(n, K)`` packed -> slot (-1 none).
+        Lanes only move, so ΔSim sees the same lanes in the same order."""
+        valid = self.lane_valid
+        n, L = valid.shape
+        K = max(1, int(valid.sum(1).max()))
+        order = torch.sort((~valid).to(torch.int8), dim=1, stable=True).indices[:, :K]
+        keep = torch.gather(valid, 1, order)
+        to_full = torch.where(keep, order, torch.full_like(order, -1))
+        packed = torch.arange(K, device=valid.device).expand(n, K)
+        to_compact = torch.full((n, L), -1, dtype=torch.long, device=valid.device)
+        to_compact.scatter_(1, order, torch.where(keep, packed, torch.full_like(packed, -1)))
+
+        def take(t):
+            idx = order.reshape(n, K, *([1] * (t.dim() - 2))).expand(n, K, *t.shape[2:])
+            return torch.gather(t, 1, idx)
+
+        succ = _renumber(take(self.lane_succ), to_compact)
+        lanes = LaneSet(
+            points=take(self.lane_points),
+            width=take(self.lane_width),
+            speed_limit=take(self.lane_speed),
+            succ=torch.where(keep[..., None], succ, torch.full_like(succ, -1)),
+            valid=keep,
+        )
+        return lanes, to_compact, to_full
+
     def agent_state(self):
         return AgentState(
             x=self.x,
@@ -917,10 +954,14 @@ class StreamingWorld:
         npc = self.valid.clone()
         npc[:, 0] = False
         if bool(npc.any()):
+            lanes, to_compact, to_full = self._packed_lanes()
+            state = self.agent_state()
+            for name in ("lane", "origin"):  # lane memories in the packed numbering
+                setattr(state, name, _renumber(getattr(state, name), to_compact))
             with torch.no_grad():
                 new, feats = self.model.npc.step(
-                    self.lane_set(),
-                    self.agent_state(),
+                    lanes,
+                    state,
                     npc,
                     generator=self.generator,
                     greedy=self.greedy,
@@ -930,7 +971,10 @@ class StreamingWorld:
             for name in ("x", "y", "theta", "v", "accel", "kappa"):
                 setattr(self, name, getattr(new, name).clone())
             for name in self.memory:
-                self.memory[name] = getattr(new, name).clone()
+                value = getattr(new, name)
+                if name in ("lane", "origin"):
+                    value = _renumber(value, to_full)
+                self.memory[name] = value.clone()
             # NPCs off the generated lanes, or stopped at the end of theirs, leave
             lost = npc & (
                 (feats.lane < 0)

@@ -796,3 +796,25 @@ def test_tile_vehicles_come_from_the_vae_or_the_generator():
     assert gen.stats["tile_agents_drawn"] == 0 and gen.stats["spawned"] >= 1
     with pytest.raises(ValueError, match="tile_agents must be one of"):
         StreamingWorld(FakeWorldModel(), 1, tile_agents="data")
+
+
+def test_npcs_see_the_valid_lanes_packed_with_their_links():
+    world = StreamingWorld(FakeWorldModel(), 2, seed=0)
+    world.reset()
+    _drive(world, 30, accel=1.0)
+    lanes, to_compact, to_full = world._packed_lanes()
+    valid = world.lane_valid
+    K = int(valid.sum(1).max())
+    assert lanes.points.shape[:2] == (2, K) and int(lanes.valid.sum()) == int(valid.sum())
+    for b in range(2):
+        ids = torch.nonzero(valid[b]).flatten()
+        assert torch.equal(to_full[b, : len(ids)], ids)  # slot order kept
+        assert torch.equal(to_compact[b, ids], torch.arange(len(ids)))
+        assert bool((to_compact[b][~valid[b]] == -1).all())
+        assert torch.equal(lanes.points[b, : len(ids)], world.lane_points[b, ids])
+        # a packed successor is the same lane as the slot's successor
+        full = world.lane_succ[b, ids]
+        back = torch.where(
+            lanes.succ[b, : len(ids)] >= 0, to_full[b][lanes.succ[b, : len(ids)]], -1
+        )
+        assert torch.equal(back, full)
