@@ -6,8 +6,6 @@ import numpy as np
 import pytest
 import torch
 
-from simsci import data as sdata
-from simsci.driving import make_scenes, read_scene
 from simsci.models.vectorworld._outpaint import TileGenerator, train_tile_generator
 from simsci.models.vectorworld._tokens import (
     BEZIER_SLICE,
@@ -36,13 +34,8 @@ TINY = dict(width=16, depth=1, heads=2, freq_dim=8, mlp_ratio=2.0)
 
 
 @pytest.fixture(scope="module")
-def scene(tmp_path_factory):
-    path = tmp_path_factory.mktemp("lane_repr") / "scenes.h5"
-    make_scenes(2, out=path, drive_length=150.0, route_length=800.0, episodes_per_road=2)
-    ds = sdata.open(path)
-    episodes = [read_scene(ds, i) for i in range(len(ds))]
-    ds.close()
-    return path, episodes
+def scene(small_scene):
+    return small_scene
 
 
 def _lanes(episodes):

@@ -7,8 +7,6 @@ import numpy as np
 import pytest
 import torch
 
-from simsci import data as sdata
-from simsci.driving import make_scenes, read_scene
 from simsci.models.vectorworld._lanegroups import expand_groups, group_lanes
 from simsci.models.vectorworld._outpaint import TileGenerator, train_tile_generator
 from simsci.models.vectorworld._tokens import (
@@ -128,13 +126,8 @@ def test_bad_input_is_rejected():
 
 
 @pytest.fixture(scope="module")
-def scene(tmp_path_factory):
-    path = tmp_path_factory.mktemp("lanegroups") / "scenes.h5"
-    make_scenes(2, out=path, drive_length=150.0, route_length=800.0, episodes_per_road=2)
-    ds = sdata.open(path)
-    episodes = [read_scene(ds, i) for i in range(len(ds))]
-    ds.close()
-    return path, episodes
+def scene(small_scene):
+    return small_scene
 
 
 def test_the_data_groups_and_expands_back(scene):

@@ -7,8 +7,6 @@ import pytest
 import torch
 from torch import nn
 
-from simsci import data as sdata
-from simsci.driving import make_scenes, read_scene
 from simsci.driving.metrics import drive_seam_gaps as seam_gaps_of_drive
 from simsci.driving.metrics import seam_gaps
 from simsci.models.vectorworld._evaluate import tile_metrics
@@ -37,12 +35,8 @@ M = 34  # GENERATOR_LAYOUT: 24 lanes + 10 agents
 
 
 @pytest.fixture(scope="module")
-def scene(tmp_path_factory):
-    path = tmp_path_factory.mktemp("outpaint") / "scenes.h5"
-    make_scenes(2, out=path, drive_length=150.0, route_length=800.0, episodes_per_road=2)
-    ds = sdata.open(path)
-    episodes = [read_scene(ds, i) for i in range(len(ds))]
-    ds.close()
+def scene(small_scene):
+    path, episodes = small_scene
     pairs = []  # (context tile, direction, truth tile)
     for ep in episodes:
         for k in pair_steps(ep)[0]:
