@@ -16,3 +16,29 @@ def small_scene(tmp_path_factory):
     episodes = [read_scene(ds, i) for i in range(len(ds))]
     ds.close()
     return path, episodes
+
+
+@pytest.fixture
+def train_tiny(tmp_path):
+    """``train_tiny(path, lane_repr)``: a tiny tile generator trained 3 steps on the scene
+    file ``path`` (its summary checked), loaded from its last checkpoint."""
+    import numpy as np
+    import torch
+
+    from simsci.models.vectorworld._outpaint import TileGenerator, train_tile_generator
+    from simsci.train import load_model
+
+    def train(path, lane_repr):
+        torch.manual_seed(0)
+        summary = train_tile_generator(
+            path, tmp_path / "run", steps=3, batch_size=4, val_every=3, max_val_items=8,
+            warmup_steps=1, resume=False,
+            model_args=dict(width=16, depth=1, heads=2, freq_dim=8, mlp_ratio=2.0,
+                            lane_repr=lane_repr),
+        )  # fmt: skip
+        assert summary["steps"] == 3 and np.isfinite(summary["last_val"]["val_lane_rmse_m"])
+        model = load_model(tmp_path / "run" / "checkpoints" / "last.pt")
+        assert isinstance(model, TileGenerator) and model.layout.lane_repr == lane_repr
+        return model
+
+    return train

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from simsci.models.vectorworld._outpaint import TileGenerator, train_tile_generator
+from simsci.models.vectorworld._outpaint import TileGenerator
 from simsci.models.vectorworld._tokens import (
     BEZIER_SLICE,
     DIRECTIONS,
@@ -136,16 +136,9 @@ def test_pins_in_bezier_blocks(scene):
     assert pair["pinned"][nc:, 8:40][pair["x"][nc:, IS_LANE] == 1].all()
 
 
-def test_bezier_generator_trains_and_samples(scene, tmp_path):
+def test_bezier_generator_trains_and_samples(scene, train_tiny):
     path, episodes = scene
-    torch.manual_seed(0)
-    summary = train_tile_generator(
-        path, tmp_path / "run", steps=3, batch_size=4, val_every=3, max_val_items=8,
-        warmup_steps=1, model_args={**TINY, "lane_repr": "bezier"}, resume=False,
-    )  # fmt: skip
-    assert summary["steps"] == 3 and np.isfinite(summary["last_val"]["val_lane_rmse_m"])
-    model = load_model(tmp_path / "run" / "checkpoints" / "last.pt")
-    assert isinstance(model, TileGenerator) and model.layout.lane_repr == "bezier"
+    model = train_tiny(path, "bezier")
     assert model.init_args["layout"]["lane_repr"] == "bezier"
     ep = episodes[0]
     ks = pair_steps(ep)[0][:2]

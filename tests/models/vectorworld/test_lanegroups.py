@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from simsci.models.vectorworld._lanegroups import expand_groups, group_lanes
-from simsci.models.vectorworld._outpaint import TileGenerator, train_tile_generator
 from simsci.models.vectorworld._tokens import (
     COUNT_SLICE,
     DIRECTIONS,
@@ -21,7 +20,6 @@ from simsci.models.vectorworld._tokens import (
     tile_tokens,
     tokens_to_tile,
 )
-from simsci.train import load_model
 
 ROAD = dataclasses.replace(GENERATOR_LAYOUT, lane_repr="road")
 TINY = dict(width=16, depth=1, heads=2, freq_dim=8, mlp_ratio=2.0)
@@ -172,16 +170,9 @@ def test_road_tokens_carry_the_counts(scene):
     assert np.abs(lane["points"][0] - truth["points"][want]).max() < 0.25
 
 
-def test_road_generator_trains_and_samples_lanes(scene, tmp_path):
+def test_road_generator_trains_and_samples_lanes(scene, train_tiny):
     path, episodes = scene
-    torch.manual_seed(0)
-    summary = train_tile_generator(
-        path, tmp_path / "run", steps=3, batch_size=4, val_every=3, max_val_items=8,
-        warmup_steps=1, model_args={**TINY, "lane_repr": "road"}, resume=False,
-    )  # fmt: skip
-    assert summary["steps"] == 3 and np.isfinite(summary["last_val"]["val_lane_rmse_m"])
-    model = load_model(tmp_path / "run" / "checkpoints" / "last.pt")
-    assert isinstance(model, TileGenerator) and model.layout.lane_repr == "road"
+    model = train_tiny(path, "road")
     ep = episodes[0]
     k = pair_steps(ep)[0][0]
     d = DIRECTIONS.index(tuple(int(v) for v in ep["tile_cell"][k + 1] - ep["tile_cell"][k]))
