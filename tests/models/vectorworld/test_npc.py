@@ -91,6 +91,30 @@ def test_features_on_two_straight_lanes():
     assert float(f.x[0, 0, col["ref_y@8"]]) * 10 == pytest.approx(-s * 8 - c * 0.5, abs=1e-6)
 
 
+def test_features_of_packed_agents_are_those_of_all_slots():
+    # invalid slots between and before valid ones (as a streamed world leaves them), in
+    # two scenes with different counts: the valid agents' features are exactly those
+    # computed over every slot
+    lanes = _two_lanes()
+    x = torch.tensor([[0.0, 10.0, 0.0, 40.0, 20.0, 0.0], [0.0, 0.0, 30.0, 0.0, 0.0, 0.0]], dtype=D)
+    y = torch.tensor([[0.0, 0.5, 0.0, 0.0, 3.5, 0.0], [0.0, 0.0, 3.5, 0.0, 0.0, 0.0]], dtype=D)
+    valid = torch.tensor(
+        [[False, True, False, True, True, False], [False] * 2 + [True] + [False] * 3]
+    )
+    full = torch.full_like(x, 0.0)
+    ag = driving.AgentState(
+        x, y, full.clone(), full + 8.0, full.clone(), full.clone(), full + 4.5, full + 1.8,
+        valid,
+    )  # fmt: skip
+    lanes2 = driving.LaneSet(*(torch.cat([t, t]) for t in (
+        lanes.points, lanes.width, lanes.speed_limit, lanes.succ, lanes.valid)))  # fmt: skip
+    packed, every = vw.features(lanes2, ag), _features._features(lanes2, ag)
+    for field in dataclasses.fields(_features.Features):
+        a, b = getattr(packed, field.name)[valid], getattr(every, field.name)[valid]
+        assert torch.equal(a, b), field.name
+    assert bool((packed.lane[~valid] == -1).all()) and bool((packed.x[~valid] == 0).all())
+
+
 def test_lanes_from_tiles_world_frame_and_links():
     from simsci.driving import cut_lanes, lane_graph
 
