@@ -170,9 +170,9 @@ def test_road_tokens_carry_the_counts(scene):
     assert np.abs(lane["points"][0] - truth["points"][want]).max() < 0.25
 
 
-def test_road_generator_trains_and_samples_lanes(scene, train_tiny):
+def test_road_generator_trains_and_samples_lanes(scene, train_tiny, device):
     path, episodes = scene
-    model = train_tiny(path, "road")
+    model = train_tiny(path, "road").to(device)
     ep = episodes[0]
     k = pair_steps(ep)[0][0]
     d = DIRECTIONS.index(tuple(int(v) for v in ep["tile_cell"][k + 1] - ep["tile_cell"][k]))
