@@ -84,7 +84,8 @@ import math
 
 import numpy as np
 
-from simsci.driving import LANE_POINTS, ROAD_MAX_CURVATURE, TILE_SIZE, arc_length, point_at
+from simsci.driving import LANE_POINTS, ROAD_MAX_CURVATURE, TILE_SIZE, arc_length
+from simsci.models.vectorworld._lanegroups import _resample
 from simsci.models.vectorworld._outpaint import (
     _EXACT,
     _in_band,
@@ -99,16 +100,6 @@ __all__ = ["complete_lanes", "lane_curvature"]
 _SEAM_TURN = 10.0  # degrees: a lane meeting its neighbour's more sharply is refit (G1)
 _LANE_KEYS = ("width", "speed_limit", "kind")  # per-lane attributes beside the points
 _SIDES = [np.asarray(d, np.float64) for d in ((1, 0), (-1, 0), (0, 1), (0, -1))]
-
-
-def _resample(poly: np.ndarray, n: int = LANE_POINTS) -> np.ndarray:
-    """``n`` points evenly in arc length along the polyline ``poly`` (m, 2); exact ends."""
-    total = arc_length(poly)[-1]
-    if total <= 1e-12:
-        return np.repeat(poly[:1], n, 0)
-    out = point_at(poly, np.linspace(0.0, total, n))
-    out[0], out[-1] = poly[0], poly[-1]
-    return out
 
 
 def _hermite(p0, t0, p1, t1, n: int = 64) -> tuple[np.ndarray, float]:

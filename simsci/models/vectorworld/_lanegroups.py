@@ -42,7 +42,7 @@ import math
 
 import numpy as np
 
-from simsci.driving import LANE_POINTS, TILE_SIZE, arc_length
+from simsci.driving import LANE_POINTS, TILE_SIZE, arc_length, point_at
 
 __all__ = ["COUNT_NAMES", "MAX_COUNT", "expand_groups", "group_lanes"]
 
@@ -57,10 +57,10 @@ _HALF = 0.5 * TILE_SIZE
 
 
 def _side_by_side(p: np.ndarray, q: np.ndarray):
-    """How lane ``q`` (20, 2) lies beside lane ``p``: ``(offset, direction, n)`` with the
-    mean signed lateral distance of q's points that project onto p's interior (left of p
-    positive), ``direction`` +1 / -1 (q runs along / against p) and ``n`` such points;
-    None when they are not parallel there (module docstring)."""
+    """How lane ``q`` (20, 2) lies beside lane ``p``: ``(offset, direction, spread)``,
+    the mean and standard deviation of the signed lateral distances of q's points that
+    project onto p's interior (left of p positive) and ``direction`` +1 / -1 (q runs
+    along / against p); None when they are not parallel there (module docstring)."""
     a, ab = p[:-1], np.diff(p, axis=0)  # (S, 2)
     den = np.maximum((ab**2).sum(-1), 1e-18)
     d = q[:, None, :] - a[None]  # (P, S, 2)
@@ -88,7 +88,7 @@ def _side_by_side(p: np.ndarray, q: np.ndarray):
         return None
     if not (np.all(signed > 0) or np.all(signed < 0)):
         return None
-    return float(signed.mean()), direction, int(inner.sum()), float(signed.std())
+    return float(signed.mean()), direction, float(signed.std())
 
 
 def _heads_east(p: np.ndarray) -> bool:
@@ -131,17 +131,16 @@ def group_lanes(tile: dict, ego: int | None = None) -> dict:
                 hit = _side_by_side(pts[j], pts[i])
                 if hit is None:
                     continue
-                off, dr, _, spread = hit  # i seen from j: turn it round
+                off, dr, spread = hit  # i seen from j: turn it round
                 off_ij, dir_ij = -off * dr, dr
             else:
-                off_ij, dir_ij, _, spread = hit
+                off_ij, dir_ij, spread = hit
             if abs(abs(off_ij) - w) <= 0.25 * w and spread <= 0.12 * w:
                 adj[i].append((j, off_ij, dir_ij))
                 # j's frame: i lies at -off (same direction) or +off (opposite), and the
                 # direction relation is symmetric
                 adj[j].append((i, -off_ij * dir_ij, dir_ij))
     seen = np.zeros(n, bool)
-    members: list[list[int]] = []
     refs, counts = [], []
     for start in range(n):
         if seen[start]:
@@ -163,7 +162,6 @@ def group_lanes(tile: dict, ego: int | None = None) -> dict:
         ref, cnt, left_out = _reference(group, offset, direc, pts, width, ego)
         refs.append(ref)
         counts.append(cnt)
-        members.append(group)
         for j in left_out:
             refs.append(j)
             counts.append((0, 0, 0))
@@ -224,10 +222,13 @@ def _reference(group, offset, direc, pts, width, ego):
     return ref, cnt, left_out
 
 
-def _resample20(poly: np.ndarray) -> np.ndarray:
-    s = arc_length(poly)
-    t = np.linspace(0.0, s[-1], LANE_POINTS)
-    out = np.stack([np.interp(t, s, poly[:, 0]), np.interp(t, s, poly[:, 1])], -1)
+def _resample(poly: np.ndarray, n: int = LANE_POINTS) -> np.ndarray:
+    """``n`` points evenly in arc length along the polyline ``poly`` (m, 2); exact ends
+    (also lane completion's, :mod:`._lanegraph`)."""
+    total = arc_length(poly)[-1]
+    if total <= 1e-12:
+        return np.repeat(poly[:1], n, 0)
+    out = point_at(poly, np.linspace(0.0, total, n))
     out[0], out[-1] = poly[0], poly[-1]
     return out
 
@@ -245,8 +246,8 @@ def _to_edge(lane: np.ndarray, at_end: bool, axis: int, edge: float) -> np.ndarr
     ``x[axis] = edge``: cut where it first crosses it from the other end, or extended
     straight along its end tangent. None if the line cannot be reached ahead."""
     p = lane if at_end else lane[::-1]
-    inside = np.sign(edge - p[:, axis]) > 0 if edge > 0 else np.sign(p[:, axis] - edge) > 0
-    # inside: strictly on the tile's side of the edge line
+    # strictly on the tile's side of the edge line
+    inside = p[:, axis] < edge if edge > 0 else p[:, axis] > edge
     if not inside[0]:
         return None
     out_idx = np.flatnonzero(~inside)
@@ -280,7 +281,7 @@ def _offset_lane(ref: np.ndarray, d: float) -> np.ndarray | None:
             lane = _to_edge(lane, at_end, *edge)
             if lane is None:
                 return None
-    return _resample20(lane)
+    return _resample(lane)
 
 
 def expand_groups(tile: dict) -> dict:

@@ -556,6 +556,14 @@ def _noise(generator, todo: list, shape, dtype, dev) -> torch.Tensor:
     return torch.randn((len(todo), *shape), generator=generator, device=gdev, dtype=dtype).to(dev)
 
 
+def _pin(block: dict, rows, cols, values) -> None:
+    """Pin ``block``'s token entries ``[rows, cols]`` to ``values``: written into the
+    block's ``x`` and ``known`` and marked in ``pinned`` (sampling-time conditions)."""
+    for arr in (block["x"], block["known"]):
+        arr[rows, cols] = values
+    block["pinned"][rows, cols] = True
+
+
 def _force_lanes(block: dict, layout: TokenLayout) -> None:
     """Pin ``is_lane`` to 1 in the context's seam slots of a generation block (sampling
     only: ``generate(continue_seams=True)``); with ``lane_repr="road"`` also the width
@@ -563,15 +571,11 @@ def _force_lanes(block: dict, layout: TokenLayout) -> None:
     its offset lanes then meet the context's)."""
     M = layout.max_lanes + layout.max_agents
     rows = M + np.arange(block["n_seam"])
-    for arr in (block["x"], block["known"]):
-        arr[rows, IS_LANE] = 1.0
-    block["pinned"][rows, IS_LANE] = True
+    _pin(block, rows, IS_LANE, 1.0)
     if layout.lane_repr == "road":
         src = np.asarray(block["seam_token"], np.int64)
         for cols in (slice(WIDTH, WIDTH + 1), COUNT_SLICE):
-            for arr in (block["x"], block["known"]):
-                arr[rows, cols] = arr[src, cols]
-            block["pinned"][rows, cols] = True
+            _pin(block, rows, cols, block["known"][src, cols])
 
 
 def _pin_neighbours(block: dict, neighbours, layout: TokenLayout) -> None:
@@ -609,11 +613,8 @@ def _pin_neighbours(block: dict, neighbours, layout: TokenLayout) -> None:
                 arr[M + S, IS_LANE] = 1.0
             pinned[M + S, cols] = pinned[M + S, IS_LANE] = True
             if road is not None:  # the road's width and lanes, as _force_lanes
-                for arr in (x, known):
-                    arr[M + S, WIDTH] = road["width"][ids[0]] / layout.width_scale
-                    arr[M + S, COUNT_SLICE] = road["group"][ids[0]] / COUNT_SCALE
-                pinned[M + S, WIDTH] = True
-                pinned[M + S, COUNT_SLICE] = True
+                _pin(block, M + S, WIDTH, road["width"][ids[0]] / layout.width_scale)
+                _pin(block, M + S, COUNT_SLICE, road["group"][ids[0]] / COUNT_SCALE)
             lane = cp[ids[0]]
             d = lane[-1] - lane[-2] if end == 0 else lane[1] - lane[0]
             n = float(np.hypot(*d))

@@ -762,12 +762,12 @@ class StreamingWorld:
         does (benchmarks/README.md, "Vehicles from the VAE")."""
         if self.tile_agents != "vae" or len(tile["points"]) == 0:
             return tile
-        hist, _, st = self.model.vae.sample(
+        hist, _, _ = self.model.vae.sample(
             {k: tile[k] for k in ("points", "width", "speed_limit", "kind")},
             None,
             generator=self.generator if generator is None else generator,
         )
-        self.stats["tile_agents_drawn"] += int(st.get("placed", len(hist)))
+        self.stats["tile_agents_drawn"] += len(hist)
         return {**tile, "agents": np.asarray(hist, np.float64)[:, -1].reshape(-1, 7)}
 
     def _complete(self, tile: dict, neighbours) -> dict:

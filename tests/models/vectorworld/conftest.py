@@ -7,15 +7,30 @@ from simsci.driving import make_scenes, read_scene
 
 
 @pytest.fixture(scope="session")
-def small_scene(tmp_path_factory):
-    """A small scene file of the driving world (2 roads, 2 drives of 150 m each) and its
-    episodes: ``(path, episodes)``. Read-only for the tests (one per xdist worker)."""
-    path = tmp_path_factory.mktemp("vectorworld_scene") / "scenes.h5"
-    make_scenes(2, out=path, drive_length=150.0, route_length=800.0, episodes_per_road=2)
-    ds = sdata.open(path)
-    episodes = [read_scene(ds, i) for i in range(len(ds))]
-    ds.close()
-    return path, episodes
+def scene_file(tmp_path_factory):
+    """``scene_file(roads, drive_length, route_length, episodes_per_road)``: a scene file
+    of the driving world made with those settings and its episodes, ``(path,
+    episodes)``. Read-only for the tests."""
+
+    def make(roads, drive_length, route_length, episodes_per_road):
+        path = tmp_path_factory.mktemp("vectorworld_scene") / "scenes.h5"
+        make_scenes(
+            roads, out=path, drive_length=drive_length, route_length=route_length,
+            episodes_per_road=episodes_per_road,
+        )  # fmt: skip
+        ds = sdata.open(path)
+        episodes = [read_scene(ds, i) for i in range(len(ds))]
+        ds.close()
+        return path, episodes
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def small_scene(scene_file):
+    """A small scene file (2 roads, 2 drives of 150 m each) and its episodes, shared by
+    the modules that need one (one per xdist worker)."""
+    return scene_file(2, 150.0, 800.0, 2)
 
 
 @pytest.fixture

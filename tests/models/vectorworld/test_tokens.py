@@ -8,8 +8,6 @@ import numpy as np
 import pytest
 import torch
 
-from simsci import data as sdata
-from simsci.driving import make_scenes, read_scene
 from simsci.driving.metrics import EDGE_TYPES
 from simsci.models.vectorworld._dit import (
     EdgeGatedRelationalDiT,
@@ -41,13 +39,8 @@ R = {name: i for i, name in enumerate(RELATIONS)}
 
 
 @pytest.fixture(scope="module")
-def scene(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tokens") / "scenes.h5"
-    make_scenes(3, out=path, drive_length=250.0, route_length=1200.0, episodes_per_road=3)
-    ds = sdata.open(path)
-    episodes = [read_scene(ds, i) for i in range(len(ds))]
-    ds.close()
-    return path, episodes
+def scene(scene_file):
+    return scene_file(3, 250.0, 1200.0, 3)
 
 
 def _tiles(episodes):
