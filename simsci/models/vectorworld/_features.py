@@ -243,10 +243,20 @@ def features(lanes: LaneSet, agents: AgentState) -> Features:
     an agent's features depend on the valid agents alone, so they are the same; the
     invalid slots get 0 (-1 for lane ids, inf for gaps)."""
     lanes, _ = _check_pair(lanes, agents)
+    packed, order = _pack(agents)
+    if order is None:
+        return _features(lanes, agents)
+    return _unpack(_features(lanes, packed), order, agents.shape[1])
+
+
+def _pack(agents: AgentState) -> tuple[AgentState, torch.Tensor | None]:
+    """The valid agents moved to the front of each scene in slot order, ``(B, K)`` with
+    ``K`` the most valid agents of a scene, and ``order`` (B, K), the slot of each
+    packed agent; ``(agents, None)`` when packing saves nothing (all slots or none)."""
     B, V = agents.shape
     K = int(agents.valid.sum(1).max()) if B and V else 0
     if K >= V or K == 0:
-        return _features(lanes, agents)
+        return agents, None
     order = torch.sort((~agents.valid).to(torch.int8), dim=1, stable=True).indices[:, :K]
     packed = AgentState(
         **{
@@ -254,7 +264,7 @@ def features(lanes: LaneSet, agents: AgentState) -> Features:
             for f in dataclasses.fields(AgentState)
         }
     )
-    return _unpack(_features(lanes, packed), order, V)
+    return packed, order
 
 
 def _unpack(f: Features, order: torch.Tensor, V: int) -> Features:

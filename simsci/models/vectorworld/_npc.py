@@ -109,8 +109,10 @@ from simsci.models.vectorworld._features import (
     LEFT,
     RIGHT,
     Features,
+    _features,
+    _pack,
     _shape_info,
-    features,
+    _unpack,
 )
 
 __all__ = [
@@ -227,12 +229,19 @@ def _half_gaps(c: torch.Tensor):
     return lo, hi
 
 
-def _gumbel_argmax(logits, generator, greedy):
+def _gumbel_argmax(logits, generator, greedy, order=None, slots=None):
+    """Gumbel-max sample of ``logits`` (B, K, ..., n). ``order`` (B, K) / ``slots`` V:
+    the logits are of agents packed from V slots (:func:`~._features._pack`); the noise
+    is drawn for all V slots and gathered, so a packed run draws what an unpacked one does."""
     if greedy:
         return logits.argmax(-1)
     dev = generator.device if generator is not None else logits.device
-    u = torch.rand(logits.shape, generator=generator, device=dev, dtype=logits.dtype)
-    u = u.to(logits.device).clamp(1e-12, 1 - 1e-7)
+    shape = logits.shape if order is None else (logits.shape[0], slots, *logits.shape[2:])
+    u = torch.rand(shape, generator=generator, device=dev, dtype=logits.dtype).to(logits.device)
+    if order is not None:
+        idx = order.reshape(*order.shape, *([1] * (u.dim() - 2)))
+        u = torch.gather(u, 1, idx.expand(*order.shape, *u.shape[2:]))
+    u = u.clamp(1e-12, 1 - 1e-7)
     return (logits - torch.log(-torch.log(u))).argmax(-1)
 
 
@@ -352,16 +361,19 @@ class DeltaSim(nn.Module):
         )
 
     def decode(
-        self, out, kin, shape, *, manoeuvre=None, generator=None, greedy=False, shaping=None
-    ):
+        self, out, kin, shape, *, manoeuvre=None, generator=None, greedy=False, shaping=None,
+        order=None, slots=None,
+    ):  # fmt: skip
         """Controls from the distribution: ``(accel, kappa, manoeuvre)`` (...). ``manoeuvre``
-        given: the controls of that manoeuvre (teacher forcing / forcing)."""
+        given: the controls of that manoeuvre (teacher forcing / forcing). ``order``,
+        ``slots``: agents packed from ``slots`` slots (:func:`_gumbel_argmax`)."""
         shaping = self.shaping if shaping is None else bool(shaping)
         kin = kin.to(out.manoeuvre.dtype)
         lm, la, lk = self.shaped(out, kin, shape, shaping)
-        m = _gumbel_argmax(lm, generator, greedy) if manoeuvre is None else manoeuvre
-        ia = _gumbel_argmax(self._head(la, m), generator, greedy)
-        ik = _gumbel_argmax(self._head(lk, m), generator, greedy)
+        g = (generator, greedy, order, slots)
+        m = _gumbel_argmax(lm, *g) if manoeuvre is None else manoeuvre
+        ia = _gumbel_argmax(self._head(la, m), *g)
+        ik = _gumbel_argmax(self._head(lk, m), *g)
         a = kin[..., 1] + self.a_bins[ia] + self._offset(self._head(out.accel_residual, m), ia, "a")
         k = kin[..., 2] + self.k_bins[ik] + self._offset(self._head(out.kappa_residual, m), ik, "k")
         if shaping:
@@ -393,7 +405,11 @@ class DeltaSim(nn.Module):
         lanes, controlled = _check_pair(lanes, agents, controlled)
         if controlled is None:
             raise ValueError("controlled must be a (B, V) bool mask of the agents to drive")
-        feats = features(lanes, agents)
+        # the network and the decoding run on the valid agents only, packed (_pack): a
+        # streamed world's vehicle slots are mostly empty; an empty slot keeps its controls
+        packed, order = _pack(agents)
+        B, V = agents.shape
+        pf = _features(lanes, packed)
         if force is not None:
             if isinstance(force, torch.Tensor):
                 f = force.to(agents.x.device).long()
@@ -405,20 +421,28 @@ class DeltaSim(nn.Module):
                     )
             else:
                 f = torch.full(agents.shape, manoeuvre_index(force), device=agents.x.device)
-            force = f
-        out = self(feats.x)
-        shape = _shape_info(feats)
+            force = f if order is None else torch.gather(f, 1, order)
+        out = self(pf.x)
+        shape = _shape_info(pf)
         a, k, m = self.decode(
-            out, feats.kin, shape, manoeuvre=force, generator=generator, greedy=greedy,
-            shaping=shaping,
+            out, pf.kin, shape, manoeuvre=force, generator=generator, greedy=greedy,
+            shaping=shaping, order=order, slots=V,
         )  # fmt: skip
         a, k = a.to(agents.x.dtype), k.to(agents.x.dtype)
         if self.shaping if shaping is None else shaping:  # the box again, in the state's dtype
-            lo_a, hi_a, lo_k, hi_k = feasible_box(feats.kin)
+            lo_a, hi_a, lo_k, hi_k = feasible_box(pf.kin)
             a = torch.maximum(torch.minimum(a, hi_a), lo_a)
-            lo_s, hi_s = slip_box(feats.kin, a, dt)  # the slip changes gently, then the box
+            lo_s, hi_s = slip_box(pf.kin, a, dt)  # the slip changes gently, then the box
             k = torch.maximum(torch.minimum(k, hi_s), lo_s)
             k = torch.maximum(torch.minimum(k, hi_k), lo_k)
+        feats = pf
+        if order is not None:  # back to the slots; empty slots keep what they had
+            a, k, m = (
+                torch.scatter(prev.clone(), 1, order, new)
+                for prev, new in ((agents.accel, a), (agents.kappa, k), (agents.manoeuvre, m))
+            )
+            feats = _unpack(pf, order, V)
+        controlled = controlled & agents.valid  # an empty slot has nothing to drive
         a = torch.where(controlled, a, agents.accel)
         k = torch.where(controlled, k, agents.kappa)
         m = torch.where(controlled, m, agents.manoeuvre)

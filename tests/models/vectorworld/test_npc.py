@@ -115,6 +115,42 @@ def test_features_of_packed_agents_are_those_of_all_slots():
     assert bool((packed.lane[~valid] == -1).all()) and bool((packed.x[~valid] == 0).all())
 
 
+def test_actions_of_packed_agents_are_those_of_all_slots():
+    # ΔSim acts on the valid agents packed; the noise is drawn for every slot and
+    # gathered, so each valid agent gets the controls the all-slot computation gives it
+    # with the same generator; an empty slot keeps its controls even when "controlled"
+    torch.manual_seed(0)
+    model = _npc.DeltaSim(hidden=32, depth=1)
+    lanes = _two_lanes()
+    x = torch.tensor([[0.0, 10.0, 0.0, 40.0, 20.0, 0.0], [0.0, 0.0, 30.0, 0.0, 0.0, 0.0]], dtype=D)
+    y = torch.tensor([[0.0, 0.5, 0.0, 0.0, 3.5, 0.0], [0.0, 0.0, 3.5, 0.0, 0.0, 0.0]], dtype=D)
+    valid = torch.tensor(
+        [[False, True, False, True, True, False], [False] * 2 + [True] + [False] * 3]
+    )
+    full = torch.full_like(x, 0.0)
+    ag = driving.AgentState(
+        x, y, full.clone(), full + 8.0, full + 0.3, full + 1e-3, full + 4.5, full + 1.8, valid,
+    )  # fmt: skip
+    lanes2 = driving.LaneSet(*(torch.cat([t, t]) for t in (
+        lanes.points, lanes.width, lanes.speed_limit, lanes.succ, lanes.valid)))  # fmt: skip
+    controlled = torch.ones_like(valid)
+    for greedy in (False, True):
+        a, k, m = model.act(
+            lanes2, ag, controlled, generator=torch.Generator().manual_seed(3), greedy=greedy,
+            shaping=False,
+        )  # fmt: skip
+        every = _features._features(lanes2, ag)
+        ra, rk, rm = model.decode(
+            model(every.x), every.kin, _features._shape_info(every), shaping=False,
+            generator=torch.Generator().manual_seed(3), greedy=greedy,
+        )  # fmt: skip
+        assert torch.equal(m[valid], rm[valid])
+        torch.testing.assert_close(a[valid], ra[valid].to(D), rtol=1e-6, atol=1e-9)
+        torch.testing.assert_close(k[valid], rk[valid].to(D), rtol=1e-6, atol=1e-9)
+        assert bool((a[~valid] == 0.3).all()) and bool((k[~valid] == 1e-3).all())
+        assert bool((m[~valid] == ag.manoeuvre[~valid]).all())
+
+
 def test_lanes_from_tiles_world_frame_and_links():
     from simsci.driving import cut_lanes, lane_graph
 
