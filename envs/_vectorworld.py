@@ -197,7 +197,8 @@ class _Stream:
         self.last_accel = torch.zeros(self.n, device=dev)
         self.steer = torch.zeros(self.n, device=dev)
         self.end_code = torch.zeros(self.n, dtype=torch.long, device=dev)
-        self.pool: dict = {}  # opening seed -> opening tiles, made ahead (reset)
+        # opening seed -> opening tiles, made ahead (reset); a bank's: the world's own
+        self.pool: dict = self.sim.bank if self.sim.opening_bank is not None else {}
         self._after = None  # the reset generator's state after the last reset's draw
         self.config = {
             "checkpoint": str(checkpoint) if isinstance(checkpoint, (str, os.PathLike)) else None,

@@ -45,7 +45,8 @@ in three stages (--max-steps sets each; or --param autoencoder_steps=N,
 decoder_steps=N, diffusion_train_steps=N); it writes OUT/generator.pt, as `simsci
 dynadiff train` does. vectorworld trains its tile generator, VAE and ΔSim on a scene
 file into the directory OUT (--max-steps sets each; or --param tile_steps=N,
-vae_steps=N, npc_steps=N, npc_roads=N).
+vae_steps=N, npc_steps=N, npc_roads=N; lane_repr=road for road tokens, count_pins=true
+for a generator that draws its tiles' lane and vehicle counts from the data's).
 
 models (name, what it is, the kinds of file it reads):
 @MODELS@

@@ -8,10 +8,21 @@ directory::
                         "parts": {"tiles": "tiles.pt", "vae": "vae.pt", "npc": "npc.pt"},
                         "layout": ..., "data": ..., "simsci_version": ...}
     tiles.pt vae.pt npc.pt   simsci.train checkpoints (class path + init_args + weights)
+    openings.npz             optional: openings made ahead for an opening bank (below)
 
 Each part is an ordinary ``simsci.train`` checkpoint, so it carries its own config, and
 :meth:`VectorWorld.load` checks that every file holds the part it is named for (a ΔSim
 checkpoint given as the tile generator is an error naming both), and the format version.
+
+**Openings made ahead.** A world with an ``opening_bank`` of K openings makes each the
+first time an episode asks for it, about 0.25 s apiece on one CPU thread (a first tile
+takes 16 flow steps and up to 8 draws), which is most of a short PPO run's reset cost.
+:meth:`VectorWorld.make_openings` makes them once and the directory keeps them
+(``openings.npz``, with the settings they were made under, ``vectorworld.json``'s
+``openings``); a world whose settings match (:meth:`~._world.StreamingWorld.
+opening_settings`: flow steps, seam completion, device, dtype and a fingerprint of the
+tile generator's weights) starts with them in its bank, the very tiles it would have
+made. The shipped default holds 64.
 
 :func:`train_vectorworld` trains the three parts on one scene file (``simsci train
 vectorworld --data scenes.h5``): the tile generator and the VAE on the file's tiles,
@@ -49,6 +60,8 @@ __all__ = [
 FORMAT = "simsci.vectorworld"
 FORMAT_VERSION = 1
 _PARTS = ("tiles", "vae", "npc")
+OPENINGS_FILE = "openings.npz"
+_TILE_KEYS = ("points", "width", "speed_limit", "kind", "agents")
 
 
 def _part_classes() -> dict:
@@ -63,7 +76,7 @@ class VectorWorld:
     """The three trained parts: ``tiles`` (TileGenerator), ``vae`` (MotionGatedVAE),
     ``npc`` (DeltaSim). ``world(n, **kw)`` starts a :class:`StreamingWorld`."""
 
-    def __init__(self, tiles, vae, npc, *, meta: dict | None = None):
+    def __init__(self, tiles, vae, npc, *, meta: dict | None = None, openings=None):
         classes = _part_classes()
         for name, part in (("tiles", tiles), ("vae", vae), ("npc", npc)):
             if not isinstance(part, classes[name]):
@@ -73,6 +86,22 @@ class VectorWorld:
                 )
         self.tiles, self.vae, self.npc = tiles.eval(), vae.eval(), npc.eval()
         self.meta = dict(meta or {})
+        # openings made ahead: {"settings": dict, "tiles": {key: opening}} (module docstring)
+        self.openings = openings
+
+    def make_openings(self, k: int, **world_kwargs) -> dict:
+        """Make the openings of an ``opening_bank`` of ``k`` (those of a
+        ``self.world(1, opening_bank=k, **world_kwargs)``) and keep them with the model;
+        :meth:`save` writes them. Returns them."""
+        from simsci.models.vectorworld._world import BANK_SEED
+
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"k must be an int >= 1 (the bank's openings), got {k!r}")
+        world = self.world(1, opening_bank=k, **world_kwargs)
+        keys = [BANK_SEED + j for j in range(k)]
+        made = dict(zip(keys, world.opening(keys)))
+        self.openings = {"settings": world.opening_settings(), "tiles": made}
+        return self.openings
 
     @property
     def device(self) -> torch.device:
@@ -107,6 +136,13 @@ class VectorWorld:
                 "simsci_version": __version__,
                 **{k: v for k, v in self.meta.items() if k not in ("format", "parts")},
             }
+            if self.openings:
+                _write_openings(tmp / OPENINGS_FILE, self.openings["tiles"])
+                manifest["openings"] = {
+                    "file": OPENINGS_FILE,
+                    "settings": self.openings["settings"],
+                    "count": len(self.openings["tiles"]),
+                }
             (tmp / "vectorworld.json").write_text(json.dumps(manifest, indent=1))
             if path.exists():
                 old = path.with_name(f".{path.name}.old")
@@ -161,11 +197,54 @@ class VectorWorld:
                     f"be a {classes[name].__name__} (a checkpoint of another part?)"
                 )
             parts[name] = model
-        meta = {k: v for k, v in manifest.items() if k not in ("parts",)}
-        return cls(parts["tiles"], parts["vae"], parts["npc"], meta=meta)
+        meta = {k: v for k, v in manifest.items() if k not in ("parts", "openings")}
+        openings = None
+        if manifest.get("openings"):
+            entry = manifest["openings"]
+            made = path / str(entry.get("file", OPENINGS_FILE))
+            if not made.is_file():
+                raise ValueError(f"{path}: the openings file {made.name!r} is missing")
+            openings = {"settings": entry.get("settings"), "tiles": _read_openings(made)}
+        return cls(parts["tiles"], parts["vae"], parts["npc"], meta=meta, openings=openings)
 
     def __repr__(self) -> str:
         return f"VectorWorld(layout={self.tiles.layout}, device={self.device})"
+
+
+def _write_openings(path: Path, openings: dict) -> None:
+    """Openings ``{key: [(cell, tile), ...]}`` as flat arrays: ``keys``, then per
+    opening j and tile t ``j/t/cell`` and the tile's ``_TILE_KEYS``."""
+    import numpy as np
+
+    arrays = {"keys": np.asarray(list(openings), np.int64)}
+    for j, tiles in enumerate(openings.values()):
+        for t, (cell, tile) in enumerate(tiles):
+            arrays[f"{j}/{t}/cell"] = np.asarray(cell, np.int64)
+            for name in _TILE_KEYS:
+                arrays[f"{j}/{t}/{name}"] = np.asarray(tile[name])
+    with open(path, "wb") as f:
+        np.savez_compressed(f, **arrays)
+
+
+def _read_openings(path: Path) -> dict:
+    import numpy as np
+
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            data = {name: z[name] for name in z.files}
+        out = {}
+        for j, key in enumerate(data["keys"].tolist()):
+            tiles, t = [], 0
+            while f"{j}/{t}/cell" in data:
+                cell = tuple(int(v) for v in data[f"{j}/{t}/cell"])
+                tiles.append((cell, {name: data[f"{j}/{t}/{name}"] for name in _TILE_KEYS}))
+                t += 1
+            if not tiles:
+                raise KeyError(f"{j}/0/cell")
+            out[int(key)] = tiles
+    except (OSError, ValueError, KeyError) as e:
+        raise ValueError(f"{path}: not a readable openings file ({e})") from None
+    return out
 
 
 #: the one command that remakes the shipped default (Makefile target; its recipe has the
@@ -198,14 +277,25 @@ def resolve_world(checkpoint=None, *, device=None) -> VectorWorld:
     return VectorWorld.load(checkpoint, device=device)
 
 
-def ship_default(model_dir, *, data_seed: int, train_seed: int, notes: str = "") -> Path:
+def ship_default(
+    model_dir, *, data_seed: int, train_seed: int, notes: str = "", openings: int = 64
+) -> Path:
     """Copy the trained world in ``model_dir`` (its parts, not its training runs) into the
-    package as the shipped default (``simsci.pretrained.ship``) and check that it loads."""
+    package as the shipped default (``simsci.pretrained.ship``) and check that it loads.
+    ``openings``: make (unless ``model_dir`` has them) and ship that many openings of an
+    opening bank with default settings (module docstring); 0: none."""
     from simsci import pretrained as shipped
 
     model_dir = Path(model_dir)
-    VectorWorld.load(model_dir)  # refuse to ship what does not load
+    world = VectorWorld.load(model_dir)  # refuse to ship what does not load
+    if openings:  # the bank's openings made ahead (module docstring), kept in model_dir
+        have = world.openings
+        if not have or len(have["tiles"]) < openings or have["settings"] != _bank_settings(world):
+            world.make_openings(int(openings))
+            world.save(model_dir)
     files = ["vectorworld.json", *(f"{name}.pt" for name in _PARTS)]
+    if openings:
+        files.append(OPENINGS_FILE)
     folder = shipped.ship(
         "vectorworld",
         model_dir,
@@ -219,6 +309,11 @@ def ship_default(model_dir, *, data_seed: int, train_seed: int, notes: str = "")
     )
     pretrained()
     return folder
+
+
+def _bank_settings(world: VectorWorld) -> dict:
+    """The opening settings of a default world of ``world`` on CPU."""
+    return world.world(1, opening_bank=1).opening_settings()
 
 
 def _best(run_dir: Path) -> Path:
@@ -253,6 +348,7 @@ def train_vectorworld(
     npc_kwargs: dict | None = None,
     npc_roads: int = 6,
     lane_repr: str | None = None,
+    count_pins: bool = False,
     seed: int = 0,
     resume: bool = False,
     progress: bool = False,
@@ -267,7 +363,9 @@ def train_vectorworld(
     (:func:`._bc.collection_budget`), and every part ends with a best.pt, so a run of a
     few steps finishes in seconds with a loadable world. ``lane_repr``: the tile
     generator's lane tokens (:class:`~._tokens.TokenLayout`; ``"road"``: lane groups,
-    :mod:`._lanegroups`); None keeps the generator's default."""
+    :mod:`._lanegroups`); None keeps the generator's default. ``count_pins``: the
+    generator samples each tile's lane and vehicle counts from the data's and is trained
+    with them as conditions (:mod:`._outpaint`, "Counts as conditions")."""
     from simsci import data as sdata
     from simsci.models.vectorworld._bc import train_delta_sim
     from simsci.models.vectorworld._outpaint import train_tile_generator
@@ -280,6 +378,12 @@ def train_vectorworld(
     if lane_repr is not None:
         args = dict(tiles_kwargs.get("model_args") or {})
         tiles_kwargs["model_args"] = {**args, "lane_repr": str(lane_repr)}
+    if count_pins:
+        from simsci.models.vectorworld._tokens import GENERATOR_LAYOUT
+
+        args = dict(tiles_kwargs.get("model_args") or {})
+        layout = args.get("layout") or GENERATOR_LAYOUT.to_dict()
+        tiles_kwargs["model_args"] = {**args, "layout": {**layout, "count_pins": True}}
     vae_kwargs = _short_run(train_vae, vae_steps, vae_kwargs)
     out = Path(out)
     runs = out / "runs"

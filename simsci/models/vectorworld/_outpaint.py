@@ -102,6 +102,19 @@ Design choices, and why
   default: at the shipped budget its map is closer to the truth (raw lane statistics
   1.6-3.3x closer, 20% more lanes per tile as driven) but the lane-keeping driver is
   less safe there (75-81% against 84-94%; benchmarks/README.md, "Roads as lane groups").
+- **Counts as conditions** (``count_pins``, a field of the layout; off in every model
+  saved before it). The one-step sampler draws too few tokens: about half the data's
+  lanes and a third of its vehicles per tile, with bimodal flags no threshold recovers,
+  and pinning the flags of a network not trained with them gave tangles. With
+  ``count_pins`` every target slot's flag is a condition, pinned in training to the
+  truth's (free lanes fill the slots after the seam slots, vehicles the first agent
+  slots, :func:`~._tokens.generation_block`) and at sampling to counts drawn from a
+  count model: the training data's joint counts of (free lanes, vehicles) given (first
+  tile, context seam slots up to ``COUNT_BINS - 1``), stored as the buffer
+  ``count_table`` (made by :meth:`TileSamples.count_table` before training). Every seam
+  slot is continued (as ``continue_seams``), the other neighbours' pinned lanes count
+  among the free lanes drawn, and a tile with no seam never draws 0 lanes. The network
+  then learns only where the tokens go, not how many there are.
 - **Exact seams.** Pinned entries never change in the samplers; decoding writes the
   float64 pin (the context endpoint mapped into the target frame, ``p - 64 step``)
   back into each seam lane, so a seam endpoint equals the context's endpoint.
@@ -135,6 +148,7 @@ from simsci.models.vectorworld._tokens import (
     DIRECTIONS,
     GEN_COND_DIM,
     GENERATOR_LAYOUT,
+    IS_AGENT,
     IS_LANE,
     LANE_POINTS,
     POINTS_SLICE,
@@ -167,6 +181,7 @@ __all__ = [
 ]
 
 _BLOCK_KEYS = ("x", "rel", "mask", "pinned", "cond")
+COUNT_BINS = 8  # the count model's seam-slot bins: 0..6 seam slots, and 7 or more
 
 
 def _layout_from(layout) -> TokenLayout:
@@ -269,6 +284,9 @@ class TileGenerator(nn.Module):
             freq_dim=freq_dim,
             time_scale=time_scale,
         )
+        if lay.count_pins:  # p(free lanes, agents | first tile, seam slots): _count_table
+            shape = (2, COUNT_BINS, lay.max_lanes + 1, lay.max_agents + 1)
+            self.register_buffer("count_table", torch.zeros(shape))
         self.init_args = {
             "layout": lay.to_dict(),
             "width": width,
@@ -414,6 +432,56 @@ class TileGenerator(nn.Module):
             out.pop("lane_group")
         return out, np.asarray(rows, np.int64).reshape(-1, 3)
 
+    def set_count_table(self, table) -> None:
+        """Store the count model (a ``count_pins`` layout only): ``table`` (2,
+        COUNT_BINS, max_lanes + 1, max_agents + 1) counts of training blocks by (first
+        tile, context seam slots clipped to ``COUNT_BINS - 1``, free lanes, agents), as
+        :meth:`TileSamples.count_table` makes."""
+        if not self.layout.count_pins:
+            raise ValueError("set_count_table needs a layout with count_pins=True")
+        table = torch.as_tensor(np.asarray(table), dtype=self.count_table.dtype)
+        if table.shape != self.count_table.shape or not bool((table >= 0).all()):
+            raise ValueError(
+                f"count table must be non-negative counts of shape "
+                f"{tuple(self.count_table.shape)}, got {tuple(table.shape)}"
+            )
+        if not bool(table.sum() > 0):
+            raise ValueError("count table is empty: no training block counted")
+        self.count_table.copy_(table.to(self.count_table.device))
+
+    def _set_counts(self, known, blocks, generator, todo, dev) -> None:
+        """Draw each tile's free lanes and agents from the count model and write the
+        pinned flags into ``known`` (len(todo), N, D) in place (module docstring)."""
+        L, A = self.layout.max_lanes, self.layout.max_agents
+        M = L + A
+        if isinstance(generator, (list, tuple)):
+            u = [torch.rand(1, generator=generator[b], device=generator[b].device) for b in todo]
+            u = torch.cat([v.cpu() for v in u])
+        else:
+            gdev = generator.device if generator is not None else dev
+            u = torch.rand(len(todo), generator=generator, device=gdev).cpu()
+        table = self.count_table.detach().to("cpu", torch.float64)
+        for j, blk in enumerate(blocks):
+            first, bin_ = blk["count_key"]
+            p = table[first, bin_]
+            if not bool(p.sum() > 0):  # a seam count never seen: that kind of tile at all
+                p = table[first].sum(0)
+            start = blk["n_seam"] + int(bool(blk.get("ego_slot")))
+            if start == 0:  # a tile needs a lane: no free lane is not an option here
+                p = torch.cat([torch.zeros_like(p[:1]), p[1:]])
+                if not bool(p.sum() > 0):
+                    p = torch.zeros_like(p)
+                    p[1:, 0] = 1.0
+            cdf = torch.cumsum(p.flatten(), 0)
+            k = int(torch.searchsorted(cdf, u[j] * cdf[-1], right=True).clamp(max=len(cdf) - 1))
+            n_free, n_agents = divmod(k, A + 1)
+            # the other neighbours' pinned lanes stand for free lanes of the data's tiles
+            n_free = max(0, min(n_free - (blk["n_seam"] - blk["n_seam_context"]), L - start))
+            known[j, M + start : M + L, IS_LANE] = 0.0
+            known[j, M + start : M + start + n_free, IS_LANE] = 1.0
+            known[j, M + L :, IS_AGENT] = 0.0
+            known[j, M + L : M + L + n_agents, IS_AGENT] = 1.0
+
     @torch.no_grad()
     def generate(
         self,
@@ -496,7 +564,10 @@ class TileGenerator(nn.Module):
         for b, (c, d) in enumerate(zip(contexts, directions)):
             try:
                 blocks.append(generation_block(c, d, self.layout))
-                if continue_seams:
+                blk = blocks[-1]
+                blk["count_key"] = (int(c is None), min(blk["n_seam"], COUNT_BINS - 1))
+                blk["n_seam_context"] = blk["n_seam"]
+                if continue_seams or self.layout.count_pins:
                     _force_lanes(blocks[-1], self.layout)
                 if neighbours is not None and neighbours[b]:
                     _pin_neighbours(blocks[-1], neighbours[b], self.layout)
@@ -517,8 +588,11 @@ class TileGenerator(nn.Module):
         todo = list(range(B))
         for attempt in range(max_tries):
             idx = torch.as_tensor(todo, device=dev)
+            known_now = known[idx]
+            if self.layout.count_pins:
+                self._set_counts(known_now, [blocks[b] for b in todo], generator, todo, dev)
             noise = _noise(generator, todo, known.shape[1:], dtype, dev)
-            args = (noise, rel[idx], mask[idx], cond[idx], pinned[idx], known[idx])
+            args = (noise, rel[idx], mask[idx], cond[idx], pinned[idx], known_now)
             if steps == 1 and mode == "meanflow":
                 out = sample_one_step(self.net, *args)
             else:
@@ -960,6 +1034,7 @@ class TileSamples(torch.utils.data.Dataset):
         ds = sdata.open(self.path)
         rows = {k: [] for k in _BLOCK_KEYS}
         pair_rows, first_rows, index_pairs, index_first = [], [], [], []
+        counts = []  # per built block: (first tile, seam-slot bin, free lanes, agents)
         self.skipped = {"not_adjacent": 0, "empty_tile": 0}
         self.matching = {"seam_matched": 0, "seam_empty": 0, "free": 0}
         self.truncated = {"context_lanes": 0, "target_lanes": 0, "target_agents": 0}
@@ -987,6 +1062,14 @@ class TileSamples(torch.utils.data.Dataset):
                     self.truncated["target_agents"] += blk["truncated"]["target"]["agents"]
                     where.append(len(rows["x"]))
                     index.append((i, -1 if k is None else int(k)))
+                    counts.append(
+                        (
+                            int(k is None),
+                            min(blk["n_seam"], COUNT_BINS - 1),
+                            blk["matching"]["free"],
+                            blk["counts"]["target"]["agents"],
+                        )
+                    )
                     for key in _BLOCK_KEYS:
                         rows[key].append(blk[key])
         finally:
@@ -998,6 +1081,7 @@ class TileSamples(torch.utils.data.Dataset):
         self.mask = np.stack(rows["mask"])
         self.pinned = np.stack(rows["pinned"])
         self.cond = np.stack(rows["cond"])
+        self.counts = np.asarray(counts, np.int64).reshape(-1, 4)
         self.n_pairs = len(pair_rows)
         n_first = round(p_first / (1.0 - p_first) * self.n_pairs) if first_rows else 0
         if self.n_pairs == 0 and first_rows:
@@ -1010,6 +1094,16 @@ class TileSamples(torch.utils.data.Dataset):
 
     def __len__(self) -> int:
         return len(self._rows)
+
+    def count_table(self) -> np.ndarray:
+        """The count model's table (:meth:`TileGenerator.set_count_table`): float64 (2,
+        COUNT_BINS, max_lanes + 1, max_agents + 1), how many of the built blocks (each
+        pair and each episode's first tile once) have (first tile, context seam slots
+        clipped to ``COUNT_BINS - 1``, free lanes, agents)."""
+        lay = self.layout
+        table = np.zeros((2, COUNT_BINS, lay.max_lanes + 1, lay.max_agents + 1))
+        np.add.at(table, tuple(self.counts.T), 1.0)
+        return table
 
     def __getitem__(self, i: int) -> dict:
         if not -len(self) <= i < len(self):
@@ -1108,6 +1202,8 @@ def train_tile_generator(
             keep = np.linspace(0, len(val_set) - 1, max_val_items).round().astype(int)
             val_set = torch.utils.data.Subset(val_set, sorted(set(keep.tolist())))
     data_seconds = time.perf_counter() - t0
+    if model.layout.count_pins:  # the count model is the training data's counts
+        model.set_count_table(train_set.count_table())
     spe = max(1, len(train_set) // batch_size)
     config = TrainConfig(
         epochs=max(1, math.ceil(steps / spe) + 1),

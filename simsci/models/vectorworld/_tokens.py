@@ -230,9 +230,12 @@ class TokenLayout:
     edge_tol: how far a context endpoint may lie off the shared edge to count as a seam;
     lane_repr: a lane's geometry in the token, ``"points"`` (its 20 points) or
     ``"bezier"`` (the 4 control points of its least-squares cubic, module docstring);
-    ego_slot: a first tile's lane slot 0 is the ego's lane (:func:`generation_block`).
-    The defaults of the last two, ``"points"`` and False, are what a layout saved before
-    they existed meant; :data:`GENERATOR_LAYOUT` sets ``ego_slot``.
+    ego_slot: a first tile's lane slot 0 is the ego's lane (:func:`generation_block`);
+    count_pins: every target slot's flag (``is_lane`` / ``is_agent``) is pinned in
+    generation blocks, to the truth's at training and to counts drawn by the generator's
+    count model at sampling (:mod:`._outpaint`, "Counts as conditions").
+    The defaults of the last three, ``"points"``, False and False, are what a layout saved
+    before they existed meant; :data:`GENERATOR_LAYOUT` sets ``ego_slot``.
     """
 
     max_lanes: int = 48
@@ -247,6 +250,7 @@ class TokenLayout:
     edge_tol: float = 1e-2
     lane_repr: str = "points"
     ego_slot: bool = False
+    count_pins: bool = False
 
     def __post_init__(self):
         for name in ("max_lanes", "max_agents"):
@@ -257,10 +261,11 @@ class TokenLayout:
             raise ValueError(
                 f"TokenLayout.lane_repr must be one of {LANE_REPRS}, got {self.lane_repr!r}"
             )
-        if not isinstance(self.ego_slot, (bool, np.bool_)):
-            raise ValueError(f"TokenLayout.ego_slot must be a bool, got {self.ego_slot!r}")
+        for name in ("ego_slot", "count_pins"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise ValueError(f"TokenLayout.{name} must be a bool, got {getattr(self, name)!r}")
         for f in dataclasses.fields(self)[2:]:
-            if f.name in ("lane_repr", "ego_slot"):
+            if f.name in ("lane_repr", "ego_slot", "count_pins"):
                 continue
             v = getattr(self, f.name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
@@ -1196,6 +1201,9 @@ def generation_block(context, direction, layout=None, target=None) -> dict:
     pinned[agent_slots, IS_LANE] = True
     if layout.unused_cols is not None:
         pinned[lane_slots, layout.unused_cols] = True
+    if layout.count_pins:  # the flags are conditions: the truth's here, drawn at sampling
+        pinned[lane_slots, IS_LANE] = True
+        pinned[agent_slots, IS_AGENT] = True
     S = len(slots)
     for s in range(S):
         cols = _FIRST if seam_end[s] == 0 else layout.last_cols

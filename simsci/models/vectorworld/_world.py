@@ -238,6 +238,18 @@ TILE_AGENTS = ("vae", "generator")
 BANK_SEED = 2**62
 
 
+def _fingerprint(module: torch.nn.Module) -> str:
+    """SHA-256 (16 hex digits) of a module's state: names, dtypes, shapes and values."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name, t in sorted(module.state_dict().items()):
+        t = t.detach().to("cpu").contiguous()
+        h.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
 class StreamingWorld:
     """``n`` streaming VectorWorld rollouts (see the module docstring).
 
@@ -252,7 +264,9 @@ class StreamingWorld:
     ``opening_bank``: None (default) opens every episode with tiles made from its own
     seed; an int K opens it with one of K fixed openings (:meth:`opening_key`), kept
     once made, so that after the first K a reset makes no tile at all (what the rest of
-    the episode generates, its agents and NPC actions still come from its own seed).
+    the episode generates, its agents and NPC actions still come from its own seed);
+    the bank starts with the model's openings made ahead when they were made under this
+    world's :meth:`opening_settings` (:meth:`VectorWorld.make_openings`).
     ``complete``: True (default) completes every tile's lane graph when it is made
     (:func:`._lanegraph.complete_lanes`: kinks smoothed, lane ends inside the tile joined
     or extended to its edge, speed limits capped by curvature); False keeps the
@@ -316,6 +330,12 @@ class StreamingWorld:
         if not isinstance(complete, (bool, np.bool_)):
             raise ValueError(f"complete must be True or False, got {complete!r}")
         self.complete = bool(complete)
+        #: an opening bank's openings, key -> opening (reset's pool when given none)
+        self.bank: dict = {}
+        made = getattr(model, "openings", None)
+        if self.opening_bank is not None and made and made["settings"] == self.opening_settings():
+            last = BANK_SEED + self.opening_bank
+            self.bank.update((k, v) for k, v in made["tiles"].items() if BANK_SEED <= k < last)
         if tile_agents not in TILE_AGENTS:
             raise ValueError(f"tile_agents must be one of {TILE_AGENTS}, got {tile_agents!r}")
         self.tile_agents = str(tile_agents)
@@ -426,7 +446,8 @@ class StreamingWorld:
             self._freed_at[b] = -(10**9)
         self.driven[idx] = 0.0
         self._ego_known[idx] = False
-        pool = {} if pool is None else pool
+        if pool is None:
+            pool = self.bank if self.opening_bank is not None else {}
         seeds = [self.opening_key(s) for s in seeds]
         missing = list(dict.fromkeys(s for s in seeds if s not in pool))
         if missing:
@@ -445,6 +466,20 @@ class StreamingWorld:
                 self._add_tile(b, cell, tile)
         self._stream(idx)
         self._associate_ego(torch.as_tensor(idx, device=self.device))
+
+    def opening_settings(self) -> dict:
+        """What an opening depends on besides its seed: the tile generator's weights (a
+        fingerprint), its samplers' steps, seam completion, device and dtype. Openings
+        made under equal settings are the tiles :meth:`opening` makes."""
+        return {
+            "tiles": _fingerprint(self.model.tiles),
+            "first_steps": self.first_steps,
+            "tile_steps": self.tile_steps,
+            "tile_mode": self.tile_mode,
+            "complete": self.complete,
+            "device": self.device.type,
+            "dtype": str(self.dtype).replace("torch.", ""),
+        }
 
     def opening_seeds(self, seed: int, k: int = 1) -> list[int]:
         """The keys of the openings :meth:`reset` asks for, for ``k`` worlds right after
@@ -470,10 +505,17 @@ class StreamingWorld:
         (``first_steps``), so that lane is found more often; the east one is the tile the
         ego's look-ahead asks for first, outpainted from it and closed against it. Each
         seed's noise comes from its own generator, so an opening depends on its seed
-        alone, not on the batch (a pool made ahead gives what a reset would make)."""
+        alone, not on the batch (a pool made ahead gives what a reset would make, up to
+        the float rounding of batched kernels); a bank's openings are made one at a time,
+        so that one is its key's to the bit, made ahead, stored or on demand."""
+        seeds = [int(s) for s in seeds]
+        if self.opening_bank is not None and len(seeds) > 1:
+            return [self.opening([s])[0] for s in seeds]
+        return self._openings(seeds)
+
+    def _openings(self, seeds: list) -> list[list]:
         from simsci.models.vectorworld._tokens import DIRECTIONS
 
-        seeds = [int(s) for s in seeds]
         if not seeds:
             return []
         gens = [torch.Generator(device="cpu").manual_seed(s) for s in seeds]

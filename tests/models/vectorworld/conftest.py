@@ -35,21 +35,26 @@ def small_scene(scene_file):
 
 @pytest.fixture
 def train_tiny(tmp_path):
-    """``train_tiny(path, lane_repr)``: a tiny tile generator trained 3 steps on the scene
-    file ``path`` (its summary checked), loaded from its last checkpoint."""
+    """``train_tiny(path, lane_repr, count_pins=False)``: a tiny tile generator trained 3
+    steps on the scene file ``path`` (its summary checked), loaded from its last
+    checkpoint."""
+    import dataclasses
+
     import numpy as np
     import torch
 
     from simsci.models.vectorworld._outpaint import TileGenerator, train_tile_generator
+    from simsci.models.vectorworld._tokens import GENERATOR_LAYOUT
     from simsci.train import load_model
 
-    def train(path, lane_repr):
+    def train(path, lane_repr, count_pins=False):
         torch.manual_seed(0)
+        layout = dataclasses.replace(GENERATOR_LAYOUT, count_pins=count_pins).to_dict()
         summary = train_tile_generator(
             path, tmp_path / "run", steps=3, batch_size=4, val_every=3, max_val_items=8,
             warmup_steps=1, resume=False,
             model_args=dict(width=16, depth=1, heads=2, freq_dim=8, mlp_ratio=2.0,
-                            lane_repr=lane_repr),
+                            lane_repr=lane_repr, layout=layout),
         )  # fmt: skip
         assert summary["steps"] == 3 and np.isfinite(summary["last_val"]["val_lane_rmse_m"])
         model = load_model(tmp_path / "run" / "checkpoints" / "last.pt")

@@ -84,6 +84,34 @@ def test_small_default_is_built_once_and_renamed_into_place(tmp_path, monkeypatc
     assert not [p for p in (tmp_path / "cache").iterdir() if p.name.endswith(".work")]
 
 
+def test_openings_made_ahead_are_the_ones_a_world_makes(tmp_path):
+    import torch
+
+    torch.manual_seed(0)
+    model = _tiny()
+    made = model.make_openings(2, first_steps=2)
+    path = model.save(tmp_path / "vw")
+    again = VectorWorld.load(path)
+    world = again.world(1, opening_bank=2, first_steps=2)
+    assert sorted(world.bank) == sorted(made["tiles"]) and len(world.bank) == 2
+    # the same weights without stored openings make the very same tiles, one key at a time
+    plain = VectorWorld(again.tiles, again.vae, again.npc).world(1, opening_bank=2, first_steps=2)
+    assert plain.bank == {}
+    for key, opening in world.bank.items():
+        for (cell, tile), (cell2, tile2) in zip(opening, plain.opening([key])[0]):
+            assert cell == cell2 and all(np.array_equal(tile[k], tile2[k]) for k in tile)
+    # made under other settings or weights: not used
+    assert again.world(1, opening_bank=2, first_steps=3).bank == {}
+    with torch.no_grad():
+        next(again.tiles.parameters()).add_(1e-3)
+    assert again.world(1, opening_bank=2, first_steps=2).bank == {}
+    (path / "openings.npz").write_bytes(b"not an npz")
+    with pytest.raises(ValueError, match="not a readable openings file"):
+        VectorWorld.load(path)
+    with pytest.raises(ValueError, match="k must be an int >= 1"):
+        model.make_openings(0)
+
+
 def test_load_rejects_other_parts_versions_and_folders(tmp_path):
     path = _tiny().save(tmp_path / "vw")
     with pytest.raises(ValueError, match="no vectorworld.json"):
