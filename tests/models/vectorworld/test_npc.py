@@ -91,10 +91,9 @@ def test_features_on_two_straight_lanes():
     assert float(f.x[0, 0, col["ref_y@8"]]) * 10 == pytest.approx(-s * 8 - c * 0.5, abs=1e-6)
 
 
-def test_features_of_packed_agents_are_those_of_all_slots():
-    # invalid slots between and before valid ones (as a streamed world leaves them), in
-    # two scenes with different counts: the valid agents' features are exactly those
-    # computed over every slot
+def _gappy_scenes(accel=0.0, kappa=0.0):
+    """Two scenes on :func:`_two_lanes` with invalid slots between and before valid ones
+    (as a streamed world leaves them) and different counts: ``(lanes, agents, valid)``."""
     lanes = _two_lanes()
     x = torch.tensor([[0.0, 10.0, 0.0, 40.0, 20.0, 0.0], [0.0, 0.0, 30.0, 0.0, 0.0, 0.0]], dtype=D)
     y = torch.tensor([[0.0, 0.5, 0.0, 0.0, 3.5, 0.0], [0.0, 0.0, 3.5, 0.0, 0.0, 0.0]], dtype=D)
@@ -103,11 +102,17 @@ def test_features_of_packed_agents_are_those_of_all_slots():
     )
     full = torch.full_like(x, 0.0)
     ag = driving.AgentState(
-        x, y, full.clone(), full + 8.0, full.clone(), full.clone(), full + 4.5, full + 1.8,
+        x, y, full.clone(), full + 8.0, full + accel, full + kappa, full + 4.5, full + 1.8,
         valid,
     )  # fmt: skip
     lanes2 = driving.LaneSet(*(torch.cat([t, t]) for t in (
         lanes.points, lanes.width, lanes.speed_limit, lanes.succ, lanes.valid)))  # fmt: skip
+    return lanes2, ag, valid
+
+
+def test_features_of_packed_agents_are_those_of_all_slots():
+    # the valid agents' features are exactly those computed over every slot
+    lanes2, ag, valid = _gappy_scenes()
     packed, every = vw.features(lanes2, ag), _features._features(lanes2, ag)
     for field in dataclasses.fields(_features.Features):
         a, b = getattr(packed, field.name)[valid], getattr(every, field.name)[valid]
@@ -121,18 +126,7 @@ def test_actions_of_packed_agents_are_those_of_all_slots():
     # with the same generator; an empty slot keeps its controls even when "controlled"
     torch.manual_seed(0)
     model = _npc.DeltaSim(hidden=32, depth=1)
-    lanes = _two_lanes()
-    x = torch.tensor([[0.0, 10.0, 0.0, 40.0, 20.0, 0.0], [0.0, 0.0, 30.0, 0.0, 0.0, 0.0]], dtype=D)
-    y = torch.tensor([[0.0, 0.5, 0.0, 0.0, 3.5, 0.0], [0.0, 0.0, 3.5, 0.0, 0.0, 0.0]], dtype=D)
-    valid = torch.tensor(
-        [[False, True, False, True, True, False], [False] * 2 + [True] + [False] * 3]
-    )
-    full = torch.full_like(x, 0.0)
-    ag = driving.AgentState(
-        x, y, full.clone(), full + 8.0, full + 0.3, full + 1e-3, full + 4.5, full + 1.8, valid,
-    )  # fmt: skip
-    lanes2 = driving.LaneSet(*(torch.cat([t, t]) for t in (
-        lanes.points, lanes.width, lanes.speed_limit, lanes.succ, lanes.valid)))  # fmt: skip
+    lanes2, ag, valid = _gappy_scenes(accel=0.3, kappa=1e-3)
     controlled = torch.ones_like(valid)
     for greedy in (False, True):
         a, k, m = model.act(
