@@ -76,6 +76,9 @@ Version history
     ``tile_agents="vae"`` draws every tile's vehicles by the VAE on its final lanes, as
     many as its count head draws (about the data's density); ``"generator"`` (default)
     keeps the tile generator's agent tokens.
+    Later in v1 (2026-12-05, sixth session): NPCs yield to the ego (``npc_yield=True``,
+    the default; False for ΔSim's accelerations alone): an NPC with the ego ahead in its
+    path brakes for it (IDM) whatever lane either is on.
 
 Reset cost
     A reset's opening tiles (the first tile, 16 flow steps and up to 8 draws, and the
@@ -150,6 +153,7 @@ class _Stream:
         opening_bank: int | None = None,
         complete: bool = True,
         tile_agents: str = "generator",
+        npc_yield: bool = True,
     ):
         from simsci.models.vectorworld import StreamingWorld, resolve_world
 
@@ -185,6 +189,7 @@ class _Stream:
             opening_bank=opening_bank,
             complete=complete,
             tile_agents=tile_agents,
+            npc_yield=npc_yield,
         )
         self.device = self.sim.device
         self.n = int(n)
@@ -215,6 +220,7 @@ class _Stream:
             "opening_bank": self.sim.opening_bank,
             "complete": self.sim.complete,
             "tile_agents": self.sim.tile_agents,
+            "npc_yield": self.sim.npc_yield,
         }
 
     def reset(self, generator: torch.Generator, index: torch.Tensor | None = None):
@@ -417,6 +423,7 @@ class VectorWorldVectorEnv(DrivingVectorEnv):
         opening_bank: int | None = None,
         complete: bool = True,
         tile_agents: str = "generator",
+        npc_yield: bool = True,
         device=None,
         action_bounds: str = "clip",
         action_scale: str = "physical",
@@ -444,6 +451,7 @@ class VectorWorldVectorEnv(DrivingVectorEnv):
             opening_bank=opening_bank,
             complete=complete,
             tile_agents=tile_agents,
+            npc_yield=npc_yield,
             device=device,
         )
         self._finish_init(

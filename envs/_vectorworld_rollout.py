@@ -43,6 +43,7 @@ WORLD_OPTIONS = {
     "tile_mode": "flow",
     "complete": True,
     "tile_agents": "generator",
+    "npc_yield": True,
 }
 
 
@@ -96,7 +97,8 @@ def vectorworld_rollout(
     max_agents, max_tiles, shaping, tile_steps (1: one-step MeanFlow; more: that many
     flow-matching Euler steps, ``tile_mode="flow"``), complete (lane-graph completion,
     default True), tile_agents ("generator", default: a tile's vehicles from the tile
-    generator; "vae": drawn by the VAE at the data's density) of the world. ``stop_on_failure``:
+    generator; "vae": drawn by the VAE at the data's density), npc_yield (default True:
+    NPCs brake for the ego ahead in their path) of the world. ``stop_on_failure``:
     end at the first collision or off-road (else keep driving and count them).
 
     Returns a dict: ``stats`` (``end_reason`` says why the rollout ended: "distance" when
@@ -126,6 +128,7 @@ def vectorworld_rollout(
         tile_mode=opts["tile_mode"],
         complete=opts["complete"],
         tile_agents=opts["tile_agents"],
+        npc_yield=opts["npc_yield"],
         device=device,
     )
     gen = torch.Generator().manual_seed(int(seed))

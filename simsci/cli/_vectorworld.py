@@ -103,7 +103,13 @@ _VECTORWORLD_OPTIONS = (
 #: spellings still work, with a warning)
 _AS_PARAM = ("tile_steps", "no_shaping")
 #: the --param names of ``simsci rollout vectorworld`` and their defaults
-_ROLLOUT_PARAMS = {"tile_steps": 1, "shaping": True, "complete": True, "tile_agents": "generator"}
+_ROLLOUT_PARAMS = {
+    "tile_steps": 1,
+    "shaping": True,
+    "complete": True,
+    "tile_agents": "generator",
+    "npc_yield": True,
+}
 _SHARED = (
     ("--seed", "seed", {"type": int}),
     ("--device", "device", {}),
@@ -165,7 +171,8 @@ def add_to(sub) -> None:
         "shaping (default true: ΔSim with shaping), complete (default true: lane ends "
         "inside a tile joined or extended to its edge; false: the generator's raw lanes), "
         "tile_agents (default generator: a tile's vehicles are the tile generator's; vae: "
-        "drawn by the VAE at the data's density)",
+        "drawn by the VAE at the data's density), npc_yield (default true: NPCs brake for "
+        "the ego ahead in their path)",
     )
     add_deprecated_param(p, "--tile-steps", "tile_steps")
     add_deprecated(p, "--no-shaping", "--param shaping=false", dest="no_shaping", flag=True)
@@ -274,6 +281,7 @@ def run_rollout(args) -> int:
         shaping=bool(values["shaping"]),
         complete=bool(values["complete"]),
         tile_agents=str(values["tile_agents"]),
+        npc_yield=bool(values["npc_yield"]),
     )
     stats = {"policy": args.policy, "checkpoint": args.checkpoint, **result["stats"]}
     write_rollout(result, out / "rollout.h5", meta={"policy": args.policy})

@@ -240,10 +240,12 @@ def test_rollout_parameters_old_and_new_spellings(capsys):
         return rollout_params(args)
 
     base = {"tile_steps": 1, "shaping": True, "complete": True, "tile_agents": "generator"}
+    base["npc_yield"] = True
     assert values("vectorworld") == base
     new = values("vectorworld", "--param", "tile_steps=3", "--param", "shaping=false")
     assert new == {**base, "tile_steps": 3, "shaping": False}
     assert values("vectorworld", "--param", "tile_agents=vae")["tile_agents"] == "vae"
+    assert values("vectorworld", "--param", "npc_yield=false")["npc_yield"] is False
     assert capsys.readouterr().err == ""
     assert values("vectorworld", "--tile-steps", "3", "--no-shaping") == new
     assert values("--tile-steps", "3", "--no-shaping", "vectorworld") == new

@@ -401,7 +401,9 @@ class DeltaSim(nn.Module):
         return a, k, m
 
     @torch.no_grad()
-    def _act(self, lanes, agents, controlled, generator, greedy, shaping, force, dt=DT):
+    def _act(
+        self, lanes, agents, controlled, generator, greedy, shaping, force, dt=DT, accel_cap=None
+    ):
         lanes, controlled = _check_pair(lanes, agents, controlled)
         if controlled is None:
             raise ValueError("controlled must be a (B, V) bool mask of the agents to drive")
@@ -429,6 +431,9 @@ class DeltaSim(nn.Module):
             shaping=shaping, order=order, slots=V,
         )  # fmt: skip
         a, k = a.to(agents.x.dtype), k.to(agents.x.dtype)
+        if accel_cap is not None:  # an upper bound from outside (the world's yielding)
+            cap = accel_cap.to(a) if order is None else torch.gather(accel_cap.to(a), 1, order)
+            a = torch.minimum(a, cap)
         if self.shaping if shaping is None else shaping:  # the box again, in the state's dtype
             lo_a, hi_a, lo_k, hi_k = feasible_box(pf.kin)
             a = torch.maximum(torch.minimum(a, hi_a), lo_a)
@@ -459,11 +464,16 @@ class DeltaSim(nn.Module):
         shaping: bool | None = None,
         force=None,
         dt: float = DT,
+        accel_cap=None,
     ):
         """One closed-loop step: :meth:`act`, then :func:`step_agents` with the policy's
-        memory updated (lane association, manoeuvre, lane-change origin). Returns
-        ``(new AgentState, Features of the old state)``."""
-        a, k, m, feats = self._act(lanes, agents, controlled, generator, greedy, shaping, force, dt)
+        memory updated (lane association, manoeuvre, lane-change origin). ``accel_cap``
+        (B, V): an upper bound on the accelerations, applied before the feasible box (so
+        the controls stay feasible). Returns ``(new AgentState, Features of the old
+        state)``."""
+        a, k, m, feats = self._act(
+            lanes, agents, controlled, generator, greedy, shaping, force, dt, accel_cap
+        )
         origin = _next_origin(m, agents.manoeuvre, feats)
         new = step_agents(
             agents, a, k, controlled & agents.valid, dt, manoeuvre=m, lane=feats.lane, origin=origin

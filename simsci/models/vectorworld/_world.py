@@ -234,6 +234,11 @@ def _renumber(index: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
 
 #: who puts a new tile's vehicles (StreamingWorld's ``tile_agents``)
 TILE_AGENTS = ("vae", "generator")
+#: npc_yield: the ego counts as in an NPC's path within its width band widened by this [m]
+YIELD_MARGIN = 0.5
+#: npc_yield's IDM: minimum gap [m], time headway [s], acceleration and comfortable
+#: braking [m/s^2] (those of the lane-keeping driver)
+IDM_YIELD = (2.0, 1.2, 1.5, 2.0)
 #: the seed of an opening bank's slot 0 (StreamingWorld.opening_key); slot j: + j
 BANK_SEED = 2**62
 
@@ -274,7 +279,10 @@ class StreamingWorld:
     a tile: ``"generator"`` (default) the tile generator's own agent tokens (the first
     tile: the VAE, that many), ``"vae"`` the motion-gated VAE on the tile's final lanes,
     as many as its count head draws for them (the first tile's too): the data's density,
-    but more conflicts on the generated lanes (benchmarks/README.md).
+    but more conflicts on the generated lanes (benchmarks/README.md). ``npc_yield``: True
+    (default) NPCs brake for the ego when it is ahead in their path, whatever lanes
+    either is on (:meth:`_yield_cap`; generated lanes cross and overlap, and ΔSim only
+    sees leaders on its own lane's corridors); False: ΔSim's accelerations alone.
     """
 
     def __init__(
@@ -298,6 +306,7 @@ class StreamingWorld:
         opening_bank: int | None = None,
         complete: bool = True,
         tile_agents: str = "generator",
+        npc_yield: bool = True,
     ):
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
             raise ValueError(f"n (the number of worlds) must be a positive int, got {n!r}")
@@ -339,6 +348,9 @@ class StreamingWorld:
         if tile_agents not in TILE_AGENTS:
             raise ValueError(f"tile_agents must be one of {TILE_AGENTS}, got {tile_agents!r}")
         self.tile_agents = str(tile_agents)
+        if not isinstance(npc_yield, (bool, np.bool_)):
+            raise ValueError(f"npc_yield must be True or False, got {npc_yield!r}")
+        self.npc_yield = bool(npc_yield)
         self.shaping, self.greedy = bool(shaping), bool(greedy)
         self.generator = torch.Generator(device="cpu")
         self.generator.manual_seed(int(seed))
@@ -1009,6 +1021,7 @@ class StreamingWorld:
                     greedy=self.greedy,
                     shaping=self.shaping,
                     dt=DT,
+                    accel_cap=self._yield_cap(npc) if self.npc_yield else None,
                 )
             for name in ("x", "y", "theta", "v", "accel", "kappa"):
                 setattr(self, name, getattr(new, name).clone())
@@ -1041,6 +1054,26 @@ class StreamingWorld:
         disp = (xn - x0) * self._ego_tangent[:, 0] + (yn - y0) * self._ego_tangent[:, 1]
         self.progress = disp.to(torch.float64)
         self.driven += self.progress
+
+    def _yield_cap(self, npc: torch.Tensor) -> torch.Tensor:
+        """(n, V) upper bounds on the NPCs' accelerations that keep them off the ego
+        (``npc_yield``): an NPC with the ego ahead in its path (its box within the NPC's
+        width band, ``YIELD_MARGIN`` m wider) brakes for it as the IDM brakes for a
+        leader moving at the ego's speed along the NPC's heading, whatever lane either
+        is on (generated lanes cross and overlap); +inf elsewhere."""
+        c, s = torch.cos(self.theta), torch.sin(self.theta)
+        dx, dy = self.x[:, :1] - self.x, self.y[:, :1] - self.y
+        ahead = dx * c + dy * s
+        side = -dx * s + dy * c
+        band = 0.5 * (self.width + self.width[:, :1]) + YIELD_MARGIN
+        gap = (ahead - 0.5 * (self.length + self.length[:, :1])).clamp(min=0.1)
+        v = self.v
+        v_lead = self.v[:, :1] * torch.cos(self.theta[:, :1] - self.theta)
+        s0, T, a, b = IDM_YIELD
+        s_star = s0 + (v * T + v * (v - v_lead) / (2 * math.sqrt(a * b))).clamp(min=0)
+        cap = a * (1 - (s_star / gap) ** 2)
+        path = npc & (ahead > 0) & (side.abs() < band)
+        return torch.where(path, cap, torch.full_like(cap, math.inf))
 
     # ------------------------------------------------------------------ the ego on lanes
     def _associate_ego(self, rows=None) -> None:

@@ -145,6 +145,24 @@ def test_actions_of_packed_agents_are_those_of_all_slots():
         assert bool((m[~valid] == ag.manoeuvre[~valid]).all())
 
 
+def test_an_acceleration_cap_bounds_the_controls_and_the_box_still_holds():
+    torch.manual_seed(0)
+    model = _npc.DeltaSim(hidden=32, depth=1)
+    lanes, ag, valid = _gappy_scenes(accel=0.3)
+    cap = torch.full(valid.shape, -2.0, dtype=D)
+    cap[0, 3] = math.inf  # not capped
+    g = torch.Generator().manual_seed(1)
+    free, _ = model.step(lanes, ag, valid, generator=g, shaping=False)
+    g = torch.Generator().manual_seed(1)
+    capped, _ = model.step(lanes, ag, valid, generator=g, shaping=False, accel_cap=cap)
+    assert bool((capped.accel[valid] <= torch.minimum(free.accel, cap)[valid] + 1e-12).all())
+    assert float(capped.accel[0, 3]) == float(free.accel[0, 3])
+    # with shaping the feasible box wins: from 0.3 m/s^2 the jerk limit allows no -2
+    shaped, _ = model.step(lanes, ag, valid, shaping=True, accel_cap=cap)
+    lo = 0.3 - driving.MAX_JERK * driving.DT
+    assert bool((shaped.accel[valid] >= lo - 1e-9).all())
+
+
 def test_lanes_from_tiles_world_frame_and_links():
     from simsci.driving import cut_lanes, lane_graph
 

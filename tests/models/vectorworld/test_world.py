@@ -291,6 +291,35 @@ def test_spawn_rejected_near_the_ego_and_on_overlap():
     assert world.stats["spawn_rejected"] == before + 2
 
 
+def test_npcs_yield_to_the_ego_in_their_path_whatever_their_lane():
+    world = StreamingWorld(FakeWorldModel(), 1, seed=0)
+    world.reset()
+    world.valid[0, 1:] = False
+    ex, ey = float(world.x[0, 0]), float(world.y[0, 0])
+    world.theta[0, 0], world.v[0, 0] = 0.0, 0.0  # the ego stands, heading east
+    rows = [  # x, y, heading, speed: behind it closing; beside it; ahead of it; oncoming
+        (ex - 12.0, ey + 0.5, 0.0, 10.0),
+        (ex - 12.0, ey + 4.0, 0.0, 10.0),
+        (ex + 20.0, ey, 0.0, 10.0),
+        (ex + 30.0, ey - 0.5, math.pi, 10.0),
+    ]
+    for j, (x, y, th, v) in enumerate(rows, start=1):
+        world.x[0, j], world.y[0, j], world.theta[0, j], world.v[0, j] = x, y, th, v
+        world.length[0, j], world.width[0, j], world.valid[0, j] = 4.5, 1.9, True
+    npc = world.valid.clone()
+    npc[:, 0] = False
+    cap = world._yield_cap(npc)[0]
+    assert math.isinf(float(cap[0])) and math.isinf(float(cap[2])) and math.isinf(float(cap[3]))
+    assert float(cap[1]) < -4.0 and float(cap[4]) < 0.0  # hard braking, braking
+    # the cap reaches the NPCs' accelerations, within the feasible box
+    world.step(torch.zeros(1, 2))
+    assert float(world.accel[0, 1]) < 0.0 and float(world.accel[0, 4]) < 0.0
+    off = StreamingWorld(FakeWorldModel(), 1, seed=0, npc_yield=False)
+    assert not off.npc_yield and world.npc_yield
+    with pytest.raises(ValueError, match="npc_yield"):
+        StreamingWorld(FakeWorldModel(), 1, npc_yield="yes")
+
+
 def test_npcs_leave_beyond_the_window():
     world = StreamingWorld(FakeWorldModel(), 1, seed=0, window=80.0, lookahead=40.0)
     world.reset()
