@@ -49,7 +49,11 @@ advances them at the driving world's 10 Hz:
 Lanes of all kept tiles live in one padded store ``(n, max_tiles * max_lanes, 20, 2)``
 (world frame = tile 0's frame; cell (i, j) is centred at ``64 (i, j)``); successor edges
 are recomputed from endpoint matching (:func:`._outpaint.lane_successors`) over the
-store of a world whenever a tile is added, so they also join lanes across seams.
+store of a world whenever a tile is added, so they also join lanes across seams; a lane
+end with no successor by that rule goes on into a lane that starts exactly there (a
+closed seam) turned by up to ``KINK_TURN`` = 60 degrees (the generator's kinks at
+seams: without the link the ego's lane association jumped sideways and 2 of the 5
+off-road ends of the shipped world's lane keeping, seed 0, were such seams).
 
 Design choices, and why
 -----------------------
@@ -234,6 +238,9 @@ def _renumber(index: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
 
 #: who puts a new tile's vehicles (StreamingWorld's ``tile_agents``)
 TILE_AGENTS = ("vae", "generator")
+#: the largest turn [degrees] at which a lane starting exactly at another's end is still
+#: its successor when that end has no other (StreamingWorld._connect)
+KINK_TURN = 60.0
 #: npc_yield: the ego counts as in an NPC's path within its width band widened by this [m]
 YIELD_MARGIN = 0.5
 #: npc_yield's IDM: minimum gap [m], time headway [s], acceleration and comfortable
@@ -737,7 +744,13 @@ class StreamingWorld:
         if ids.numel() < 2:
             return
         pts = self.lane_points[b, ids].double().cpu().numpy()
-        edges = lane_successors(pts, tol=0.5)
+        edges = np.asarray(lane_successors(pts, tol=0.5)).reshape(-1, 2)
+        # a lane whose end another lane starts at exactly (a closed seam, to 1e-6 m) goes
+        # on there even when the generator turned it by up to KINK_TURN degrees: without
+        # the link the ego's lane association jumps sideways and the episode ends off-road
+        exact = np.asarray(lane_successors(pts, tol=1e-6, max_turn=KINK_TURN)).reshape(-1, 2)
+        exact = exact[~np.isin(exact[:, 0], edges[:, 0])]
+        edges = np.concatenate([edges, exact]) if len(exact) else edges
         succ = np.full((len(ids), 2), -1, np.int64)
         fill = np.zeros(len(ids), np.int64)
         for src, dst in np.asarray(edges).reshape(-1, 2):
