@@ -320,6 +320,30 @@ def test_npcs_yield_to_the_ego_in_their_path_whatever_their_lane():
         StreamingWorld(FakeWorldModel(), 1, npc_yield="yes")
 
 
+def test_a_lane_goes_on_into_a_kinked_lane_starting_exactly_at_its_end():
+    world = StreamingWorld(FakeWorldModel(), 1, seed=0)
+    world.reset()
+
+    def ray(x0, y0, deg, length=30.0):
+        u = torch.linspace(0.0, length, 20, dtype=torch.float64)[:, None]
+        d = torch.tensor([math.cos(math.radians(deg)), math.sin(math.radians(deg))])
+        return (torch.tensor([x0, y0]) + u * d).to(world.lane_points)
+
+    world.lane_valid[0] = False
+    lanes = [ray(-30.0, 0.0, 0.0), ray(0.0, 0.0, 50.0), ray(0.0, 0.0, -70.0)]
+    lanes += [ray(-30.0, 9.0, 0.0), ray(0.0, 9.0, 50.0), ray(0.0, 9.0, 10.0)]
+    for j, pts in enumerate(lanes):
+        world.lane_points[0, j], world.lane_valid[0, j] = pts, True
+    world._connect(0)
+    succ = world.lane_succ[0]
+    assert succ[0].tolist() == [1, -1]  # 50 degrees, exactly at its end: goes on there
+    assert succ[3].tolist() == [5, -1]  # a successor by the usual rule: the kink is not added
+    # 70 degrees is no continuation; neither is a lane starting 0.1 m away at 50 degrees
+    world.lane_points[0, 1] = ray(0.0, 0.1, 50.0)
+    world._connect(0)
+    assert world.lane_succ[0, 0].tolist() == [-1, -1]
+
+
 def test_npcs_leave_beyond_the_window():
     world = StreamingWorld(FakeWorldModel(), 1, seed=0, window=80.0, lookahead=40.0)
     world.reset()
