@@ -21,7 +21,8 @@ training data, its metrics the yardstick). Three trained parts and the world the
   (:class:`LaneSet`, :class:`AgentState`, :func:`step_agents`, re-exported here).
 - :class:`StreamingWorld` (:mod:`._world`): ``n`` closed-loop worlds that generate tiles
   ahead of the ego and drop those behind, spawn the generated agents and drive them with
-  ΔSim; ``gymnasium.make("simsci/VectorWorld-v1")`` wraps it with the spaces of
+  ΔSim (braking for the ego ahead in their path whatever lane either is on,
+  ``npc_yield``); ``gymnasium.make("simsci/VectorWorld-v1")`` wraps it with the spaces of
   ``simsci/Driving-v0``. The closed-loop rollout (a policy driving that world for a
   distance) lives with the environments it drives, a layer above this package:
   :func:`simsci.envs.vectorworld_rollout` (``simsci rollout vectorworld``; it was
@@ -29,7 +30,8 @@ training data, its metrics the yardstick). Three trained parts and the world the
   :class:`DriveRecorder`, :func:`write_rollout` (kind ``rollout``: every agent at every
   step, the ego's actions, every tile version with the steps it was live) and
   :func:`plot_route` (:mod:`._rollout`).
-- :class:`VectorWorld` (:mod:`._bundle`): the three parts in one checkpoint directory;
+- :class:`VectorWorld` (:mod:`._bundle`): the three parts in one checkpoint directory
+  (with openings made ahead for an opening bank, :meth:`VectorWorld.make_openings`);
   :func:`train_vectorworld` (``simsci train vectorworld --data scenes.h5``) trains them;
   :func:`pretrained` is the world shipped with simsci (package data, hash-checked; what
   ``checkpoint=None`` means everywhere), :func:`small_default` a small model trained on
