@@ -284,7 +284,7 @@ class TileGenerator(nn.Module):
             freq_dim=freq_dim,
             time_scale=time_scale,
         )
-        if lay.count_pins:  # p(free lanes, agents | first tile, seam slots): _count_table
+        if lay.count_pins:  # counts of (free lanes, agents | first tile, seam slots)
             shape = (2, COUNT_BINS, lay.max_lanes + 1, lay.max_agents + 1)
             self.register_buffer("count_table", torch.zeros(shape))
         self.init_args = {

@@ -1070,8 +1070,9 @@ class StreamingWorld:
 
     def _yield_cap(self, npc: torch.Tensor) -> torch.Tensor:
         """(n, V) upper bounds on the NPCs' accelerations that keep them off the ego
-        (``npc_yield``): an NPC with the ego ahead in its path (its box within the NPC's
-        width band, ``YIELD_MARGIN`` m wider) brakes for it as the IDM brakes for a
+        (``npc_yield``): an NPC with the ego ahead in its path (the ego's centre within
+        half the two widths + ``YIELD_MARGIN`` m of the NPC's heading line) brakes for
+        it as the IDM brakes for a
         leader moving at the ego's speed along the NPC's heading, whatever lane either
         is on (generated lanes cross and overlap); +inf elsewhere."""
         c, s = torch.cos(self.theta), torch.sin(self.theta)
