@@ -288,13 +288,12 @@ def ship_default(
 
     model_dir = Path(model_dir)
     world = VectorWorld.load(model_dir)  # refuse to ship what does not load
+    files = ["vectorworld.json", *(f"{name}.pt" for name in _PARTS)]
     if openings:  # the bank's openings made ahead (module docstring), kept in model_dir
         have = world.openings
         if not have or len(have["tiles"]) < openings or have["settings"] != _bank_settings(world):
             world.make_openings(int(openings))
             world.save(model_dir)
-    files = ["vectorworld.json", *(f"{name}.pt" for name in _PARTS)]
-    if openings:
         files.append(OPENINGS_FILE)
     folder = shipped.ship(
         "vectorworld",
@@ -375,15 +374,15 @@ def train_vectorworld(
 
     seed = seed_everything(seed)
     tiles_kwargs = _short_run(train_tile_generator, tile_steps, tiles_kwargs)
+    args = dict(tiles_kwargs.get("model_args") or {})
     if lane_repr is not None:
-        args = dict(tiles_kwargs.get("model_args") or {})
-        tiles_kwargs["model_args"] = {**args, "lane_repr": str(lane_repr)}
+        args["lane_repr"] = str(lane_repr)
     if count_pins:
         from simsci.models.vectorworld._tokens import GENERATOR_LAYOUT
 
-        args = dict(tiles_kwargs.get("model_args") or {})
-        layout = args.get("layout") or GENERATOR_LAYOUT.to_dict()
-        tiles_kwargs["model_args"] = {**args, "layout": {**layout, "count_pins": True}}
+        args["layout"] = {**(args.get("layout") or GENERATOR_LAYOUT.to_dict()), "count_pins": True}
+    if args:
+        tiles_kwargs["model_args"] = args
     vae_kwargs = _short_run(train_vae, vae_steps, vae_kwargs)
     out = Path(out)
     runs = out / "runs"

@@ -257,14 +257,26 @@ def _pack(agents: AgentState) -> tuple[AgentState, torch.Tensor | None]:
     K = int(agents.valid.sum(1).max()) if B and V else 0
     if K >= V or K == 0:
         return agents, None
-    order = torch.sort((~agents.valid).to(torch.int8), dim=1, stable=True).indices[:, :K]
-    packed = AgentState(
-        **{
-            f.name: torch.gather(getattr(agents, f.name), 1, order)
-            for f in dataclasses.fields(AgentState)
-        }
-    )
+    order = _slot_order(agents.valid, K)
+    fields = dataclasses.fields(AgentState)
+    packed = AgentState(**{f.name: _gather_slots(getattr(agents, f.name), order) for f in fields})
     return packed, order
+
+
+def _slot_order(valid: torch.Tensor, K: int) -> torch.Tensor:
+    """(B, K): the slots of each row's valid entries of ``valid`` (B, V) first, in slot
+    order (a stable sort), then its invalid ones: the packing of :func:`_pack`."""
+    return torch.sort((~valid).to(torch.int8), dim=1, stable=True).indices[:, :K]
+
+
+def _slot_index(order: torch.Tensor, rest) -> torch.Tensor:
+    """``order`` (B, K) expanded over trailing dims ``rest``: a gather/scatter index."""
+    return order.reshape(*order.shape, *([1] * len(rest))).expand(*order.shape, *rest)
+
+
+def _gather_slots(t: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    """The slots ``order`` (B, K) of ``t`` (B, V, ...): (B, K, ...)."""
+    return torch.gather(t, 1, _slot_index(order, t.shape[2:]))
 
 
 def _unpack(f: Features, order: torch.Tensor, V: int) -> Features:
@@ -281,8 +293,7 @@ def _unpack(f: Features, order: torch.Tensor, V: int) -> Features:
         else:
             fill = 0.0
         full = torch.full((t.shape[0], V, *t.shape[2:]), fill, dtype=t.dtype, device=t.device)
-        idx = order.reshape(*order.shape, *([1] * (t.dim() - 2))).expand_as(t)
-        out[field.name] = full.scatter(1, idx, t)
+        out[field.name] = full.scatter(1, _slot_index(order, t.shape[2:]), t)
     return Features(**out)
 
 

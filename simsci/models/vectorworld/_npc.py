@@ -110,6 +110,7 @@ from simsci.models.vectorworld._features import (
     RIGHT,
     Features,
     _features,
+    _gather_slots,
     _pack,
     _shape_info,
     _unpack,
@@ -239,8 +240,7 @@ def _gumbel_argmax(logits, generator, greedy, order=None, slots=None):
     shape = logits.shape if order is None else (logits.shape[0], slots, *logits.shape[2:])
     u = torch.rand(shape, generator=generator, device=dev, dtype=logits.dtype).to(logits.device)
     if order is not None:
-        idx = order.reshape(*order.shape, *([1] * (u.dim() - 2)))
-        u = torch.gather(u, 1, idx.expand(*order.shape, *u.shape[2:]))
+        u = _gather_slots(u, order)
     u = u.clamp(1e-12, 1 - 1e-7)
     return (logits - torch.log(-torch.log(u))).argmax(-1)
 
@@ -423,7 +423,7 @@ class DeltaSim(nn.Module):
                     )
             else:
                 f = torch.full(agents.shape, manoeuvre_index(force), device=agents.x.device)
-            force = f if order is None else torch.gather(f, 1, order)
+            force = f if order is None else _gather_slots(f, order)
         out = self(pf.x)
         shape = _shape_info(pf)
         a, k, m = self.decode(
@@ -432,8 +432,8 @@ class DeltaSim(nn.Module):
         )  # fmt: skip
         a, k = a.to(agents.x.dtype), k.to(agents.x.dtype)
         if accel_cap is not None:  # an upper bound from outside (the world's yielding)
-            cap = accel_cap.to(a) if order is None else torch.gather(accel_cap.to(a), 1, order)
-            a = torch.minimum(a, cap)
+            cap = accel_cap.to(a)
+            a = torch.minimum(a, cap if order is None else _gather_slots(cap, order))
         if self.shaping if shaping is None else shaping:  # the box again, in the state's dtype
             lo_a, hi_a, lo_k, hi_k = feasible_box(pf.kin)
             a = torch.maximum(torch.minimum(a, hi_a), lo_a)
@@ -443,7 +443,7 @@ class DeltaSim(nn.Module):
         feats = pf
         if order is not None:  # back to the slots; empty slots keep what they had
             a, k, m = (
-                torch.scatter(prev.clone(), 1, order, new)
+                torch.scatter(prev, 1, order, new)
                 for prev, new in ((agents.accel, a), (agents.kappa, k), (agents.manoeuvre, m))
             )
             feats = _unpack(pf, order, V)

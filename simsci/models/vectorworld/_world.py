@@ -141,6 +141,7 @@ from simsci.driving import (
     bicycle_step,
     metrics,
 )
+from simsci.models.vectorworld._features import _gather_slots, _slot_order
 
 __all__ = ["StreamingWorld", "seam_gaps"]
 
@@ -942,16 +943,15 @@ class StreamingWorld:
         valid = self.lane_valid
         n, L = valid.shape
         K = max(1, int(valid.sum(1).max()))
-        order = torch.sort((~valid).to(torch.int8), dim=1, stable=True).indices[:, :K]
+        order = _slot_order(valid, K)
         keep = torch.gather(valid, 1, order)
         to_full = torch.where(keep, order, torch.full_like(order, -1))
         packed = torch.arange(K, device=valid.device).expand(n, K)
         to_compact = torch.full((n, L), -1, dtype=torch.long, device=valid.device)
         to_compact.scatter_(1, order, torch.where(keep, packed, torch.full_like(packed, -1)))
 
-        def take(t):
-            idx = order.reshape(n, K, *([1] * (t.dim() - 2))).expand(n, K, *t.shape[2:])
-            return torch.gather(t, 1, idx)
+        def take(t):  # the packed lanes' rows of a per-lane tensor
+            return _gather_slots(t, order)
 
         succ = _renumber(take(self.lane_succ), to_compact)
         lanes = LaneSet(

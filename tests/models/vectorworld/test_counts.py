@@ -15,6 +15,7 @@ from simsci.models.vectorworld._tokens import (
     IS_AGENT,
     IS_LANE,
     episode_tile,
+    generation_block,
     generation_pair,
     pair_steps,
 )
@@ -86,8 +87,6 @@ def test_counted_generator_draws_the_counts_it_is_given(scene, train_tiny, devic
     ctx = episode_tile(ep, k)
     gens = [torch.Generator(device).manual_seed(i) for i in range(2)]
     tiles, stats = model.generate([ctx, None], [d, None], generator=gens, max_tries=1)
-    from simsci.models.vectorworld._tokens import generation_block
-
     seams = generation_block(ctx, d, COUNTED)["n_seam"]
     assert len(tiles[0]["points"]) == seams + 2  # every seam continued, 2 more
     assert len(tiles[1]["points"]) == 1 + 2  # the ego's lane, 2 more
