@@ -20,9 +20,9 @@ takes 16 flow steps and up to 8 draws), which is most of a short PPO run's reset
 :meth:`VectorWorld.make_openings` makes them once and the directory keeps them
 (``openings.npz``, with the settings they were made under, ``vectorworld.json``'s
 ``openings``); a world whose settings match (:meth:`~._world.StreamingWorld.
-opening_settings`: flow steps, seam completion, device, dtype and a fingerprint of the
-tile generator's weights) starts with them in its bank, the very tiles it would have
-made. The shipped default holds 64.
+opening_settings`: flow steps, seam completion and the version of its rules, device,
+dtype and a fingerprint of the tile generator's weights) starts with them in its bank,
+the very tiles it would have made. The shipped default holds 64.
 
 :func:`train_vectorworld` trains the three parts on one scene file (``simsci train
 vectorworld --data scenes.h5``): the tile generator and the VAE on the file's tiles,

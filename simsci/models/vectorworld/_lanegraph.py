@@ -95,7 +95,12 @@ from simsci.models.vectorworld._outpaint import (
 )
 from simsci.models.vectorworld._tokens import DIRECTIONS, _end_tangents, lane_successors
 
-__all__ = ["complete_lanes", "lane_curvature"]
+__all__ = ["COMPLETION_VERSION", "complete_lanes", "lane_curvature"]
+
+# The version of complete_lanes' rules: bumped whenever its output for the same input
+# changes, since openings made ahead (StreamingWorld.opening_settings) are completed
+# tiles and are reused only under the same version.
+COMPLETION_VERSION = 1
 
 _SEAM_TURN = 10.0  # degrees: a lane meeting its neighbour's more sharply is refit (G1)
 _LANE_KEYS = ("width", "speed_limit", "kind")  # per-lane attributes beside the points

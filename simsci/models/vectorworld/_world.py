@@ -141,6 +141,7 @@ from simsci.driving import (
     bicycle_step,
     metrics,
 )
+from simsci.models.vectorworld import _lanegraph
 from simsci.models.vectorworld._features import _gather_slots, _slot_order
 
 __all__ = ["StreamingWorld", "seam_gaps"]
@@ -490,13 +491,15 @@ class StreamingWorld:
     def opening_settings(self) -> dict:
         """What an opening depends on besides its seed: the tile generator's weights (a
         fingerprint), its samplers' steps, seam completion, device and dtype. Openings
-        made under equal settings are the tiles :meth:`opening` makes."""
+        made under equal settings are the tiles :meth:`opening` makes (``completion``: the
+        version of :func:`._lanegraph.complete_lanes`' rules)."""
         return {
             "tiles": _fingerprint(self.model.tiles),
             "first_steps": self.first_steps,
             "tile_steps": self.tile_steps,
             "tile_mode": self.tile_mode,
             "complete": self.complete,
+            "completion": _lanegraph.COMPLETION_VERSION if self.complete else None,
             "device": self.device.type,
             "dtype": str(self.dtype).replace("torch.", ""),
         }

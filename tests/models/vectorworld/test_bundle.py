@@ -9,7 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simsci.models.vectorworld import DeltaSim, MotionGatedVAE, TileGenerator, VectorWorld
+from simsci.models.vectorworld import (
+    DeltaSim,
+    MotionGatedVAE,
+    TileGenerator,
+    VectorWorld,
+    _lanegraph,
+)
 
 
 def _tiny() -> VectorWorld:
@@ -84,7 +90,7 @@ def test_small_default_is_built_once_and_renamed_into_place(tmp_path, monkeypatc
     assert not [p for p in (tmp_path / "cache").iterdir() if p.name.endswith(".work")]
 
 
-def test_openings_made_ahead_are_the_ones_a_world_makes(tmp_path):
+def test_openings_made_ahead_are_the_ones_a_world_makes(tmp_path, monkeypatch):
     import torch
 
     torch.manual_seed(0)
@@ -100,8 +106,12 @@ def test_openings_made_ahead_are_the_ones_a_world_makes(tmp_path):
     for key, opening in world.bank.items():
         for (cell, tile), (cell2, tile2) in zip(opening, plain.opening([key])[0]):
             assert cell == cell2 and all(np.array_equal(tile[k], tile2[k]) for k in tile)
-    # made under other settings or weights: not used
+    # made under other settings, lane-completion rules or weights: not used
     assert again.world(1, opening_bank=2, first_steps=3).bank == {}
+    monkeypatch.setattr(_lanegraph, "COMPLETION_VERSION", _lanegraph.COMPLETION_VERSION + 1)
+    assert again.world(1, opening_bank=2, first_steps=2).bank == {}
+    monkeypatch.undo()
+    assert len(again.world(1, opening_bank=2, first_steps=2).bank) == 2
     with torch.no_grad():
         next(again.tiles.parameters()).add_(1e-3)
     assert again.world(1, opening_bank=2, first_steps=2).bank == {}
