@@ -56,6 +56,28 @@ def _graph_stats(tiles):
     return lane_graph_stats(points, edges, et, batch=np.concatenate(batch), num_graphs=len(tiles))
 
 
+def _lane_chains(points) -> int:
+    """The lanes of one tile (n, P, 2) counted as chains: pieces joined one to one (a
+    piece with one successor in the tile, whose only predecessor it is,
+    :func:`~._tokens.lane_successors`) count once. The data splits a road's lane into
+    pieces where its road segments meet, a generated tile draws it whole, so the two
+    compare by chains, not by pieces."""
+    p = np.asarray(points, np.float64).reshape(-1, LANE_POINTS, 2)
+    if not len(p):
+        return 0
+    edges = lane_successors(p)
+    if not len(edges):
+        return len(p)
+    out_deg = np.bincount(edges[:, 0], minlength=len(p))
+    in_deg = np.bincount(edges[:, 1], minlength=len(p))
+    return len(p) - int(((out_deg[edges[:, 0]] == 1) & (in_deg[edges[:, 1]] == 1)).sum())
+
+
+def _lane_metres(tile) -> float:
+    p = np.asarray(tile["points"], np.float64).reshape(-1, LANE_POINTS, 2)
+    return float(np.hypot(*np.diff(p, axis=1).transpose(2, 0, 1)).sum())
+
+
 def _seam_rows(context, direction, tile, layout, smooth_deg):
     """Per context lane endpoint on the shared edge: (gap m, angle deg) to the nearest
     complementary endpoint of the new tile's lanes on that edge (inf, nan when none)."""
@@ -103,6 +125,9 @@ def tile_metrics(
     :func:`~simsci.driving.metrics.compare_lane_stats` (squared Fréchet and MMD²);
     ``lane_stats_distance`` = the mean over statistics of Fréchet² / Var(truth) (scale-free;
     0 = identical Gaussians). ``agent_count_frechet``: Fréchet² of agents per tile.
+    Per tile, beside ``lanes_per_tile`` (pieces): ``lane_chains_per_tile``
+    (:func:`_lane_chains`) and ``lane_m_per_tile`` (centreline metres); ``truth_*`` the
+    same of the truth.
     With ``contexts`` / ``directions`` (None entries = first tiles): seam statistics over
     every context lane endpoint on the shared edge: ``seam_gap_median`` (m; inf when the
     new tile has no lane continuing it), ``seam_continued`` (share with a gap <=
@@ -128,6 +153,10 @@ def tile_metrics(
         "with_lanes": float((n_gen > 0).mean()),
         "lanes_per_tile": float(n_gen.mean()),
         "truth_lanes_per_tile": float(n_tru.mean()),
+        "lane_chains_per_tile": float(np.mean([_lane_chains(t["points"]) for t in gen])),
+        "truth_lane_chains_per_tile": float(np.mean([_lane_chains(t["points"]) for t in tru])),
+        "lane_m_per_tile": float(np.mean([_lane_metres(t) for t in gen])),
+        "truth_lane_m_per_tile": float(np.mean([_lane_metres(t) for t in tru])),
         "agents_per_tile": float(a_gen.mean()),
         "truth_agents_per_tile": float(a_tru.mean()),
     }

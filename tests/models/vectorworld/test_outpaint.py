@@ -9,7 +9,7 @@ from torch import nn
 
 from simsci.driving.metrics import drive_seam_gaps as seam_gaps_of_drive
 from simsci.driving.metrics import seam_gaps
-from simsci.models.vectorworld._evaluate import tile_metrics
+from simsci.models.vectorworld._evaluate import _lane_chains, tile_metrics
 from simsci.models.vectorworld._outpaint import (
     TileGenerator,
     TileSamples,
@@ -259,6 +259,32 @@ def test_tile_metrics(scene):
     assert m["seam_continued"] < 1.0 and m["lane_stats_distance"] < 1e-9
     with pytest.raises(ValueError, match="equally long"):
         tile_metrics(truth[:1], truth)
+
+
+def test_lanes_are_counted_as_pieces_chains_and_metres():
+    """A lane split in two pieces (one to one) is one chain; a fork is not merged."""
+    x = np.linspace(-32.0, 0.0, 20)[:, None]
+    a = np.hstack([x, np.zeros_like(x)])  # (-32, 0) -> (0, 0)
+    b = a + [32.0, 0.0]  # (0, 0) -> (32, 0): a's only successor
+    c = a + [0.0, 8.0]  # a separate lane
+    assert _lane_chains(np.stack([a, b, c])) == 2 and _lane_chains(np.zeros((0, 20, 2))) == 0
+    fork = b.copy()
+    fork[:, 1] = np.linspace(0.0, 6.0, 20)  # a second successor of a: a fork, kept apart
+    assert _lane_chains(np.stack([a, b, fork])) == 3
+    tile = {
+        "points": np.stack([a, b, c]),
+        "width": np.full(3, 3.5),
+        "speed_limit": np.full(3, 20.0),
+        "kind": np.zeros(3, np.int64),
+        "agents": np.zeros((0, 7)),
+    }
+    whole = dict(tile, points=np.stack([np.vstack([a[::2], b[1::2]]), c]))
+    whole.update(width=np.full(2, 3.5), speed_limit=np.full(2, 20.0), kind=np.zeros(2, np.int64))
+    m = tile_metrics([whole], [tile])
+    assert m["lanes_per_tile"] == 2 and m["truth_lanes_per_tile"] == 3
+    assert m["lane_chains_per_tile"] == m["truth_lane_chains_per_tile"] == 2
+    np.testing.assert_allclose(m["truth_lane_m_per_tile"], 96.0)
+    np.testing.assert_allclose(m["lane_m_per_tile"], 96.0)
 
 
 def _through(step, offset: float, reverse: bool = False) -> np.ndarray:
