@@ -100,7 +100,7 @@ __all__ = ["COMPLETION_VERSION", "complete_lanes", "lane_curvature"]
 # The version of complete_lanes' rules: bumped whenever its output for the same input
 # changes, since openings made ahead (StreamingWorld.opening_settings) are completed
 # tiles and are reused only under the same version.
-COMPLETION_VERSION = 1
+COMPLETION_VERSION = 2
 
 _SEAM_TURN = 10.0  # degrees: a lane meeting its neighbour's more sharply is refit (G1)
 _LANE_KEYS = ("width", "speed_limit", "kind")  # per-lane attributes beside the points
@@ -307,7 +307,10 @@ def _shape(pts, ends, neighbours, counts, tolerance, max_curvature, drop_curvatu
             if pin:  # (a lane pinned at both ends turns back: it continues its start)
                 e = pin[0] if 0 in pin else pin[1]
                 into = np.asarray(DIRECTIONS[neighbours[e["side"]][1]], np.float64)
-                pts[i] = _stub(e, into, 2.0 * tolerance)
+                # at a corner the stub may cross to the other edge only where no tile is
+                # yet (a neighbour's edge has no lane there to continue it)
+                shared = [-np.asarray(DIRECTIONS[d], np.float64) for _, d in neighbours]
+                pts[i] = _stub(e, into, 2.0 * tolerance, shared)
                 counts["straightened"] += 1
             else:
                 drop[i] = True

@@ -137,3 +137,28 @@ def test_a_boxed_in_end_merges_into_a_lane_of_its_tile_which_is_split_there():
     edges = {tuple(e) for e in lane_successors(pts).tolist()}
     assert {(0, 2), (1, 2)} <= edges
     assert lane_curvature(pts[1:2])[0] <= 0.2 + 1e-3
+
+
+def test_a_straightened_lane_at_a_corner_does_not_end_on_a_neighbours_edge():
+    """A lane continuing the south neighbour's lane from near the south-east corner, too
+    sharp to keep (a loop), is straightened along that lane (45 degrees, north-east).
+    With the east cell empty the stub crosses the corner to exactly the east edge, where
+    the next tile will continue it; with a tile there already (its lane elsewhere on the
+    edge) it must not end on that edge, where nothing continues it."""
+    south, east = DIRECTIONS.index((0, 1)), DIRECTIONS.index((-1, 0))
+    below = _tile(_line((9.0, 12.0), (29.0, 32.0)))  # ends on its top edge heading 45 deg
+    phi = np.linspace(0.0, 1.6 * math.pi, 20)[:, None]  # a loop of radius 3 from (29, -32)
+    c = np.array([29.0, -32.0]) + 3.0 * np.array([-1.0, 1.0]) / math.sqrt(2.0)
+    loop = c + 3.0 * np.hstack([np.cos(phi - 0.75 * math.pi), np.sin(phi - 0.75 * math.pi)])
+    loop[0] = [29.0, -32.0]
+    tile = _tile(loop)
+    out, counts = complete_lanes(tile, [(below, south)])
+    assert counts["straightened"] == 1
+    np.testing.assert_array_equal(out["points"][0, 0], [29.0, -32.0])
+    np.testing.assert_allclose(out["points"][0, -1], [32.0, -29.0], atol=1e-9)
+    beside = _tile(_line((-32.0, 20.0), (32.0, 20.0)))  # its lane starts at y = 20 only
+    out, counts = complete_lanes(tile, [(below, south), (beside, east)])
+    assert counts["straightened"] == 1
+    ends = out["points"][:, -1]
+    on_east = np.abs(ends[:, 0] - 32.0) <= 0.5
+    assert not (on_east & (np.abs(ends[:, 1] - 20.0) > 1e-6)).any(), ends
