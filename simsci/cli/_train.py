@@ -46,7 +46,8 @@ decoder_steps=N, diffusion_train_steps=N); it writes OUT/generator.pt, as `simsc
 dynadiff train` does. vectorworld trains its tile generator, VAE and ΔSim on a scene
 file into the directory OUT (--max-steps sets each; or --param tile_steps=N,
 vae_steps=N, npc_steps=N, npc_roads=N; lane_repr=road for road tokens, count_pins=true
-for a generator that draws its tiles' lane and vehicle counts from the data's).
+for a generator that draws its tiles' lane and vehicle counts from the data's,
+tile_more_steps=N for N more tile-generator steps from its best checkpoint).
 
 models (name, what it is, the kinds of file it reads):
 @MODELS@

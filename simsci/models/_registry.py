@@ -531,7 +531,9 @@ def _train_vectorworld(
     model_args=None, resume=False,
 ) -> dict:  # fmt: skip
     """``simsci train vectorworld``: model args ``tile_steps``, ``vae_steps``,
-    ``npc_steps``, ``npc_roads``, ``lane_repr`` (the tile generator's lane tokens);
+    ``npc_steps``, ``npc_roads``, ``lane_repr`` (the tile generator's lane tokens),
+    ``count_pins`` (counts as conditions), ``tile_more_steps`` (a warm restart of the
+    tile generator after the three parts);
     ``max_steps`` sets all three step counts (ΔSim's behaviour-cloning collection
     follows it), ``seed`` (default 0, seeding the whole run)
     and ``progress`` apply. VectorWorld's parts choose their own batches, learning rates
@@ -547,10 +549,16 @@ def _train_vectorworld(
             steps.setdefault(k, config["max_steps"])
     roads = extra.pop("npc_roads", 6)
     lane_repr = extra.pop("lane_repr", None)
+    more = int(extra.pop("tile_more_steps", 0))
+    count_pins = extra.pop("count_pins", False)
+    if isinstance(count_pins, str):
+        if count_pins.lower() not in ("true", "false", "1", "0"):
+            raise ValueError(f"--param count_pins must be true or false, got {count_pins!r}")
+        count_pins = count_pins.lower() in ("true", "1")
     if extra:
         raise ValueError(
             f"unknown --param for vectorworld: {sorted(extra)} (valid: tile_steps, "
-            "vae_steps, npc_steps, npc_roads, lane_repr)"
+            "vae_steps, npc_steps, npc_roads, lane_repr, count_pins, tile_more_steps)"
         )
     seed = config.get("seed")
     path = train_vectorworld(
@@ -559,6 +567,8 @@ def _train_vectorworld(
         **{k: int(v) for k, v in steps.items()},
         npc_roads=int(roads),
         lane_repr=None if lane_repr is None else str(lane_repr),
+        count_pins=bool(count_pins),
+        tile_more_steps=more,
         seed=seed if seed is not None else 0,
         resume=resume,
         progress=config.get("progress", True),

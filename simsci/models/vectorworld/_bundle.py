@@ -348,6 +348,8 @@ def train_vectorworld(
     npc_roads: int = 6,
     lane_repr: str | None = None,
     count_pins: bool = False,
+    tile_more_steps: int = 0,
+    tile_more_lr: float = 1.5e-4,
     seed: int = 0,
     resume: bool = False,
     progress: bool = False,
@@ -364,7 +366,10 @@ def train_vectorworld(
     generator's lane tokens (:class:`~._tokens.TokenLayout`; ``"road"``: lane groups,
     :mod:`._lanegroups`); None keeps the generator's default. ``count_pins``: the
     generator samples each tile's lane and vehicle counts from the data's and is trained
-    with them as conditions (:mod:`._outpaint`, "Counts as conditions")."""
+    with them as conditions (:mod:`._outpaint`, "Counts as conditions").
+    ``tile_more_steps``: after the three parts, the tile generator trains that many
+    steps more from its best checkpoint (a warm restart at ``tile_more_lr``, under
+    ``out/runs/tiles_more``), and the world takes that generator."""
     from simsci import data as sdata
     from simsci.models.vectorworld._bc import train_delta_sim
     from simsci.models.vectorworld._outpaint import train_tile_generator
@@ -426,8 +431,27 @@ def train_vectorworld(
         progress=progress,
         **(npc_kwargs or {}),
     )
-    parts = [load_model(_best(runs / name)) for name in _PARTS]
     info = {"data": os.fspath(data), "seed": int(seed), "steps": [tile_steps, vae_steps, npc_steps]}
+    tiles_run = runs / "tiles"
+    if tile_more_steps:
+        # a warm restart of the tile generator (fresh optimiser, warm-up and cosine over
+        # the new steps): the first schedule's cosine has decayed to zero while the
+        # validation error still falls (benchmarks/README.md, seventh session)
+        seed_everything(seed)
+        train_tile_generator(
+            data,
+            runs / "tiles_more",
+            steps=int(tile_more_steps),
+            seed=seed,
+            lr=float(tile_more_lr),
+            warmup_steps=50,
+            init_from=_best(tiles_run),
+            resume=resume,
+            progress=progress,
+        )
+        tiles_run = runs / "tiles_more"
+        info["tile_more"] = {"steps": int(tile_more_steps), "lr": float(tile_more_lr)}
+    parts = [load_model(_best(tiles_run))] + [load_model(_best(runs / n)) for n in _PARTS[1:]]
     return VectorWorld(*parts, meta=info).save(out)
 
 
