@@ -550,11 +550,9 @@ def _train_vectorworld(
     roads = extra.pop("npc_roads", 6)
     lane_repr = extra.pop("lane_repr", None)
     more = int(extra.pop("tile_more_steps", 0))
-    count_pins = extra.pop("count_pins", False)
-    if isinstance(count_pins, str):
-        if count_pins.lower() not in ("true", "false", "1", "0"):
-            raise ValueError(f"--param count_pins must be true or false, got {count_pins!r}")
-        count_pins = count_pins.lower() in ("true", "1")
+    count_pins = extra.pop("count_pins", False)  # --param parses true / false to a bool
+    if not isinstance(count_pins, bool):
+        raise ValueError(f"--param count_pins must be true or false, got {count_pins!r}")
     if extra:
         raise ValueError(
             f"unknown --param for vectorworld: {sorted(extra)} (valid: tile_steps, "
@@ -567,7 +565,7 @@ def _train_vectorworld(
         **{k: int(v) for k, v in steps.items()},
         npc_roads=int(roads),
         lane_repr=None if lane_repr is None else str(lane_repr),
-        count_pins=bool(count_pins),
+        count_pins=count_pins,
         tile_more_steps=more,
         seed=seed if seed is not None else 0,
         resume=resume,

@@ -42,12 +42,18 @@ from simsci.models.vectorworld._world import _physical
 __all__ = ["evaluate_tile_generator", "scene_pairs", "tile_metrics"]
 
 
-def _graph_stats(tiles):
+def _points(tile) -> np.ndarray:
+    return np.asarray(tile["points"], np.float64).reshape(-1, LANE_POINTS, 2)
+
+
+def _graph_stats(tiles, successors):
+    """:func:`lane_graph_stats` of ``tiles``, one graph per tile; ``successors``: each
+    tile's :func:`lane_successors` edges."""
     pts, ei, batch, off = [], [], [], 0
-    for g, t in enumerate(tiles):
-        p = np.asarray(t["points"], np.float64).reshape(-1, LANE_POINTS, 2)
+    for g, (t, edges) in enumerate(zip(tiles, successors)):
+        p = _points(t)
         pts.append(p)
-        ei.append(lane_successors(p) + off)
+        ei.append(edges + off)
         batch.append(np.full(len(p), g, np.int64))
         off += len(p)
     points = np.concatenate(pts) if pts else np.zeros((0, LANE_POINTS, 2))
@@ -56,26 +62,20 @@ def _graph_stats(tiles):
     return lane_graph_stats(points, edges, et, batch=np.concatenate(batch), num_graphs=len(tiles))
 
 
-def _lane_chains(points) -> int:
+def _lane_chains(points, edges=None) -> int:
     """The lanes of one tile (n, P, 2) counted as chains: pieces joined one to one (a
-    piece with one successor in the tile, whose only predecessor it is,
-    :func:`~._tokens.lane_successors`) count once. The data splits a road's lane into
-    pieces where its road segments meet, a generated tile draws it whole, so the two
-    compare by chains, not by pieces."""
+    piece with one successor in the tile, whose only predecessor it is; ``edges``: its
+    :func:`~._tokens.lane_successors`, computed when None) count once. The data splits a
+    road's lane into pieces where its road segments meet, a generated tile draws it
+    whole, so the two compare by chains, not by pieces."""
     p = np.asarray(points, np.float64).reshape(-1, LANE_POINTS, 2)
-    if not len(p):
-        return 0
-    edges = lane_successors(p)
-    if not len(edges):
-        return len(p)
-    out_deg = np.bincount(edges[:, 0], minlength=len(p))
-    in_deg = np.bincount(edges[:, 1], minlength=len(p))
-    return len(p) - int(((out_deg[edges[:, 0]] == 1) & (in_deg[edges[:, 1]] == 1)).sum())
-
-
-def _lane_metres(tile) -> float:
-    p = np.asarray(tile["points"], np.float64).reshape(-1, LANE_POINTS, 2)
-    return float(np.hypot(*np.diff(p, axis=1).transpose(2, 0, 1)).sum())
+    n = len(p)
+    edges = lane_successors(p) if edges is None else edges
+    if not n or not len(edges):
+        return n
+    out_deg = np.bincount(edges[:, 0], minlength=n)
+    in_deg = np.bincount(edges[:, 1], minlength=n)
+    return n - int(((out_deg[edges[:, 0]] == 1) & (in_deg[edges[:, 1]] == 1)).sum())
 
 
 def _seam_rows(context, direction, tile, layout, smooth_deg):
@@ -153,16 +153,18 @@ def tile_metrics(
         "with_lanes": float((n_gen > 0).mean()),
         "lanes_per_tile": float(n_gen.mean()),
         "truth_lanes_per_tile": float(n_tru.mean()),
-        "lane_chains_per_tile": float(np.mean([_lane_chains(t["points"]) for t in gen])),
-        "truth_lane_chains_per_tile": float(np.mean([_lane_chains(t["points"]) for t in tru])),
-        "lane_m_per_tile": float(np.mean([_lane_metres(t) for t in gen])),
-        "truth_lane_m_per_tile": float(np.mean([_lane_metres(t) for t in tru])),
         "agents_per_tile": float(a_gen.mean()),
         "truth_agents_per_tile": float(a_tru.mean()),
     }
     if len(gen) >= 2:
         out["agent_count_frechet"] = frechet_distance(a_tru, a_gen)
-    s_gen, s_tru = _graph_stats(gen), _graph_stats(tru)
+    e_gen = [lane_successors(_points(t)) for t in gen]
+    e_tru = [lane_successors(_points(t)) for t in tru]
+    s_gen, s_tru = _graph_stats(gen, e_gen), _graph_stats(tru, e_tru)
+    for prefix, tiles, edges, stats in (("", gen, e_gen, s_gen), ("truth_", tru, e_tru, s_tru)):
+        chains = [_lane_chains(t["points"], e) for t, e in zip(tiles, edges)]
+        out[f"{prefix}lane_chains_per_tile"] = float(np.mean(chains))
+        out[f"{prefix}lane_m_per_tile"] = float(np.sum(stats["length"]) / len(tiles))
     cmp = compare_lane_stats(s_tru, s_gen)
     out["lane_stats"] = cmp
     norm = []

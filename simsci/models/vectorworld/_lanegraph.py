@@ -281,6 +281,7 @@ def _shape(pts, ends, neighbours, counts, tolerance, max_curvature, drop_curvatu
     kappa = lane_curvature(pts)
     drop = np.zeros(len(pts), bool)
     cos_seam = math.cos(math.radians(_SEAM_TURN))
+    shared = [-np.asarray(DIRECTIONS[d], np.float64) for _, d in neighbours]  # outward
     for i in range(len(pts)):
         pin, bent = {}, False
         for kind, col, t in ((0, 0, t_in[i]), (1, -1, t_out[i])):
@@ -309,7 +310,6 @@ def _shape(pts, ends, neighbours, counts, tolerance, max_curvature, drop_curvatu
                 into = np.asarray(DIRECTIONS[neighbours[e["side"]][1]], np.float64)
                 # at a corner the stub may cross to the other edge only where no tile is
                 # yet (a neighbour's edge has no lane there to continue it)
-                shared = [-np.asarray(DIRECTIONS[d], np.float64) for _, d in neighbours]
                 pts[i] = _stub(e, into, 2.0 * tolerance, shared)
                 counts["straightened"] += 1
             else:

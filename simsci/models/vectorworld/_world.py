@@ -1075,9 +1075,9 @@ class StreamingWorld:
         """(n, V) upper bounds on the NPCs' accelerations that keep them off the ego
         (``npc_yield``): an NPC with the ego ahead in its path (the ego's centre within
         half the two widths + ``YIELD_MARGIN`` m of the NPC's heading line) brakes for
-        it as the IDM brakes for a
-        leader moving at the ego's speed along the NPC's heading, whatever lane either
-        is on (generated lanes cross and overlap); +inf elsewhere."""
+        it as the IDM brakes for a leader moving at the ego's speed along the NPC's
+        heading, whatever lane either is on (generated lanes cross and overlap); +inf
+        elsewhere."""
         c, s = torch.cos(self.theta), torch.sin(self.theta)
         dx, dy = self.x[:, :1] - self.x, self.y[:, :1] - self.y
         ahead = dx * c + dy * s
