@@ -79,8 +79,12 @@ def _lane_chains(points, edges=None) -> int:
 
 
 def _seam_rows(context, direction, tile, layout, smooth_deg):
-    """Per context lane endpoint on the shared edge: (gap m, angle deg) to the nearest
-    complementary endpoint of the new tile's lanes on that edge (inf, nan when none)."""
+    """Per context lane endpoint on the shared edge: (gap m, angle deg, turn deg, lateral
+    m) to the nearest complementary endpoint of the new tile's lanes on that edge (inf,
+    nan, nan, nan when none). ``angle``: between the two lanes' segments at the seam;
+    ``turn`` and ``lateral``: how far the new lane departs from going straight on along
+    the context lane's tangent at the seam (its far end's heading against that tangent;
+    the largest distance of its points from that line)."""
     step = np.asarray(DIRECTIONS[direction], np.float64)
     axis = 0 if step[0] else 1
     edge = -0.5 * TILE_SIZE * step[axis]
@@ -93,7 +97,7 @@ def _seam_rows(context, direction, tile, layout, smooth_deg):
         for i in np.flatnonzero(on):
             q = cp[i, col]
             if not t_on.any():
-                rows.append((math.inf, math.nan))
+                rows.append((math.inf, math.nan, math.nan, math.nan))
                 continue
             d = np.sqrt(((tp[:, tcol] - q) ** 2).sum(-1))
             d = np.where(t_on, d, np.inf)
@@ -101,10 +105,18 @@ def _seam_rows(context, direction, tile, layout, smooth_deg):
             c_dir = cp[i, -1] - cp[i, -2] if col == -1 else cp[i, 1] - cp[i, 0]
             t_dir = tp[j, 1] - tp[j, 0] if tcol == 0 else tp[j, -1] - tp[j, -2]
             nc, nt = np.linalg.norm(c_dir), np.linalg.norm(t_dir)
-            ang = math.nan
+            ang = turn = lateral = math.nan
             if nc > 1e-9 and nt > 1e-9:
                 ang = math.degrees(math.acos(np.clip(c_dir @ t_dir / (nc * nt), -1.0, 1.0)))
-            rows.append((float(d[j]), ang))
+            if nc > 1e-9:
+                u = c_dir / nc
+                far = tp[j, -1] - tp[j, -2] if tcol == 0 else tp[j, 1] - tp[j, 0]
+                nf = np.linalg.norm(far)
+                if nf > 1e-9:
+                    turn = math.degrees(math.acos(np.clip(u @ far / nf, -1.0, 1.0)))
+                rel = tp[j] - q
+                lateral = float(np.abs(rel[:, 0] * u[1] - rel[:, 1] * u[0]).max())
+            rows.append((float(d[j]), ang, turn, lateral))
     return rows
 
 
@@ -133,7 +145,9 @@ def tile_metrics(
     new tile has no lane continuing it), ``seam_continued`` (share with a gap <=
     ``seam_tol``), ``seam_smooth`` (share of continued ones whose new lane's first
     segment turns by at most ``smooth_deg`` degrees from the context lane's last one: the
-    2nd point continues smoothly), ``seam_angle_median`` (deg); the same for the truth as
+    2nd point continues smoothly), ``seam_angle_median`` (deg), ``seam_turn_median`` /
+    ``_p90`` (deg) and ``seam_lateral_median`` / ``_p90`` (m) over continued ones: how far
+    the new lane departs from going straight on (:func:`_seam_rows`); the same for the truth as
     ``truth_seam_*``; first tiles: ``ego_lane`` (share with :func:`has_ego_lane`).
     """
     lay = _layout_from(layout)
@@ -186,11 +200,16 @@ def tile_metrics(
             rows["gen"] += _seam_rows(c, int(d), gen[b], lay, smooth_deg)
             rows["truth"] += _seam_rows(c, int(d), tru[b], lay, smooth_deg)
         for name, prefix in (("gen", "seam"), ("truth", "truth_seam")):
-            r = np.asarray(rows[name], np.float64).reshape(-1, 2)
+            r = np.asarray(rows[name], np.float64).reshape(-1, 4)
             out[f"{prefix}_endpoints"] = len(r)
             if len(r):
                 cont = r[:, 0] <= lay.seam_tol
                 ang = r[cont, 1]
+                for key, col in (("turn", 2), ("lateral", 3)):
+                    v = r[cont, col]
+                    v = v[np.isfinite(v)]
+                    out[f"{prefix}_{key}_median"] = float(np.median(v)) if len(v) else math.nan
+                    out[f"{prefix}_{key}_p90"] = float(np.percentile(v, 90)) if len(v) else math.nan
                 out[f"{prefix}_gap_median"] = float(np.median(r[:, 0]))
                 out[f"{prefix}_continued"] = float(cont.mean())
                 out[f"{prefix}_smooth"] = (

@@ -160,13 +160,16 @@ from simsci.models.vectorworld._tokens import (
     _decode_geometry,
     _end_tangents,
     _seam_slots,
+    _seam_tangent,
     check_scene_layout,
     check_tile,
     ego_lane_index,
     generation_block,
     generation_pair,
+    geometry_cols,
     lane_successors,
     pair_steps,
+    to_seam_frame,
     tokens_to_tile,
 )
 
@@ -390,7 +393,17 @@ class TileGenerator(nn.Module):
         """Target slots (M, D) -> a float64 tile dict with exact seam pins, and seam rows
         (context lane, output lane, end). ``smooth``: every lane projected onto a cubic
         Bézier (:func:`smooth_lane`), tangent-continuous with the context lane at a seam."""
-        tile = tokens_to_tile(xt.detach().to("cpu", torch.float64), layout=self.layout)
+        xt = xt.detach().to("cpu", torch.float64)
+        if self.layout.seam_frame:  # seam slots back from their seams' frames
+            xt = xt.clone()
+            geo = geometry_cols(self.layout)
+            for s in range(int(block["n_seam"])):
+                back = to_seam_frame(
+                    xt[s, geo].numpy(), block["seam_pin"][s], block["seam_tangent"][s],
+                    self.layout, inverse=True,
+                )  # fmt: skip
+                xt[s, geo] = torch.from_numpy(back)
+        tile = tokens_to_tile(xt, layout=self.layout)
         tile = {k: v.numpy() for k, v in tile.items()}
         lane_slot = tile.pop("lane_token")
         tile.pop("agent_token")
@@ -682,17 +695,14 @@ def _pin_neighbours(block: dict, neighbours, layout: TokenLayout) -> None:
             block["seam_end"][S], block["seam_pin"][S] = end, pin
             block["seam_context"].append([])  # no lane of the context beside it
             cols = _FIRST if end == 0 else layout.last_cols
-            for arr in (x, known):
-                arr[M + S, cols] = (pin / layout.scale).astype(np.float32)
+            for arr in (x, known):  # the pin: 0 in its own seam frame
+                arr[M + S, cols] = 0.0 if layout.seam_frame else (pin / layout.scale)
                 arr[M + S, IS_LANE] = 1.0
             pinned[M + S, cols] = pinned[M + S, IS_LANE] = True
             if road is not None:  # the road's width and lanes, as _force_lanes
                 _pin(block, M + S, WIDTH, road["width"][ids[0]] / layout.width_scale)
                 _pin(block, M + S, COUNT_SLICE, road["group"][ids[0]] / COUNT_SCALE)
-            lane = cp[ids[0]]
-            d = lane[-1] - lane[-2] if end == 0 else lane[1] - lane[0]
-            n = float(np.hypot(*d))
-            tangents[S] = d / n if n > 1e-9 else None
+            tangents[S] = _seam_tangent(cp[ids[0]], end, DIRECTIONS[direction])
             S += 1
     block["n_seam"] = S
 

@@ -58,6 +58,16 @@ Lane geometry (:class:`TokenLayout`'s ``lane_repr``)
   and neighbours arrive as lanes and are grouped the same way, so a seam pins a
   reference lane to a reference lane; a first tile's ego lane is its group's reference.
 
+**Seam frames** (:class:`TokenLayout`'s ``seam_frame``, any ``lane_repr``): in a
+generation block, a seam slot's positions (points or control points) are written in its
+seam's own frame, origin at the pin and x along the direction of travel of the context
+lane it continues (:func:`to_seam_frame`; the pin itself is then the pinned value 0).
+A road going straight on across a seam is then the same token, ``y = 0``, wherever the
+seam lies on the edge and however the road runs, where in the tile frame the network
+has to rotate and shift every continuation by the context lane's pose read through
+attention. Empty slots stay all 0; the other slots keep the tile frame; decoding maps
+seam slots back (:meth:`~._outpaint.TileGenerator.generate`).
+
 Relations (:data:`RELATIONS`; ``rel[i, j]`` = how token i sees token j)
 -----------------------------------------------------------------------
 ``pred``/``succ``/``left``/``right``: a lane-graph edge ``src -> dst`` of that type (the
@@ -162,6 +172,7 @@ __all__ = [
     "ego_lane_index",
     "episode_tile",
     "fit_bezier",
+    "geometry_cols",
     "generation_block",
     "generation_pair",
     "lane_successors",
@@ -169,6 +180,7 @@ __all__ = [
     "pair_steps",
     "tile_tokens",
     "token_points",
+    "to_seam_frame",
     "tokens_to_tile",
 ]
 
@@ -233,9 +245,12 @@ class TokenLayout:
     ego_slot: a first tile's lane slot 0 is the ego's lane (:func:`generation_block`);
     count_pins: every target slot's flag (``is_lane`` / ``is_agent``) is pinned in
     generation blocks, to the truth's at training and to counts drawn by the generator's
-    count model at sampling (:mod:`._outpaint`, "Counts as conditions").
-    The defaults of the last three, ``"points"``, False and False, are what a layout saved
-    before they existed meant; :data:`GENERATOR_LAYOUT` sets ``ego_slot``.
+    count model at sampling (:mod:`._outpaint`, "Counts as conditions");
+    seam_frame: a seam slot's lane geometry is written in its seam's own frame (origin at
+    the pin, x along the lane it continues: :func:`to_seam_frame`), so that going
+    straight on is the same token wherever the seam lies and however the road runs.
+    The defaults of the last four, ``"points"``, False, False and False, are what a
+    layout saved before they existed meant; :data:`GENERATOR_LAYOUT` sets ``ego_slot``.
     """
 
     max_lanes: int = 48
@@ -251,6 +266,7 @@ class TokenLayout:
     lane_repr: str = "points"
     ego_slot: bool = False
     count_pins: bool = False
+    seam_frame: bool = False
 
     def __post_init__(self):
         for name in ("max_lanes", "max_agents"):
@@ -261,11 +277,11 @@ class TokenLayout:
             raise ValueError(
                 f"TokenLayout.lane_repr must be one of {LANE_REPRS}, got {self.lane_repr!r}"
             )
-        for name in ("ego_slot", "count_pins"):
+        for name in ("ego_slot", "count_pins", "seam_frame"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise ValueError(f"TokenLayout.{name} must be a bool, got {getattr(self, name)!r}")
         for f in dataclasses.fields(self)[2:]:
-            if f.name in ("lane_repr", "ego_slot", "count_pins"):
+            if f.name in ("lane_repr", "ego_slot", "count_pins", "seam_frame"):
                 continue
             v = getattr(self, f.name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
@@ -458,6 +474,40 @@ def token_points(x, layout: TokenLayout) -> np.ndarray:
     """Lane tokens ``x`` (n, TOKEN_DIM) -> their polylines (n, 20, 2) float64 in metres."""
     cols = np.asarray(x, np.float64)[:, POINTS_SLICE]
     return _decode_geometry(cols, layout) * layout.scale
+
+
+def geometry_cols(layout: TokenLayout) -> slice:
+    """The token columns holding a lane's positions: the 20 points (``"points"``) or the
+    4 control points (``"bezier"``, ``"road"``)."""
+    return POINTS_SLICE if layout.lane_repr == "points" else BEZIER_SLICE
+
+
+def to_seam_frame(cols, pin, tangent, layout: TokenLayout, inverse: bool = False):
+    """A lane token's position columns (k,) (x0, y0, x1, y1, ... in units of ``scale``,
+    :func:`geometry_cols`) between the tile frame and a seam's frame: origin at ``pin``
+    (2,) (m, tile frame), x along the unit ``tangent`` (2,) (the direction of travel of the
+    lane the slot continues), y to its left. ``inverse``: seam frame -> tile frame. A
+    rotation and a shift, so distances and the Bézier / polyline shape are kept; the pin
+    itself maps to (0, 0). Numpy float64 in, float64 out."""
+    p = np.asarray(cols, np.float64).reshape(-1, 2)
+    t = np.asarray(tangent, np.float64)
+    rot = np.array([[t[0], -t[1]], [t[1], t[0]]])  # columns: tangent, left normal
+    o = np.asarray(pin, np.float64) / layout.scale
+    out = p @ rot.T + o if inverse else (p - o) @ rot
+    return out.reshape(-1)
+
+
+def _seam_tangent(lane: np.ndarray, end: int, step) -> np.ndarray:
+    """The unit direction of travel at a seam of the context ``lane`` (20, 2) continued
+    by a slot with ``end`` (0: the lane ends on the edge, its last segment; 1: it starts
+    there, its first); a degenerate segment falls back to ``step`` (into the new tile)
+    for end 0 and ``-step`` for end 1."""
+    d = lane[-1] - lane[-2] if end == 0 else lane[1] - lane[0]
+    n = float(np.hypot(*d))
+    if n > 1e-9:
+        return d / n
+    s = np.asarray(step, np.float64)
+    return s if end == 0 else -s
 
 
 # ------------------------------------------------------------------ one tile
@@ -1159,7 +1209,9 @@ def generation_block(context, direction, layout=None, target=None) -> dict:
     int64 (M,) (-1, or 0/1 per target slot), ``seam_pin`` float64 (M, 2) (metres, target
     frame; NaN off seams), ``seam_context`` (list of context lane-id lists per seam slot,
     ids into ``context``), ``seam_token`` (per seam slot, the index of a context token
-    it continues), ``n_seam``, ``counts``, ``truncated`` and ``matching``
+    it continues), ``seam_tangent`` (seam slot -> unit direction of travel (2,) of the
+    lane it continues, target frame: the x axis of its frame with ``seam_frame``),
+    ``n_seam``, ``counts``, ``truncated`` and ``matching``
     (``seam_matched``, ``seam_empty``: seam slots with / without a ground-truth lane;
     ``free``: ground-truth lanes placed in free slots; training only), ``ego_slot``
     (a first tile whose lane slot 0 is the ego's lane, ``is_lane`` pinned).
@@ -1214,9 +1266,20 @@ def generation_block(context, direction, layout=None, target=None) -> dict:
     if blk.get("ego_slot"):
         x[M, IS_LANE] = 1.0
         pinned[M, IS_LANE] = True
+    tangents = {}
+    if S:
+        step = DIRECTIONS[int(direction)]
+        cp = np.asarray(context["points"], np.float64) - TILE_SIZE * np.asarray(step, np.float64)
+        tangents = {s: _seam_tangent(cp[slots[s][2][0]], int(seam_end[s]), step) for s in range(S)}
+    geo = geometry_cols(layout)
     for s in range(S):  # pinned seam endpoints carry the context's value (exact)
         cols = _FIRST if seam_end[s] == 0 else layout.last_cols
-        x[M + s, cols] = (seam_pin[s] / layout.scale).astype(np.float32)
+        if layout.seam_frame:  # a true lane's geometry in its seam's frame; the pin is 0
+            if x[M + s, IS_LANE] >= 0.5:
+                x[M + s, geo] = to_seam_frame(x[M + s, geo], seam_pin[s], tangents[s], layout)
+            x[M + s, cols] = 0.0
+        else:
+            x[M + s, cols] = (seam_pin[s] / layout.scale).astype(np.float32)
     x[lane_slots, AGENT_SLICE] = 0.0
     x[lane_slots, IS_AGENT] = 0.0
     return {
@@ -1230,6 +1293,7 @@ def generation_block(context, direction, layout=None, target=None) -> dict:
         "seam_pin": seam_pin,
         "seam_context": [ids for _, _, ids in slots],
         "seam_token": blk.get("seam_token", []),
+        "seam_tangent": tangents,
         "n_seam": S,
         "n_context": nc,
         "counts": blk["counts"],

@@ -20,6 +20,7 @@ from simsci.models.vectorworld._outpaint import (
 )
 from simsci.models.vectorworld._tokens import (
     DIRECTIONS,
+    GENERATOR_LAYOUT,
     IS_AGENT,
     IS_LANE,
     TOKEN_DIM,
@@ -110,6 +111,34 @@ def test_generate_shapes_and_exact_seams(scene):
         assert len(t["points"]) == 24 and len(t["agents"]) == 10
     assert n_rows > 0
     assert has_ego_lane(tiles[-1])  # a first tile: a lane through the origin along +x
+
+
+def test_seam_frame_continues_each_seam_along_its_lane(scene):
+    """A network whose every lane slot is the same straight line along the token's x
+    axis: in the tile frame that is a lane along the tile's x axis, wherever the seam
+    lies; with ``seam_frame`` it is each seam's own lane going straight on (every point
+    on the line through the pin along the context lane's last tangent), exact at the pin."""
+    _, _, pairs = scene
+    ctxs, dirs = [p[0] for p in pairs], [p[1] for p in pairs]
+    worst = {}
+    for seam_frame in (False, True):
+        tg = TileGenerator(**TINY, layout={**GENERATOR_LAYOUT.to_dict(), "seam_frame": seam_frame})
+        tg.net = _Fixed()
+        tiles, stats = tg.generate(ctxs, dirs, steps=2, mode="flow", smooth=False)
+        off = []
+        for (ctx, d, _), t, rows in zip(pairs, tiles, stats["seams"]):
+            cp = np.asarray(ctx["points"], np.float64) - 64.0 * np.asarray(DIRECTIONS[d], float)
+            for c, j, end in rows:
+                pin = cp[c, -1] if end == 0 else cp[c, 0]
+                tan = cp[c, -1] - cp[c, -2] if end == 0 else cp[c, 1] - cp[c, 0]
+                tan /= np.hypot(*tan)
+                rel = t["points"][j] - pin
+                assert np.array_equal(t["points"][j, 0 if end == 0 else -1], pin)
+                off.append(np.abs(rel[:, 0] * tan[1] - rel[:, 1] * tan[0]).max())
+        assert off
+        worst[seam_frame] = max(off)
+    assert worst[True] < 1e-4  # metres: float32 tokens
+    assert worst[False] > 1.0  # the tile frame's line is not the road's
 
 
 def test_empty_tiles_resampled_and_counted(scene):
@@ -259,6 +288,22 @@ def test_tile_metrics(scene):
     assert m["seam_continued"] < 1.0 and m["lane_stats_distance"] < 1e-9
     with pytest.raises(ValueError, match="equally long"):
         tile_metrics(truth[:1], truth)
+
+
+def test_seam_turn_measures_how_far_a_lane_departs_from_going_straight_on():
+    """A context lane ending on the east edge; the new tile's lane continuing it either
+    straight on (turn 0 deg, lateral 0 m) or bending through 45 degrees to the left."""
+    ctx = _tile_of(_lane((-32.0, 4.0), (32.0, 4.0)))
+    straight = _tile_of(_lane((-32.0, 4.0), (32.0, 4.0)))
+    u = np.linspace(0.0, 1.0, 20)[:, None]  # a quarter-circle-ish bend: east, then north-east
+    arc = np.concatenate([-32.0 + 30.0 * u[:10] / u[9], 4.0 + 0 * u[:10]], 1)
+    tail = arc[-1] + np.linspace(0.0, 30.0, 11)[1:, None] * np.sqrt(0.5)
+    bent = _tile_of(np.concatenate([arc, tail]))
+    m = tile_metrics([bent], [straight], [ctx], [0])
+    assert m["truth_seam_turn_median"] < 1e-6 and m["truth_seam_lateral_median"] < 1e-9
+    assert abs(m["seam_turn_median"] - 45.0) < 1e-6
+    assert abs(m["seam_lateral_median"] - 30.0 * np.sqrt(0.5)) < 1e-9
+    assert m["seam_smooth"] == 1.0  # it still leaves the seam smoothly
 
 
 def test_lanes_are_counted_as_pieces_chains_and_metres():

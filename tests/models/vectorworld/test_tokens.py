@@ -32,6 +32,7 @@ from simsci.models.vectorworld._tokens import (
     outpaint_pair,
     pair_steps,
     tile_tokens,
+    to_seam_frame,
     tokens_to_tile,
 )
 
@@ -375,6 +376,54 @@ def test_generation_block_hides_target_and_pins_seams(scene):
     assert f["cond"][FIRST_TILE] == 1 and f["cond"].sum() == 1 and f["n_seam"] == 0
     assert not f["mask"][:M].any() and f["mask"][M:].all()
     assert f["counts"]["target"]["lanes"] == len(episodes[0]["lanes"][0]["points"])
+
+
+def test_seam_frame_writes_seam_lanes_in_their_seams_frame(scene):
+    """With ``seam_frame`` a seam slot's lane is the tile-frame lane rotated and shifted
+    into its seam's frame (pin at 0, x along the lane it continues): the data's roads go
+    on smoothly across seams, so every true seam lane leaves its pin along +x."""
+    _, episodes = scene
+    lay = TokenLayout(**{**GENERATOR_LAYOUT.to_dict(), "seam_frame": True})
+    M = lay.max_lanes + lay.max_agents
+    # a layout saved before the field existed means the tile frame
+    old = {k: v for k, v in GENERATOR_LAYOUT.to_dict().items() if k != "seam_frame"}
+    assert TokenLayout.from_dict(old).seam_frame is False
+    with pytest.raises(ValueError, match="seam_frame must be a bool"):
+        TokenLayout(seam_frame="yes")
+    n_lanes, headings = 0, []
+    for ep in episodes:
+        for k in pair_steps(ep)[0]:
+            a, b = generation_pair(ep, k), generation_pair(ep, k, lay)
+            for key in ("rel", "pinned", "mask", "cond", "seam_end", "seam_pin"):
+                np.testing.assert_array_equal(a[key], b[key])
+            S = b["n_seam"]
+            np.testing.assert_array_equal(a["x"][M + S :], b["x"][M + S :])  # other slots
+            np.testing.assert_array_equal(b["known"], b["x"])
+            for s in range(S):
+                end = b["seam_end"][s]
+                tangent = b["seam_tangent"][s]
+                assert abs(np.hypot(*tangent) - 1) < 1e-12
+                pin_cols = slice(0, 2) if end == 0 else slice(38, 40)
+                assert (b["x"][M + s, pin_cols] == 0).all()  # the pin is the origin
+                if b["x"][M + s, IS_LANE] < 0.5:
+                    assert (b["x"][M + s, :40] == 0).all()  # an empty slot stays all 0
+                    continue
+                back = to_seam_frame(b["x"][M + s, :40], b["seam_pin"][s], tangent, lay, True)
+                want = a["x"][M + s, :40].astype(np.float64)
+                want[pin_cols] = b["seam_pin"][s] / 32  # the pinned value, exact
+                np.testing.assert_allclose(back, want, atol=1e-6)
+                pts = b["x"][M + s, :40].reshape(20, 2).astype(np.float64)
+                d = pts[1] - pts[0] if end == 0 else pts[-1] - pts[-2]
+                headings.append(np.degrees(np.arctan2(d[1], d[0])))
+                n_lanes += 1
+    assert n_lanes > 10
+    assert np.abs(headings).max() < 5.0  # straight on, whichever way the road runs
+    # the frame change is a rotation and a shift: its inverse undoes it
+    cols = np.random.default_rng(0).normal(size=40)
+    t = np.array([0.6, 0.8])
+    there = to_seam_frame(cols, np.array([3.0, -7.0]), t, lay)
+    np.testing.assert_allclose(to_seam_frame(there, np.array([3.0, -7.0]), t, lay, True), cols)
+    np.testing.assert_allclose(to_seam_frame(np.array([3.0, -7.0]) / 32, [3.0, -7.0], t, lay), 0)
 
 
 def test_generation_block_bad_input(scene):
