@@ -153,6 +153,7 @@ from simsci.models.vectorworld._tokens import (
     LANE_POINTS,
     POINTS_SLICE,
     RELATIONS,
+    SPEED_LIMIT,
     TILE_SIZE,
     TOKEN_DIM,
     WIDTH,
@@ -702,6 +703,9 @@ def _pin_neighbours(block: dict, neighbours, layout: TokenLayout) -> None:
             if road is not None:  # the road's width and lanes, as _force_lanes
                 _pin(block, M + S, WIDTH, road["width"][ids[0]] / layout.width_scale)
                 _pin(block, M + S, COUNT_SLICE, road["group"][ids[0]] / COUNT_SCALE)
+            if layout.seam_frame:  # the lane's width and speed limit, as generation_block
+                _pin(block, M + S, WIDTH, tile["width"][ids[0]] / layout.width_scale)
+                _pin(block, M + S, SPEED_LIMIT, tile["speed_limit"][ids[0]] / layout.speed_scale)
             tangents[S] = _seam_tangent(cp[ids[0]], end, DIRECTIONS[direction])
             S += 1
     block["n_seam"] = S

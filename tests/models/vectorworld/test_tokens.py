@@ -394,9 +394,15 @@ def test_seam_frame_writes_seam_lanes_in_their_seams_frame(scene):
     for ep in episodes:
         for k in pair_steps(ep)[0]:
             a, b = generation_pair(ep, k), generation_pair(ep, k, lay)
-            for key in ("rel", "pinned", "mask", "cond", "seam_end", "seam_pin"):
+            for key in ("rel", "mask", "cond", "seam_end", "seam_pin"):
                 np.testing.assert_array_equal(a[key], b[key])
             S = b["n_seam"]
+            # a seam slot also pins the width and speed limit of the lane it continues
+            attrs = [40, 41]  # WIDTH, SPEED_LIMIT
+            more = b["pinned"] & ~a["pinned"]
+            assert more[M : M + S, attrs].all() and more.sum() == 2 * S
+            src = b["seam_token"]
+            np.testing.assert_array_equal(b["x"][M : M + S, attrs], b["x"][src][:, attrs])
             np.testing.assert_array_equal(a["x"][M + S :], b["x"][M + S :])  # other slots
             np.testing.assert_array_equal(b["known"], b["x"])
             for s in range(S):
@@ -406,8 +412,9 @@ def test_seam_frame_writes_seam_lanes_in_their_seams_frame(scene):
                 pin_cols = slice(0, 2) if end == 0 else slice(38, 40)
                 assert (b["x"][M + s, pin_cols] == 0).all()  # the pin is the origin
                 if b["x"][M + s, IS_LANE] < 0.5:
-                    assert (b["x"][M + s, :40] == 0).all()  # an empty slot stays all 0
+                    assert (b["x"][M + s, :40] == 0).all()  # an empty slot has no lane
                     continue
+                np.testing.assert_array_equal(b["x"][M + s, attrs], a["x"][M + s, attrs])
                 back = to_seam_frame(b["x"][M + s, :40], b["seam_pin"][s], tangent, lay, True)
                 want = a["x"][M + s, :40].astype(np.float64)
                 want[pin_cols] = b["seam_pin"][s] / 32  # the pinned value, exact
