@@ -47,6 +47,7 @@ dynadiff train` does. vectorworld trains its tile generator, VAE and ΔSim on a 
 file into the directory OUT (--max-steps sets each; or --param tile_steps=N,
 vae_steps=N, npc_steps=N, npc_roads=N; lane_repr=road for road tokens, count_pins=true
 for a generator that draws its tiles' lane and vehicle counts from the data's,
+seam_frame=true for one that writes each lane continuing a seam in that seam's frame,
 tile_more_steps=N for N more tile-generator steps from its best checkpoint).
 
 models (name, what it is, the kinds of file it reads):

@@ -532,7 +532,8 @@ def _train_vectorworld(
 ) -> dict:  # fmt: skip
     """``simsci train vectorworld``: model args ``tile_steps``, ``vae_steps``,
     ``npc_steps``, ``npc_roads``, ``lane_repr`` (the tile generator's lane tokens),
-    ``count_pins`` (counts as conditions), ``tile_more_steps`` (a warm restart of the
+    ``count_pins`` (counts as conditions), ``seam_frame`` (seam lanes in their seams'
+    frames), ``tile_more_steps`` (a warm restart of the
     tile generator after the three parts);
     ``max_steps`` sets all three step counts (ΔSim's behaviour-cloning collection
     follows it), ``seed`` (default 0, seeding the whole run)
@@ -550,13 +551,16 @@ def _train_vectorworld(
     roads = extra.pop("npc_roads", 6)
     lane_repr = extra.pop("lane_repr", None)
     more = int(extra.pop("tile_more_steps", 0))
-    count_pins = extra.pop("count_pins", False)  # --param parses true / false to a bool
-    if not isinstance(count_pins, bool):
-        raise ValueError(f"--param count_pins must be true or false, got {count_pins!r}")
+    flags = {}
+    for name in ("count_pins", "seam_frame"):
+        flags[name] = extra.pop(name, False)  # --param parses true / false to a bool
+        if not isinstance(flags[name], bool):
+            raise ValueError(f"--param {name} must be true or false, got {flags[name]!r}")
     if extra:
         raise ValueError(
             f"unknown --param for vectorworld: {sorted(extra)} (valid: tile_steps, "
-            "vae_steps, npc_steps, npc_roads, lane_repr, count_pins, tile_more_steps)"
+            "vae_steps, npc_steps, npc_roads, lane_repr, count_pins, seam_frame, "
+            "tile_more_steps)"
         )
     seed = config.get("seed")
     path = train_vectorworld(
@@ -565,7 +569,7 @@ def _train_vectorworld(
         **{k: int(v) for k, v in steps.items()},
         npc_roads=int(roads),
         lane_repr=None if lane_repr is None else str(lane_repr),
-        count_pins=count_pins,
+        **flags,
         tile_more_steps=more,
         seed=seed if seed is not None else 0,
         resume=resume,

@@ -204,7 +204,8 @@ def test_train_vectorworld_goes_through_its_entry(tmp_path, capsys, monkeypatch)
     code, stdout, err = run(
         capsys, "train", "vectorworld", "--data", "scenes.h5", "--out", out, "--max-steps", 3,
         "--param", "npc_steps=7", "--param", "npc_roads=2", "--param", "lane_repr=road",
-        "--param", "count_pins=true", "--param", "tile_more_steps=4", "--seed", 5,
+        "--param", "count_pins=true", "--param", "seam_frame=true",
+        "--param", "tile_more_steps=4", "--seed", 5,
         "--no-progress",
     )  # fmt: skip
     assert code == 0, err
@@ -214,7 +215,8 @@ def test_train_vectorworld_goes_through_its_entry(tmp_path, capsys, monkeypatch)
             "scenes.h5",
             out,
             {"tile_steps": 3, "vae_steps": 3, "npc_steps": 7, "npc_roads": 2,
-             "lane_repr": "road", "count_pins": True, "tile_more_steps": 4, "seed": 5,
+             "lane_repr": "road", "count_pins": True, "seam_frame": True,
+             "tile_more_steps": 4, "seed": 5,
              "resume": False, "progress": False},
         )
     ]  # fmt: skip

@@ -161,7 +161,8 @@ def test_a_short_vectorworld_run_ends_loadable_and_reproducible(tmp_path, capsys
             warnings.simplefilter("ignore")
             code, out, err = run(capsys, "train", "vectorworld", "--data", scenes, "--out",
                                  tmp_path / name, "--max-steps", 3, "--seed", 1,
-                                 "--param", "tile_more_steps=2", "--no-progress")  # fmt: skip
+                                 "--param", "tile_more_steps=2", "--param", "seam_frame=true",
+                                 "--no-progress")  # fmt: skip
         assert code == 0, err
         assert json.loads(out)["checkpoint"] == str(tmp_path / name)
         worlds.append(VectorWorld.load(tmp_path / name))
@@ -170,8 +171,10 @@ def test_a_short_vectorworld_run_ends_loadable_and_reproducible(tmp_path, capsys
     for part in ("tiles", "vae", "npc"):  # the same seed: the same world
         sa, sb = getattr(a, part).state_dict(), getattr(b, part).state_dict()
         assert all(torch.equal(sa[k], sb[k]) for k in sa), part
-    # the tile generator trained on (tile_more_steps) is the one the world took
+    # the tile generator trained on (tile_more_steps) is the one the world took, in the
+    # layout asked for (and kept by the warm restart)
     assert a.meta["tile_more"] == {"steps": 2, "lr": 1.5e-4}
+    assert a.tiles.layout.seam_frame and not a.tiles.layout.count_pins
     more = torch.load(tmp_path / "a/runs/tiles_more/checkpoints/last.pt", weights_only=False)
     base = torch.load(tmp_path / "a/runs/tiles/checkpoints/last.pt", weights_only=False)
     assert more["step"] == 2 and base["step"] == 3

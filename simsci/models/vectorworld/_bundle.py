@@ -348,6 +348,7 @@ def train_vectorworld(
     npc_roads: int = 6,
     lane_repr: str | None = None,
     count_pins: bool = False,
+    seam_frame: bool = False,
     tile_more_steps: int = 0,
     tile_more_lr: float = 1.5e-4,
     seed: int = 0,
@@ -366,7 +367,9 @@ def train_vectorworld(
     generator's lane tokens (:class:`~._tokens.TokenLayout`; ``"road"``: lane groups,
     :mod:`._lanegroups`); None keeps the generator's default. ``count_pins``: the
     generator samples each tile's lane and vehicle counts from the data's and is trained
-    with them as conditions (:mod:`._outpaint`, "Counts as conditions").
+    with them as conditions (:mod:`._outpaint`, "Counts as conditions"). ``seam_frame``:
+    the generator writes a lane continuing a seam in that seam's frame, its width and
+    speed limit pinned to the lane it continues (:mod:`._tokens`, "Seam frames").
     ``tile_more_steps``: after the three parts, the tile generator trains that many
     steps more from its best checkpoint (a warm restart at ``tile_more_lr``, under
     ``out/runs/tiles_more``), and the world takes that generator."""
@@ -382,10 +385,11 @@ def train_vectorworld(
     args = dict(tiles_kwargs.get("model_args") or {})
     if lane_repr is not None:
         args["lane_repr"] = str(lane_repr)
-    if count_pins:
-        from simsci.models.vectorworld._tokens import GENERATOR_LAYOUT
+    for name, on in (("count_pins", count_pins), ("seam_frame", seam_frame)):
+        if on:
+            from simsci.models.vectorworld._tokens import GENERATOR_LAYOUT
 
-        args["layout"] = {**(args.get("layout") or GENERATOR_LAYOUT.to_dict()), "count_pins": True}
+            args["layout"] = {**(args.get("layout") or GENERATOR_LAYOUT.to_dict()), name: True}
     if args:
         tiles_kwargs["model_args"] = args
     vae_kwargs = _short_run(train_vae, vae_steps, vae_kwargs)

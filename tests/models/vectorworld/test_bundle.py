@@ -172,6 +172,8 @@ def test_cli_errors_are_one_clear_line(tmp_path, capsys):
     assert code == 2 and "unknown --param for vectorworld" in capsys.readouterr().err
     code = main(["train", "vectorworld", "--data", "x.h5", "--param", "count_pins=maybe"])
     assert code == 2 and "count_pins must be true or false" in capsys.readouterr().err
+    code = main(["train", "vectorworld", "--data", "x.h5", "--param", "seam_frame=2"])
+    assert code == 2 and "seam_frame must be true or false" in capsys.readouterr().err
 
 
 @pytest.mark.slow
