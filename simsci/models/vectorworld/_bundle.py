@@ -368,8 +368,8 @@ def train_vectorworld(
     :mod:`._lanegroups`); None keeps the generator's default. ``count_pins``: the
     generator samples each tile's lane and vehicle counts from the data's and is trained
     with them as conditions (:mod:`._outpaint`, "Counts as conditions"). ``seam_frame``:
-    the generator writes a lane continuing a seam in that seam's frame, its width and
-    speed limit pinned to the lane it continues (:mod:`._tokens`, "Seam frames").
+    the generator writes a lane continuing a seam in that seam's frame, its width pinned
+    to the lane it continues (:mod:`._tokens`, "Seam frames").
     ``tile_more_steps``: after the three parts, the tile generator trains that many
     steps more from its best checkpoint (a warm restart at ``tile_more_lr``, under
     ``out/runs/tiles_more``), and the world takes that generator."""

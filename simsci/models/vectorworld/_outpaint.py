@@ -115,6 +115,19 @@ Design choices, and why
   slot is continued (as ``continue_seams``), the other neighbours' pinned lanes count
   among the free lanes drawn, and a tile with no seam never draws 0 lanes. The network
   then learns only where the tokens go, not how many there are.
+- **Seam frames** (``seam_frame``, a field of the layout; off in every model saved
+  before it): a seam slot's lane is written in its seam's frame (pin at 0, x along the
+  lane it continues) with that lane's width pinned (:mod:`._tokens`,
+  "Seam frames"). Why: the shipped generator (tile frame) continues a straight road
+  badly: on 400 held-out pairs its lane leaving a seam ends a median 40 degrees off the
+  context lane's heading (90th percentile 125) and strays 9.3 m from the straight line,
+  where the truth's turn 0 degrees (90th percentile 3.7) and stray 0 m; in the tile frame
+  the network has to read the context lane's pose through attention and rotate every
+  continuation by it, in the seam frame going straight on is one fixed token. Measured
+  at the shipped budget (1,500 steps, seed 0, one thread): 17 degrees and 2.4 m
+  (``tile_metrics``' ``seam_turn_median`` / ``seam_lateral_median``); Bézier tokens in
+  seam frames were no better at 750 steps (26 degrees, 4.6 m). What it does to the
+  driven world: benchmarks/README.md, "Eighth session".
 - **Exact seams.** Pinned entries never change in the samplers; decoding writes the
   float64 pin (the context endpoint mapped into the target frame, ``p - 64 step``)
   back into each seam lane, so a seam endpoint equals the context's endpoint.
@@ -153,7 +166,6 @@ from simsci.models.vectorworld._tokens import (
     LANE_POINTS,
     POINTS_SLICE,
     RELATIONS,
-    SPEED_LIMIT,
     TILE_SIZE,
     TOKEN_DIM,
     WIDTH,
@@ -703,9 +715,8 @@ def _pin_neighbours(block: dict, neighbours, layout: TokenLayout) -> None:
             if road is not None:  # the road's width and lanes, as _force_lanes
                 _pin(block, M + S, WIDTH, road["width"][ids[0]] / layout.width_scale)
                 _pin(block, M + S, COUNT_SLICE, road["group"][ids[0]] / COUNT_SCALE)
-            if layout.seam_frame:  # the lane's width and speed limit, as generation_block
+            if layout.seam_frame:  # the lane's width, as generation_block
                 _pin(block, M + S, WIDTH, tile["width"][ids[0]] / layout.width_scale)
-                _pin(block, M + S, SPEED_LIMIT, tile["speed_limit"][ids[0]] / layout.speed_scale)
             tangents[S] = _seam_tangent(cp[ids[0]], end, DIRECTIONS[direction])
             S += 1
     block["n_seam"] = S

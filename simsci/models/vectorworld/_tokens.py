@@ -62,8 +62,10 @@ Lane geometry (:class:`TokenLayout`'s ``lane_repr``)
 generation block, a seam slot's positions (points or control points) are written in its
 seam's own frame, origin at the pin and x along the direction of travel of the context
 lane it continues (:func:`to_seam_frame`; the pin itself is then the pinned value 0),
-and its width and speed limit are pinned to that lane's (a road keeps both across a
-seam: 100% and 99.8% of the scene file's seam lanes do).
+and its width is pinned to that lane's (a road keeps its width across a seam: all the
+scene file's seam lanes do; 99.8% keep the speed limit too, but a generated context's
+limit is capped by its curvature, :mod:`._lanegraph`, and a pinned limit would carry one
+bend's cap down the rest of the road).
 A road going straight on across a seam is then the same token, ``y = 0``, wherever the
 seam lies on the edge and however the road runs, where in the tile frame the network
 has to rotate and shift every continuation by the context lane's pose read through
@@ -251,7 +253,7 @@ class TokenLayout:
     seam_frame: a seam slot's lane geometry is written in its seam's own frame (origin at
     the pin, x along the lane it continues: :func:`to_seam_frame`), so that going
     straight on is the same token wherever the seam lies and however the road runs, and
-    its width and speed limit are pinned to that lane's.
+    its width is pinned to that lane's.
     The defaults of the last four, ``"points"``, False, False and False, are what a
     layout saved before they existed meant; :data:`GENERATOR_LAYOUT` sets ``ego_slot``.
     """
@@ -1281,10 +1283,11 @@ def generation_block(context, direction, layout=None, target=None) -> dict:
             if x[M + s, IS_LANE] >= 0.5:
                 x[M + s, geo] = to_seam_frame(x[M + s, geo], seam_pin[s], tangents[s], layout)
             x[M + s, cols] = 0.0
-            # a road keeps its width and speed limit across a seam: the lane's, pinned
-            src = blk["seam_token"][s]
-            x[M + s, [WIDTH, SPEED_LIMIT]] = x[src, [WIDTH, SPEED_LIMIT]]
-            pinned[M + s, [WIDTH, SPEED_LIMIT]] = True
+            # a road keeps its width across a seam: the lane's, pinned (not its speed
+            # limit: a generated context's is capped by its curvature, and a pin would
+            # carry one bend's cap down the rest of the road)
+            x[M + s, WIDTH] = x[blk["seam_token"][s], WIDTH]
+            pinned[M + s, WIDTH] = True
         else:
             x[M + s, cols] = (seam_pin[s] / layout.scale).astype(np.float32)
     x[lane_slots, AGENT_SLICE] = 0.0

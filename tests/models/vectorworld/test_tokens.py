@@ -397,10 +397,10 @@ def test_seam_frame_writes_seam_lanes_in_their_seams_frame(scene):
             for key in ("rel", "mask", "cond", "seam_end", "seam_pin"):
                 np.testing.assert_array_equal(a[key], b[key])
             S = b["n_seam"]
-            # a seam slot also pins the width and speed limit of the lane it continues
-            attrs = [40, 41]  # WIDTH, SPEED_LIMIT
+            # a seam slot also pins the width of the lane it continues
+            attrs = [40]  # WIDTH
             more = b["pinned"] & ~a["pinned"]
-            assert more[M : M + S, attrs].all() and more.sum() == 2 * S
+            assert more[M : M + S, attrs].all() and more.sum() == S
             src = b["seam_token"]
             np.testing.assert_array_equal(b["x"][M : M + S, attrs], b["x"][src][:, attrs])
             np.testing.assert_array_equal(a["x"][M + S :], b["x"][M + S :])  # other slots
