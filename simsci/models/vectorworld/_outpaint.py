@@ -126,8 +126,10 @@ Design choices, and why
   continuation by it, in the seam frame going straight on is one fixed token. Measured
   at the shipped budget (1,500 steps, seed 0, one thread): 17 degrees and 2.4 m
   (``tile_metrics``' ``seam_turn_median`` / ``seam_lateral_median``); Bézier tokens in
-  seam frames were no better at 750 steps (26 degrees, 4.6 m). What it does to the
-  driven world: benchmarks/README.md, "Eighth session".
+  seam frames were no better at 750 steps (26 degrees, 4.6 m). Not the default: with
+  750 more steps its world has the data's traffic density and lane metres, but the
+  lane-keeping driver is slower and less safe there than in the shipped one
+  (benchmarks/README.md, "Eighth session").
 - **Exact seams.** Pinned entries never change in the samplers; decoding writes the
   float64 pin (the context endpoint mapped into the target frame, ``p - 64 step``)
   back into each seam lane, so a seam endpoint equals the context's endpoint.
