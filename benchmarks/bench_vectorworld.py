@@ -98,8 +98,8 @@ def bench_map(model, data, episodes, quick):
 def bench_map_complete(model, data, episodes, quick):
     """The one-step map as generated and as the world drives it (lane graph completed:
     ``evaluate_tile_generator(complete=True)``), the same samples (same seeds)."""
-    keys = ("lane_stats_distance", "lanes_per_tile", "lane_chains_per_tile", "lane_m_per_tile")
-    keys += ("seam_turn_median", "seam_lateral_median")
+    keys = ("lane_stats_distance", "lanes_per_tile", "lane_chains_per_tile", "lane_m_per_tile",
+            "seam_turn_median", "seam_lateral_median")  # fmt: skip
     return {
         name: _map_runs(
             model,

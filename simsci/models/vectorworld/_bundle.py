@@ -385,11 +385,11 @@ def train_vectorworld(
     args = dict(tiles_kwargs.get("model_args") or {})
     if lane_repr is not None:
         args["lane_repr"] = str(lane_repr)
-    for name, on in (("count_pins", count_pins), ("seam_frame", seam_frame)):
-        if on:
-            from simsci.models.vectorworld._tokens import GENERATOR_LAYOUT
+    flags = {k: True for k, on in (("count_pins", count_pins), ("seam_frame", seam_frame)) if on}
+    if flags:
+        from simsci.models.vectorworld._tokens import GENERATOR_LAYOUT
 
-            args["layout"] = {**(args.get("layout") or GENERATOR_LAYOUT.to_dict()), name: True}
+        args["layout"] = {**(args.get("layout") or GENERATOR_LAYOUT.to_dict()), **flags}
     if args:
         tiles_kwargs["model_args"] = args
     vae_kwargs = _short_run(train_vae, vae_steps, vae_kwargs)

@@ -78,6 +78,14 @@ def _lane_chains(points, edges=None) -> int:
     return n - int(((out_deg[edges[:, 0]] == 1) & (in_deg[edges[:, 1]] == 1)).sum())
 
 
+def _angle(a: np.ndarray, b: np.ndarray) -> float:
+    """The angle between two vectors (degrees; NaN when either is zero)."""
+    na, nb = np.linalg.norm(a), np.linalg.norm(b)
+    if na <= 1e-9 or nb <= 1e-9:
+        return math.nan
+    return math.degrees(math.acos(np.clip(a @ b / (na * nb), -1.0, 1.0)))
+
+
 def _seam_rows(context, direction, tile, layout, smooth_deg):
     """Per context lane endpoint on the shared edge: (gap m, angle deg, turn deg, lateral
     m) to the nearest complementary endpoint of the new tile's lanes on that edge (inf,
@@ -104,19 +112,13 @@ def _seam_rows(context, direction, tile, layout, smooth_deg):
             j = int(d.argmin())
             c_dir = cp[i, -1] - cp[i, -2] if col == -1 else cp[i, 1] - cp[i, 0]
             t_dir = tp[j, 1] - tp[j, 0] if tcol == 0 else tp[j, -1] - tp[j, -2]
-            nc, nt = np.linalg.norm(c_dir), np.linalg.norm(t_dir)
-            ang = turn = lateral = math.nan
-            if nc > 1e-9 and nt > 1e-9:
-                ang = math.degrees(math.acos(np.clip(c_dir @ t_dir / (nc * nt), -1.0, 1.0)))
+            far = tp[j, -1] - tp[j, -2] if tcol == 0 else tp[j, 1] - tp[j, 0]
+            lateral = math.nan
+            nc = np.linalg.norm(c_dir)
             if nc > 1e-9:
-                u = c_dir / nc
-                far = tp[j, -1] - tp[j, -2] if tcol == 0 else tp[j, 1] - tp[j, 0]
-                nf = np.linalg.norm(far)
-                if nf > 1e-9:
-                    turn = math.degrees(math.acos(np.clip(u @ far / nf, -1.0, 1.0)))
                 rel = tp[j] - q
-                lateral = float(np.abs(rel[:, 0] * u[1] - rel[:, 1] * u[0]).max())
-            rows.append((float(d[j]), ang, turn, lateral))
+                lateral = float(np.abs(rel[:, 0] * c_dir[1] - rel[:, 1] * c_dir[0]).max() / nc)
+            rows.append((float(d[j]), _angle(c_dir, t_dir), _angle(c_dir, far), lateral))
     return rows
 
 

@@ -403,7 +403,7 @@ class TileGenerator(nn.Module):
         return p.dtype, p.device
 
     def _decode(
-        self, xt: torch.Tensor, block: dict, context=None, smooth: bool = True
+        self, xt: torch.Tensor, block: dict, smooth: bool = True
     ) -> tuple[dict, np.ndarray]:
         """Target slots (M, D) -> a float64 tile dict with exact seam pins, and seam rows
         (context lane, output lane, end). ``smooth``: every lane projected onto a cubic
@@ -424,20 +424,13 @@ class TileGenerator(nn.Module):
         tile.pop("agent_token")
         rows = []
         pins = {}
-        cpts = None if context is None else np.asarray(context["points"], np.float64)
         for j, s in enumerate(lane_slot.tolist()):
             end = int(block["seam_end"][s])
             if end < 0:
                 continue
             tile["points"][j, 0 if end == 0 else LANE_POINTS - 1] = block["seam_pin"][s]
             rows += [(c, j, end) for c in block["seam_context"][s]]
-            tangent = block.get("seam_tangent", {}).get(s)
-            if cpts is not None and block["seam_context"][s]:
-                c = cpts[block["seam_context"][s][0]]
-                d = c[-1] - c[-2] if end == 0 else c[1] - c[0]
-                n = float(np.hypot(*d))
-                tangent = d / n if n > 1e-9 else None
-            pins[j] = (end, block["seam_pin"][s], tangent)
+            pins[j] = (end, block["seam_pin"][s], block["seam_tangent"][s])
         if smooth:
             for j in range(len(tile["points"])):
                 end, pin, tangent = pins.get(j, (-1, None, None))
@@ -629,7 +622,7 @@ class TileGenerator(nn.Module):
                 stats["resampled"] += len(todo)
             failed = []
             for j, b in enumerate(todo):
-                tiles[b], seams[b] = self._decode(out[j, M:], blocks[b], contexts[b], smooth)
+                tiles[b], seams[b] = self._decode(out[j, M:], blocks[b], smooth)
                 if len(tiles[b]["points"]) == 0 or (first[b] and not has_ego_lane(tiles[b])):
                     failed.append(b)
             todo = failed
@@ -687,7 +680,7 @@ def _pin_neighbours(block: dict, neighbours, layout: TokenLayout) -> None:
     M = layout.max_lanes + layout.max_agents
     S = block["n_seam"]
     x, known, pinned = block["x"], block["known"], block["pinned"]
-    tangents = block.setdefault("seam_tangent", {})
+    tangents = block["seam_tangent"]
     for tile, direction in neighbours:
         if not isinstance(direction, (int, np.integer)) or not 0 <= direction < len(DIRECTIONS):
             raise ValueError(f"a neighbour's direction must index DIRECTIONS, got {direction!r}")

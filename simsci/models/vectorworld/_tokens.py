@@ -1271,10 +1271,10 @@ def generation_block(context, direction, layout=None, target=None) -> dict:
     if blk.get("ego_slot"):
         x[M, IS_LANE] = 1.0
         pinned[M, IS_LANE] = True
-    tangents = {}
+    tangents = {}  # a direction: the context's own frame serves (no shift needed)
     if S:
         step = DIRECTIONS[int(direction)]
-        cp = np.asarray(context["points"], np.float64) - TILE_SIZE * np.asarray(step, np.float64)
+        cp = np.asarray(context["points"], np.float64)
         tangents = {s: _seam_tangent(cp[slots[s][2][0]], int(seam_end[s]), step) for s in range(S)}
     geo = geometry_cols(layout)
     for s in range(S):  # pinned seam endpoints carry the context's value (exact)
