@@ -67,6 +67,13 @@ neighbour lane's complementary end to 1e-9 m):
    lane's last metres replaced (``rerouted``): an end a few metres from an edge cannot
    turn. Failing all (an end boxed in by existing tiles with no lane to meet), the end
    is left as it is (``dead_ends``), since a neighbour is never changed after it is made.
+
+   An extended lane is then refit as one cubic (``refit``, :func:`_refit`): its ends
+   and its start's tangent kept, its new end's tangent too where it meets a lane. A
+   network lane often curls in its last metres, and extending it straight along that
+   curl makes a corner (a 35 degree turn within 3 m) that caps the whole lane's speed
+   limit (step 4); the cubic spreads the turn over the lane. It is taken only when it is
+   gentler, stays in the tile and within 4 m of the extended lane.
 3. **Backward extension** (``extended_back``): the same for interior lane starts with no
    predecessor, growing backwards onto lane ends (d: diverging from a lane).
 4. **Speed limits** are capped by the curvature: :math:`v \le \sqrt{a / \kappa_{max}}`
@@ -100,7 +107,7 @@ __all__ = ["COMPLETION_VERSION", "complete_lanes", "lane_curvature"]
 # The version of complete_lanes' rules: bumped whenever its output for the same input
 # changes, since openings made ahead (StreamingWorld.opening_settings) are completed
 # tiles and are reused only under the same version.
-COMPLETION_VERSION = 2
+COMPLETION_VERSION = 3
 
 _SEAM_TURN = 10.0  # degrees: a lane meeting its neighbour's more sharply is refit (G1)
 _LANE_KEYS = ("width", "speed_limit", "kind")  # per-lane attributes beside the points
@@ -317,6 +324,38 @@ def _shape(pts, ends, neighbours, counts, tolerance, max_curvature, drop_curvatu
     return drop
 
 
+def _refit(grown: np.ndarray, base: np.ndarray, end_dir, slack: float = 4.0) -> np.ndarray:
+    """An extended lane ``grown`` (20, 2, in its growth direction; ``base`` the lane before
+    it grew) as one cubic (:func:`~._outpaint.smooth_lane`): both ends kept, the start's
+    tangent kept, the end's kept along ``end_dir`` (None: free). Taken only when it is
+    gentler, stays in the tile and within ``slack`` m of the grown lane; else ``grown``.
+
+    Why: a network lane's end tangent is its noisiest part (a curl in its last metres),
+    and extending straight along it turns that curl into a corner the curvature cap
+    slows every driver for (a 35 degree turn within 3 m of lane)."""
+    t0 = base[1] - base[0]
+    if float(np.hypot(*t0)) < 1e-9 or float(np.hypot(*(grown[-1] - grown[0]))) < 1e-6:
+        return grown
+    t1 = None
+    if end_dir is not None:
+        n1 = float(np.hypot(*end_dir))
+        t1 = None if n1 < 1e-12 else np.asarray(end_dir, np.float64) / n1
+    fit = smooth_lane(
+        grown,
+        start=grown[0],
+        start_tangent=t0 / float(np.hypot(*t0)),
+        end=grown[-1],
+        end_tangent=t1,
+    )
+    if lane_curvature(fit[None])[0] >= lane_curvature(grown[None])[0]:
+        return grown
+    if np.abs(fit).max() > 0.5 * TILE_SIZE + 0.5:
+        return grown
+    dense = _resample(grown, 4 * LANE_POINTS)
+    gap = np.sqrt(((fit[:, None] - dense[None]) ** 2).sum(-1)).min(1).max()
+    return fit if gap <= slack else grown
+
+
 def _meet_on_edge(p, t, q, forward, edge_ends, join, cos_max, max_kappa):
     """A Hermite curve from ``p`` (growing along ``t``) onto the nearest lane of a
     neighbour on the shared edge it would leave by at ``q``: a lane start (``forward``;
@@ -358,15 +397,17 @@ def complete_lanes(
     drop_curvature: float = ROAD_MAX_CURVATURE,
     lateral_accel: float = 3.0,
     max_lanes: int | None = None,
+    refit: bool = True,
 ) -> tuple[dict, dict]:
     """``tile`` (own frame, float64 lanes) without interior dead ends; returns ``(tile,
     counts)`` with counts ``smoothed``, ``straightened``, ``dropped``, ``joined``,
-    ``extended``, ``extended_back``, ``dead_ends``, ``speed_capped`` (the steps of the
-    module docstring; ``tile["points"]`` (n, 20, 2), ``width`` / ``speed_limit`` /
-    ``kind`` (n,)). ``neighbours``: the existing 4-neighbours as
+    ``extended``, ``extended_back``, ``merged``, ``rerouted``, ``refit``, ``dead_ends``,
+    ``speed_capped`` (the steps of the module docstring; ``tile["points"]`` (n, 20, 2),
+    ``width`` / ``speed_limit`` / ``kind`` (n,)). ``neighbours``: the existing 4-neighbours as
     ``(tile, direction)`` pairs, as :func:`~._outpaint.close_seams` takes them; their
     shared edges are where an extension must meet one of their lanes. ``max_lanes``:
-    joins stop adding lanes at this count (extensions add none). The tile's agents are
+    joins stop adding lanes at this count (extensions add none). ``refit``: False keeps
+    every extended lane as extended (completion version 2's rule). The tile's agents are
     kept as they are."""
     out = {k: np.array(v, copy=True) for k, v in tile.items()}
     pts = np.asarray(out["points"], np.float64).reshape(-1, LANE_POINTS, 2).copy()
@@ -379,6 +420,7 @@ def complete_lanes(
         "extended_back",
         "merged",
         "rerouted",
+        "refit",
         "dead_ends",
         "speed_capped",
     )
@@ -457,7 +499,8 @@ def complete_lanes(
             ti, to = _end_tangents(pts[i : i + 1])  # (pts changes as lanes are split)
             t = to[0] if forward else -ti[0]  # the direction the lane grows in
             q, k = _exit(p, t)
-            if k in shared_sides:
+            straight = k not in shared_sides
+            if not straight:
                 # a neighbour lane to meet: its start (forward) or its end (backward)
                 ok = _meet_on_edge(
                     p, t, q, forward, shared.get(k, []), join, cos_max, max_curvature
@@ -492,6 +535,12 @@ def complete_lanes(
                 ext = np.stack([p, q])
                 base = pts[i] if forward else pts[i, ::-1]
             grown = _resample(np.concatenate([base, ext[1:]]))
+            if refit:
+                # a straight run to an open edge leaves the end's direction free (the
+                # next tile continues whatever it is); a curve onto a lane keeps its end
+                fit = _refit(grown, base, None if straight else ext[-1] - ext[-2])
+                counts["refit"] += int(fit is not grown)
+                grown = fit
             pts[i] = grown if forward else grown[::-1]
             counts["extended" if forward else "extended_back"] += 1
     out["points"] = _append_lanes(out, pts, new_lanes, new_src) if new_lanes else pts

@@ -141,7 +141,7 @@ from simsci.driving import (
     bicycle_step,
     metrics,
 )
-from simsci.models.vectorworld import _lanegraph
+from simsci.models.vectorworld import _lanegraph, _outpaint
 from simsci.models.vectorworld._features import _gather_slots, _slot_order
 
 __all__ = ["StreamingWorld", "seam_gaps"]
@@ -431,6 +431,7 @@ class StreamingWorld:
                 "lanes_extended_back",
                 "lanes_merged",
                 "lanes_rerouted",
+                "lanes_refit",
                 "lanes_dead_ends",
                 "lanes_speed_capped",
             )
@@ -500,6 +501,7 @@ class StreamingWorld:
             "tile_mode": self.tile_mode,
             "complete": self.complete,
             "completion": _lanegraph.COMPLETION_VERSION if self.complete else None,
+            "bend": _outpaint.LANE_BEND,
             "device": self.device.type,
             "dtype": str(self.dtype).replace("torch.", ""),
         }

@@ -95,12 +95,36 @@ def test_curvature_of_an_arc_and_the_speed_it_allows():
     phi = np.linspace(0.0, 1.2, 20)
     arc = np.stack([r * np.sin(phi) - 10, r * (1 - np.cos(phi)) - 10], -1)
     assert lane_curvature(arc[None])[0] == pytest.approx(1 / r, rel=1e-3)
-    out, counts = complete_lanes(_tile(arc, speed=30.0), max_curvature=1.0)
-    assert counts["speed_capped"] == 1
+    out, counts = complete_lanes(_tile(arc, speed=30.0), max_curvature=1.0, refit=False)
+    assert counts["speed_capped"] == 1 and counts["refit"] == 0
     # the cap of the completed lane (the arc, extended straight at both ends)
     kappa = lane_curvature(out["points"])[0]
     assert out["speed_limit"][0] == pytest.approx(math.sqrt(3.0 / kappa), rel=1e-12)
     assert 0.8 * math.sqrt(3.0 * r) < out["speed_limit"][0] <= math.sqrt(3.0 * r) + 1e-9
+
+
+def test_a_curled_end_extended_to_the_edge_is_refit_as_one_gentle_curve():
+    # straight from the west edge for 30 m, then a 35 degree curl in its last 5 m: a
+    # straight extension along the curl makes a corner; the refit spreads the turn
+    turn = math.radians(35.0)
+    head = _line((-32, 0), (-2, 0), 16)
+    tail = (-2, 0) + np.outer(np.linspace(0, 5, 5)[1:], [math.cos(turn), math.sin(turn)])
+    lane = np.concatenate([head, tail])
+    plain, counts = complete_lanes(_tile(lane), refit=False)
+    assert counts["extended"] == 1 and counts["refit"] == 0
+    out, counts = complete_lanes(_tile(lane))
+    assert counts["extended"] == 1 and counts["refit"] == 1
+    kink, gentle = lane_curvature(plain["points"])[0], lane_curvature(out["points"])[0]
+    assert gentle < 0.5 * kink
+    # the same ends, exactly; the start's direction kept (the cubic leaves along +x: its
+    # first 3.6 m chord turns 4 degrees, the plain lane's corner 35); within 4 m of it
+    np.testing.assert_array_equal(out["points"][0, [0, -1]], plain["points"][0, [0, -1]])
+    t_in, _ = _end_tangents(out["points"])
+    assert t_in[0] @ np.array([1.0, 0.0]) > math.cos(math.radians(5.0))
+    gap = np.hypot(*(out["points"][0][:, None] - plain["points"][0][None]).T).min(0)
+    assert gap.max() <= 4.0
+    # a gentler lane allows a higher speed
+    assert out["speed_limit"][0] > plain["speed_limit"][0]
 
 
 def test_a_kinked_lane_is_smoothed_between_its_ends():

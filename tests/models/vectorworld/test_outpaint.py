@@ -10,12 +10,14 @@ from torch import nn
 from simsci.driving.metrics import drive_seam_gaps as seam_gaps_of_drive
 from simsci.driving.metrics import seam_gaps
 from simsci.models.vectorworld._evaluate import _lane_chains, tile_metrics
+from simsci.models.vectorworld._lanegraph import lane_curvature
 from simsci.models.vectorworld._outpaint import (
     TileGenerator,
     TileSamples,
     close_seams,
     collate_blocks,
     has_ego_lane,
+    smooth_lane,
     train_tile_generator,
 )
 from simsci.models.vectorworld._tokens import (
@@ -288,6 +290,29 @@ def test_tile_metrics(scene):
     assert m["seam_continued"] < 1.0 and m["lane_stats_distance"] < 1e-9
     with pytest.raises(ValueError, match="equally long"):
         tile_metrics(truth[:1], truth)
+
+
+def test_a_bending_penalty_straightens_noise_and_keeps_lines_and_pins():
+    u = np.linspace(0.0, 1.0, 20)[:, None]
+    line = np.array([-32.0, 4.0]) + u * np.array([64.0, 6.0])
+    for bend in (0.0, 1.0, 100.0):  # a straight, evenly spaced lane is a fixed point
+        np.testing.assert_allclose(smooth_lane(line, bend=bend), line, atol=1e-9)
+    noisy = line + np.random.default_rng(0).normal(0.0, 1.5, line.shape)
+    pin, t = np.array([-32.0, 4.0]), np.array([64.0, 6.0]) / math.hypot(64.0, 6.0)
+    plain = smooth_lane(noisy, start=pin, start_tangent=t)
+    for bend, factor in ((1.0, 0.8), (10.0, 0.5), (1000.0, 0.05)):
+        fit = smooth_lane(noisy, start=pin, start_tangent=t, bend=bend)
+        assert lane_curvature(fit[None])[0] < factor * lane_curvature(plain[None])[0]
+        np.testing.assert_array_equal(fit[0], pin)  # the pin is kept exactly
+        first = (fit[1] - fit[0]) / np.hypot(*(fit[1] - fit[0]))
+        assert first @ t > math.cos(math.radians(5.0))  # and leaves along its tangent
+    # a true bend (a 30 degree arc of radius 100 m) is kept to within a metre
+    phi = np.linspace(0.0, math.radians(30.0), 20)
+    arc = 100.0 * np.stack([np.sin(phi), 1.0 - np.cos(phi)], -1) - [26.0, 0.0]
+    fit = smooth_lane(arc, start=arc[0], end=arc[-1], bend=1.0)
+    assert np.hypot(*(fit - arc).T).max() < 1.0
+    with pytest.raises(ValueError, match="bend"):
+        smooth_lane(line, bend=-1.0)
 
 
 def test_seam_turn_measures_how_far_a_lane_departs_from_going_straight_on():
