@@ -43,7 +43,12 @@ neighbour lane's complementary end to 1e-9 m):
    ``max_curvature``: a new lane (``joined``), the cubic Hermite curve from the end to
    the start with both lanes' tangents (G1 at both), width / speed limit / kind of the
    lane it leaves.
-2. **Forward extension** (``extended``), of every other interior end, the lane grown
+   An end *leaves the tile* when it is on an edge, heads out through it (within 60
+   degrees of its normal) and lies more than 2 m from a corner (:func:`_leaves`); every
+   other end without a successor or predecessor is open. A seam stub grazing an edge or
+   a lane into a corner leads nowhere: no neighbour continues it, and the driver would
+   run off its end (``left_generated_lanes``).
+2. **Forward extension** (``extended``), of every other open end, the lane grown
    and resampled over its new length (one lane, 20 points evenly in arc length, so the
    lane count stays the network's), by the first of:
 
@@ -109,6 +114,7 @@ __all__ = ["COMPLETION_VERSION", "complete_lanes", "lane_curvature"]
 # tiles and are reused only under the same version.
 COMPLETION_VERSION = 3
 
+_CORNER = 2.0  # m: an end this near a tile corner leaves through no edge (see _leaves)
 _SEAM_TURN = 10.0  # degrees: a lane meeting its neighbour's more sharply is refit (G1)
 _LANE_KEYS = ("width", "speed_limit", "kind")  # per-lane attributes beside the points
 _SIDES = [np.asarray(d, np.float64) for d in ((1, 0), (-1, 0), (0, 1), (0, -1))]
@@ -157,8 +163,20 @@ def _on_edge(p: np.ndarray, tolerance: float) -> bool:
     return any(bool(_in_band(p, s, tolerance)) for s in _SIDES)
 
 
-def _inside(p: np.ndarray) -> bool:
-    return bool(np.all(np.abs(p) < 0.5 * TILE_SIZE))
+def _leaves(p: np.ndarray, t: np.ndarray, tolerance: float) -> bool:
+    """Whether an end at ``p`` going along ``t`` (unit) leaves the tile through an edge it
+    is on: within ``tolerance`` of it and at most 60 degrees off its outward normal. An
+    end on an edge that runs along it (a seam stub beside the edge) leads nowhere."""
+    half = 0.5 * TILE_SIZE
+    for s in _SIDES:
+        across = abs(float(p @ np.array([-s[1], s[0]])))
+        if _in_band(p, s, tolerance) and float(t @ s) >= 0.5 and across <= half - _CORNER:
+            return True
+    return False
+
+
+def _inside(p: np.ndarray, tolerance: float = 0.0) -> bool:
+    return bool(np.all(np.abs(p) < 0.5 * TILE_SIZE + tolerance))
 
 
 def lane_curvature(points: np.ndarray) -> np.ndarray:
@@ -449,12 +467,16 @@ def complete_lanes(
     open_end = [
         i
         for i in range(n)
-        if not has_succ[i] and _inside(pts[i, -1]) and not _on_edge(pts[i, -1], tolerance)
+        if not has_succ[i]
+        and _inside(pts[i, -1], tolerance)
+        and not _leaves(pts[i, -1], t_out[i], tolerance)
     ]
     open_start = [
         i
         for i in range(n)
-        if not has_pred[i] and _inside(pts[i, 0]) and not _on_edge(pts[i, 0], tolerance)
+        if not has_pred[i]
+        and _inside(pts[i, 0], tolerance)
+        and not _leaves(pts[i, 0], -t_in[i], tolerance)
     ]
     # 1. joins, nearest pairs first
     pairs = []
@@ -499,7 +521,8 @@ def complete_lanes(
             ti, to = _end_tangents(pts[i : i + 1])  # (pts changes as lanes are split)
             t = to[0] if forward else -ti[0]  # the direction the lane grows in
             q, k = _exit(p, t)
-            straight = k not in shared_sides
+            # an end on an edge it runs along has no straight way out: curves only
+            straight = k not in shared_sides and not _on_edge(p, tolerance)
             if not straight:
                 # a neighbour lane to meet: its start (forward) or its end (backward)
                 ok = _meet_on_edge(

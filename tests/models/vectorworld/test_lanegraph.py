@@ -127,6 +127,29 @@ def test_a_curled_end_extended_to_the_edge_is_refit_as_one_gentle_curve():
     assert out["speed_limit"][0] > plain["speed_limit"][0]
 
 
+def _leaves_through_an_edge(p, t, margin=2.0):
+    side = np.sign(p) * (np.abs(p) == np.abs(p).max())  # the edge it is nearest
+    return abs(np.abs(p).max() - 32.0) <= 0.5 and t @ side >= 0.5 and np.abs(p).min() <= 30
+
+
+@pytest.mark.parametrize(
+    "lane",
+    [
+        _line((-32, 29.8), (-16, 32.0)),  # a seam stub grazing the top edge
+        _line((-32, 0.0), (31.6, 31.7)),  # a lane leaving through the corner
+    ],
+    ids=["along-an-edge", "into-a-corner"],
+)
+def test_an_end_on_an_edge_that_leads_nowhere_is_completed(lane):
+    # neither leaves the tile through an edge: a neighbour would not continue it
+    out, counts = complete_lanes(_tile(lane))
+    assert counts["dead_ends"] == 0
+    assert counts["extended"] + counts["rerouted"] + counts["joined"] >= 1
+    _, t_out = _end_tangents(out["points"])
+    assert _leaves_through_an_edge(out["points"][0, -1], t_out[0])
+    np.testing.assert_array_equal(out["points"][0, 0], lane[0])  # its start is kept
+
+
 def test_a_kinked_lane_is_smoothed_between_its_ends():
     lane = _line((-32, 0), (32, 0))
     lane[10, 1] = 3.0  # a spike: ~0.5 1/m
