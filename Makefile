@@ -119,15 +119,17 @@ gpu-check: $(if $(filter $(VENV)/bin/python,$(PY)),venv)
 
 # The VectorWorld shipped as package data (simsci/pretrained/vectorworld, its command,
 # seeds and hashes in simsci/pretrained/manifest.json): 2,000 simulated drives (data seed
-# 0), the tile generator, VAE and ΔSim trained on one CPU thread (seed 0; ~45 min on a
-# 2-core machine), then copied in. Run it again after an interruption: it resumes.
+# 0), the tile generator (seam frames: 1,500 steps and a 1,500-step warm restart), VAE
+# and ΔSim trained on one CPU thread (seed 0; 51 min on a 2-core machine), then copied
+# in with 64 openings made ahead. Run it again after an interruption: it resumes.
 VW_DEFAULT := runs/vw_default
 pretrained-vectorworld: venv
 	test -f $(VW_DEFAULT)/scenes.h5 || OMP_NUM_THREADS=1 $(PY) -m simsci generate driving \
 	  --episodes 2000 --seed 0 --out $(VW_DEFAULT)/scenes.h5
 	OMP_NUM_THREADS=1 $(PY) -m simsci train vectorworld --data $(VW_DEFAULT)/scenes.h5 \
 	  --out $(VW_DEFAULT)/model --param tile_steps=1500 --param vae_steps=6000 \
-	  --param npc_steps=3000 --seed 0 --resume --no-progress
+	  --param npc_steps=3000 --param seam_frame=true --param tile_more_steps=1500 \
+	  --seed 0 --resume --no-progress
 	$(PY) -c "from simsci.models.vectorworld._bundle import ship_default; \
 	  print(ship_default('$(VW_DEFAULT)/model', data_seed=0, train_seed=0))"
 

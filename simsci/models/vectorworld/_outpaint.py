@@ -115,21 +115,22 @@ Design choices, and why
   slot is continued (as ``continue_seams``), the other neighbours' pinned lanes count
   among the free lanes drawn, and a tile with no seam never draws 0 lanes. The network
   then learns only where the tokens go, not how many there are.
-- **Seam frames** (``seam_frame``, a field of the layout; off in every model saved
-  before it): a seam slot's lane is written in its seam's frame (pin at 0, x along the
-  lane it continues) with that lane's width pinned (:mod:`._tokens`,
-  "Seam frames"). Why: the shipped generator (tile frame) continues a straight road
-  badly: on 400 held-out pairs its lane leaving a seam ends a median 40 degrees off the
-  context lane's heading (90th percentile 125) and strays 9.3 m from the straight line,
+- **Seam frames** (``seam_frame``, a field of the layout; off in models saved before
+  it and in ``GENERATOR_LAYOUT``, on in the shipped generator since the ninth session):
+  a seam slot's lane is written in its seam's frame (pin at 0, x along the lane it
+  continues) with that lane's width pinned (:mod:`._tokens`, "Seam frames"). Why: the
+  generator shipped before (tile frame) continued a straight road badly: on 400
+  held-out pairs its lane leaving a seam ends a median 40 degrees off the context lane's
+  heading (90th percentile 125) and strays 9.3 m from the straight line,
   where the truth's turn 0 degrees (90th percentile 3.7) and stray 0 m; in the tile frame
   the network has to read the context lane's pose through attention and rotate every
   continuation by it, in the seam frame going straight on is one fixed token. Measured
   at the shipped budget (1,500 steps, seed 0, one thread): 17 degrees and 2.4 m
   (``tile_metrics``' ``seam_turn_median`` / ``seam_lateral_median``); Bézier tokens in
-  seam frames were no better at 750 steps (26 degrees, 4.6 m). Not the default: with
-  750 more steps its world has the data's traffic density and lane metres, but the
-  lane-keeping driver is slower and less safe there than in the shipped one
-  (benchmarks/README.md, "Eighth session").
+  seam frames were no better at 750 steps (26 degrees, 4.6 m). The shipped generator
+  (``make pretrained-vectorworld``: 1,500 steps and a 1,500-step warm restart), decoded
+  as below, turns a median 3.2 degrees at a seam (the tile-frame one: 20;
+  benchmarks/README.md, "Eighth session" and "Ninth session").
 - **Straight unless shown bent** (``bend``, :data:`LANE_BEND` = 1 by default). Decoding's
   cubic (:func:`smooth_lane`) minimises the squared distance to the 20 sampled points
   plus ``bend`` times the control polygon's squared second differences (0 for a straight
@@ -138,8 +139,9 @@ Design choices, and why
   for every bend (speed limits are capped by curvature), and 90% of the data's lanes are
   straighter than 0.0027 1/m. With ``bend=1`` the fit moves a held-out true lane by 0 m
   at the median and 0.17 m at the 90th percentile (junction connectors at most 2 m),
-  while the lane-keeping driver of the seam-frame world goes 0.81-0.87 of Driving-v0's
-  distance against 0.47-0.49 (benchmarks/README.md, "Ninth session").
+  while the lane-keeping driver of a seam-frame world goes 0.81-0.87 of Driving-v0's
+  distance against 0.47-0.49, and of the tile-frame one 0.61-0.66 against 0.54-0.63
+  (benchmarks/README.md, "Ninth session").
 - **Exact seams.** Pinned entries never change in the samplers; decoding writes the
   float64 pin (the context endpoint mapped into the target frame, ``p - 64 step``)
   back into each seam lane, so a seam endpoint equals the context's endpoint.
