@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from simsci import data as sdata
-from simsci.driving import read_scene
+from simsci.driving import arc_length, read_scene
 from simsci.driving.metrics import compare_lane_stats, frechet_distance, lane_graph_stats
 from simsci.models.vectorworld._lanegraph import complete_lanes
 from simsci.models.vectorworld._outpaint import (
@@ -76,6 +76,31 @@ def _lane_chains(points, edges=None) -> int:
     out_deg = np.bincount(edges[:, 0], minlength=n)
     in_deg = np.bincount(edges[:, 1], minlength=n)
     return n - int(((out_deg[edges[:, 0]] == 1) & (in_deg[edges[:, 1]] == 1)).sum())
+
+
+def _close_pairs(points, gap: float = 2.5, span: float = 15.0, skip: float = 5.0) -> int:
+    """Pairs of lanes of one tile (n, P, 2) that run closer than ``gap`` m to each other
+    along at least ``span`` m of one of them, its first and last ``skip`` m left out (so
+    a fork or a merge, which meet at an end, does not count): near-duplicate lanes, where
+    the data puts neighbouring lanes a lane width (~3.5 m) apart. Lanes are resampled
+    every metre."""
+    dense = []
+    for p in np.asarray(points, np.float64).reshape(-1, LANE_POINTS, 2):
+        s = arc_length(p)
+        q = np.arange(0.0, s[-1] + 1e-9, 1.0)
+        dense.append((np.stack([np.interp(q, s, p[:, 0]), np.interp(q, s, p[:, 1])], -1), q))
+    count = 0
+    for i in range(len(dense)):
+        for j in range(i + 1, len(dense)):
+            for (a, qa), (b, _) in ((dense[i], dense[j]), (dense[j], dense[i])):
+                inner = a[(qa > skip) & (qa < qa[-1] - skip)]
+                if len(inner) < span:
+                    continue
+                d = np.sqrt(((inner[:, None] - b[None]) ** 2).sum(-1)).min(1)
+                if (d < gap).sum() >= span:
+                    count += 1
+                    break
+    return count
 
 
 def _angle(a: np.ndarray, b: np.ndarray) -> float:
@@ -140,8 +165,9 @@ def tile_metrics(
     ``lane_stats_distance`` = the mean over statistics of Fréchet² / Var(truth) (scale-free;
     0 = identical Gaussians). ``agent_count_frechet``: Fréchet² of agents per tile.
     Per tile, beside ``lanes_per_tile`` (pieces): ``lane_chains_per_tile``
-    (:func:`_lane_chains`) and ``lane_m_per_tile`` (centreline metres); ``truth_*`` the
-    same of the truth.
+    (:func:`_lane_chains`), ``lane_m_per_tile`` (centreline metres) and
+    ``close_lane_pairs_per_tile`` (near-duplicate lanes, :func:`_close_pairs`); ``truth_*``
+    the same of the truth.
     With ``contexts`` / ``directions`` (None entries = first tiles): seam statistics over
     every context lane endpoint on the shared edge: ``seam_gap_median`` (m; inf when the
     new tile has no lane continuing it), ``seam_continued`` (share with a gap <=
@@ -181,6 +207,8 @@ def tile_metrics(
         chains = [_lane_chains(t["points"], e) for t, e in zip(tiles, edges)]
         out[f"{prefix}lane_chains_per_tile"] = float(np.mean(chains))
         out[f"{prefix}lane_m_per_tile"] = float(np.sum(stats["length"]) / len(tiles))
+        close = [_close_pairs(t["points"]) for t in tiles]
+        out[f"{prefix}close_lane_pairs_per_tile"] = float(np.mean(close))
     cmp = compare_lane_stats(s_tru, s_gen)
     out["lane_stats"] = cmp
     norm = []

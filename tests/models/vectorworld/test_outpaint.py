@@ -9,7 +9,7 @@ from torch import nn
 
 from simsci.driving.metrics import drive_seam_gaps as seam_gaps_of_drive
 from simsci.driving.metrics import seam_gaps
-from simsci.models.vectorworld._evaluate import _lane_chains, tile_metrics
+from simsci.models.vectorworld._evaluate import _close_pairs, _lane_chains, tile_metrics
 from simsci.models.vectorworld._lanegraph import lane_curvature
 from simsci.models.vectorworld._outpaint import (
     TileGenerator,
@@ -313,6 +313,32 @@ def test_a_bending_penalty_straightens_noise_and_keeps_lines_and_pins():
     assert np.hypot(*(fit - arc).T).max() < 1.0
     with pytest.raises(ValueError, match="bend"):
         smooth_lane(line, bend=-1.0)
+
+
+def test_near_duplicate_lanes_are_counted_and_forks_are_not():
+    u = np.linspace(0.0, 1.0, 20)[:, None]
+
+    def line(p0, p1):
+        return np.asarray(p0, float) + u * (np.asarray(p1, float) - np.asarray(p0, float))
+
+    base = line((-32, 0), (32, 0))
+    assert _close_pairs(np.stack([base, line((-32, 2.0), (32, 2.0))])) == 1
+    assert _close_pairs(np.stack([base, line((32, 1.0), (-32, 1.0))])) == 1  # oncoming
+    assert _close_pairs(np.stack([base, line((-32, 3.5), (32, 3.5))])) == 0  # a lane apart
+    turn = math.radians(20.0)
+    fork = line((-32, 0), (-32 + 60 * math.cos(turn), 60 * math.sin(turn)))
+    assert _close_pairs(np.stack([base, fork])) == 0  # they meet only at their start
+    short = line((-32, 1.0), (-20, 1.0))  # 12 m beside it: under the 15 m span
+    assert _close_pairs(np.stack([base, short])) == 0
+    tile = {
+        "points": np.stack([base, line((-32, 2.0), (32, 2.0))]),
+        "width": np.full(2, 3.5),
+        "speed_limit": np.full(2, 13.9),
+        "kind": np.zeros(2, np.int64),
+        "agents": np.zeros((0, 7)),
+    }
+    m = tile_metrics([tile], [tile])
+    assert m["close_lane_pairs_per_tile"] == m["truth_close_lane_pairs_per_tile"] == 1.0
 
 
 def test_seam_turn_measures_how_far_a_lane_departs_from_going_straight_on():
