@@ -150,6 +150,22 @@ def test_an_end_on_an_edge_that_leads_nowhere_is_completed(lane):
     np.testing.assert_array_equal(out["points"][0, 0], lane[0])  # its start is kept
 
 
+def test_an_end_that_would_run_beside_a_lane_merges_into_it():
+    from simsci.models.vectorworld._evaluate import _close_pairs
+
+    road = _line((-32, 0), (32, 0))
+    joining = _line((-32, 4.0), (-10, 3.0))  # heading 2.6 degrees towards the road
+    # straight on to the east edge it would run within 2.5 m of the road for ~30 m
+    beside, counts = complete_lanes(_tile(road, joining), merge_beside=False)
+    assert counts["merged"] == 0 and _close_pairs(beside["points"]) == 1
+    out, counts = complete_lanes(_tile(road, joining))
+    assert counts["merged"] == 1 and len(out["points"]) == 3  # the road split where it joins
+    assert _close_pairs(out["points"]) == 0
+    end = out["points"][1, -1]
+    assert any(np.hypot(*(end - p[0])) < 1e-9 for p in out["points"][[0, 2]])  # on the road
+    np.testing.assert_array_equal(out["points"][1, 0], joining[0])
+
+
 def test_a_kinked_lane_is_smoothed_between_its_ends():
     lane = _line((-32, 0), (32, 0))
     lane[10, 1] = 3.0  # a spike: ~0.5 1/m
