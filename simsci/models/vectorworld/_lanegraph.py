@@ -426,6 +426,16 @@ def _append_lanes(out: dict, pts: np.ndarray, new, src) -> np.ndarray:
     return np.concatenate([pts, np.asarray(new).reshape(-1, LANE_POINTS, 2)])
 
 
+def _split(out: dict, pts: np.ndarray, moved: dict, j: int, k: int) -> np.ndarray:
+    """``pts`` with lane ``j`` split at its point ``k`` (a lane merging into it there):
+    the head stays lane ``j``, the tail is appended (``out``'s attributes copied from
+    ``j``) and recorded in ``moved`` as where ``j``'s end went."""
+    head, tail = _resample(pts[j, : k + 1]), _resample(pts[j, k:])
+    pts[j] = head
+    moved[j] = len(pts)
+    return _append_lanes(out, pts, tail, [j])
+
+
 def complete_lanes(
     tile: dict,
     neighbours=(),
@@ -560,10 +570,7 @@ def complete_lanes(
                     hit = _merge_point(p, t, forward, pts, i, drop_curvature, cos_max)
                     if hit is not None:
                         ok, j, k = hit
-                        head, tail = _resample(pts[j, : k + 1]), _resample(pts[j, k:])
-                        pts[j] = head
-                        moved[j] = len(pts)
-                        pts = _append_lanes(out, pts, tail, [j])
+                        pts = _split(out, pts, moved, j, k)
                         counts["merged"] += 1
                 if ok is None:  # else turn out of the tile through an open edge
                     ok = _turn_out(p, t, shared_sides, drop_curvature)
@@ -589,10 +596,7 @@ def complete_lanes(
                     hit = _merge_point(p, t, forward, pts, i, drop_curvature, cos_max)
                     if hit is not None:
                         ext, j, k = hit
-                        head, tail = _resample(pts[j, : k + 1]), _resample(pts[j, k:])
-                        pts[j] = head
-                        moved[j] = len(pts)
-                        pts = _append_lanes(out, pts, tail, [j])
+                        pts = _split(out, pts, moved, j, k)
                         counts["merged"] += 1
                         straight = False
             grown = _resample(np.concatenate([base, ext[1:]]))
