@@ -20,7 +20,7 @@ import torch
 from simsci import data as sdata
 from simsci.driving import arc_length, read_scene
 from simsci.driving.metrics import compare_lane_stats, frechet_distance, lane_graph_stats
-from simsci.models.vectorworld._lanegraph import complete_lanes
+from simsci.models.vectorworld._lanegraph import complete_lanes, points_near
 from simsci.models.vectorworld._outpaint import (
     TileGenerator,
     _layout_from,
@@ -96,8 +96,7 @@ def _close_pairs(points, gap: float = 2.5, span: float = 15.0, skip: float = 5.0
                 inner = a[(qa > skip) & (qa < qa[-1] - skip)]
                 if len(inner) < span:
                     continue
-                d = np.sqrt(((inner[:, None] - b[None]) ** 2).sum(-1)).min(1)
-                if (d < gap).sum() >= span:
+                if points_near(inner, b, gap) >= span:
                     count += 1
                     break
     return count

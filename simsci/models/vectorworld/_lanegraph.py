@@ -228,14 +228,20 @@ def _runs_beside(ext, pts, own, gap: float = 2.5, span: float = 10.0) -> bool:
         return False
     u = np.linspace(0.0, 1.0, int(length) + 1)[:, None]
     line = ext[0] + u * (ext[1] - ext[0])
-    for j in range(len(pts)):
-        if j == own:
-            continue
-        dense = _resample(pts[j], 4 * LANE_POINTS)
-        d = np.sqrt(((line[:, None] - dense[None]) ** 2).sum(-1)).min(1)
-        if (d < gap).sum() >= span:
-            return True
-    return False
+    return any(
+        points_near(line, _resample(pts[j], 4 * LANE_POINTS), gap) >= span
+        for j in range(len(pts))
+        if j != own
+    )
+
+
+def points_near(points: np.ndarray, other: np.ndarray, gap: float) -> int:
+    """How many of ``points`` (m, 2) lie closer than ``gap`` m to a point of ``other``
+    (k, 2; a lane resampled densely): with points 1 m apart, the metres along which one
+    lane runs beside another (:func:`_runs_beside`, and ``tile_metrics``' near-duplicate
+    lanes)."""
+    d = np.sqrt(((points[:, None] - other[None]) ** 2).sum(-1)).min(1)
+    return int((d < gap).sum())
 
 
 def _merge_point(

@@ -746,7 +746,6 @@ def _bend_rows(A, rhs, names, P0, P3, start_tangent, end_tangent, bend):
     polygon, ``|P0 - 2 P1 + P2|^2 + |P1 - 2 P2 + P3|^2`` (0 for a straight lane with
     evenly spaced control points)."""
     k = A.shape[1]
-    base = np.zeros((4, 2))  # the control points at zero unknowns
     dirs = np.zeros((k, 4, 2))  # each unknown's step of the control points
     col = 0
     for name, size in names:
@@ -758,14 +757,11 @@ def _bend_rows(A, rhs, names, P0, P3, start_tangent, end_tangent, bend):
             i = int(name[1])
             dirs[col, i, 0], dirs[col + 1, i, 1] = 1.0, 1.0
         col += size
-    if P0 is not None:
-        base[0] = P0
-        if "a" in dict(names):
-            base[1] = P0
+    base = np.zeros((4, 2))  # the control points at zero unknowns
+    if P0 is not None:  # a fixed end, and the root of its tangent arm
+        base[[0, 1] if start_tangent is not None else [0]] = P0
     if P3 is not None:
-        base[3] = P3
-        if "b" in dict(names):
-            base[2] = P3
+        base[[2, 3] if end_tangent is not None else [3]] = P3
     second = np.array([[1.0, -2.0, 1.0, 0.0], [0.0, 1.0, -2.0, 1.0]])
     w = math.sqrt(bend)
     rows = w * np.einsum("ri,kic->crk", second, dirs).reshape(4, k)
