@@ -213,15 +213,17 @@ class VectorWorld:
 
 def _write_openings(path: Path, openings: dict) -> None:
     """Openings ``{key: [(cell, tile), ...]}`` as flat arrays: ``keys``, then per
-    opening j and tile t ``j/t/cell`` and the tile's ``_TILE_KEYS``."""
+    opening j and tile t ``j/t/cell``, the tile's ``_TILE_KEYS`` and, for the first
+    tile, its initial vehicles ``j/0/traffic``."""
     import numpy as np
 
     arrays = {"keys": np.asarray(list(openings), np.int64)}
     for j, tiles in enumerate(openings.values()):
         for t, (cell, tile) in enumerate(tiles):
             arrays[f"{j}/{t}/cell"] = np.asarray(cell, np.int64)
-            for name in _TILE_KEYS:
-                arrays[f"{j}/{t}/{name}"] = np.asarray(tile[name])
+            for name in (*_TILE_KEYS, "traffic"):
+                if name in tile:  # "traffic": the first tile's initial vehicles
+                    arrays[f"{j}/{t}/{name}"] = np.asarray(tile[name])
     with open(path, "wb") as f:
         np.savez_compressed(f, **arrays)
 
@@ -237,7 +239,8 @@ def _read_openings(path: Path) -> dict:
             tiles, t = [], 0
             while f"{j}/{t}/cell" in data:
                 cell = tuple(int(v) for v in data[f"{j}/{t}/cell"])
-                tiles.append((cell, {name: data[f"{j}/{t}/{name}"] for name in _TILE_KEYS}))
+                names = [*_TILE_KEYS, *(["traffic"] if f"{j}/{t}/traffic" in data else [])]
+                tiles.append((cell, {name: data[f"{j}/{t}/{name}"] for name in names}))
                 t += 1
             if not tiles:
                 raise KeyError(f"{j}/0/cell")

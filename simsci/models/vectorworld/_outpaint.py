@@ -66,7 +66,14 @@ Design choices, and why
   and resamples first tiles without one.
 - **Resampling.** A generated tile without a lane (or a first tile without the ego's
   lane) is drawn again with fresh noise, up to ``max_tries`` draws in all; ``stats``
-  counts the redraws (``resampled``) and the tiles still lane-less (``empty``).
+  counts the redraws (``resampled``) and the tiles still lane-less (``empty``). A
+  tile that continues nothing (a context, no first tile, but no seam slot: no lane of
+  any neighbour ends on its edges, e.g. the cell beside a straight road that a turning
+  ego looks into) keeps its first draw, lanes or none (``unled``): nothing leads into
+  it, so a lane-less draw breaks no road, and of such tiles in the shipped world 47%
+  stayed lane-less after 3 draws while costing 3 network calls each, the largest part
+  of the world's step time under an untrained policy (benchmarks/README.md, "Tenth
+  session").
 - **Further neighbours pin their seams too.** A new tile may touch several existing
   tiles (the world turned, or came back); the block holds one context, so
   :meth:`TileGenerator.generate`'s ``neighbours`` add, for every lane end of the other
@@ -561,10 +568,12 @@ class TileGenerator(nn.Module):
 
         Returns ``(tiles, stats)``: float64 tile dicts with the same keys in the NEW
         tile's frame (seam endpoints equal to the context's endpoints), and ``stats``:
-        ``tiles``, ``resampled`` (extra draws), ``empty`` (still lane-less after
-        ``max_tries``), ``no_ego_lane`` (first tiles still without it), ``lanes`` /
-        ``agents`` (totals), ``seams`` (per tile int64 (S, 3) rows ``(context lane,
-        new lane, end)``, end 0 = the new lane starts where the context lane ends).
+        ``tiles``, ``resampled`` (extra draws), ``empty`` (lane-less tiles returned:
+        after ``max_tries``, or an ``unled`` tile's one draw), ``unled`` (tiles with a
+        context but no seam slot, drawn once: module docstring), ``no_ego_lane``
+        (first tiles still without it), ``lanes`` / ``agents`` (totals), ``seams`` (per
+        tile int64 (S, 3) rows ``(context lane, new lane, end)``, end 0 = the new lane
+        starts where the context lane ends).
         """
         if not isinstance(contexts, (list, tuple)) or not isinstance(directions, (list, tuple)):
             raise TypeError(
@@ -583,7 +592,7 @@ class TileGenerator(nn.Module):
         if isinstance(max_tries, bool) or not isinstance(max_tries, int) or max_tries < 1:
             raise ValueError(f"max_tries must be an integer >= 1, got {max_tries!r}")
         B = len(contexts)
-        stats = {"tiles": B, "resampled": 0, "empty": 0, "no_ego_lane": 0, "lanes": 0}
+        stats = {"tiles": B, "resampled": 0, "empty": 0, "unled": 0, "no_ego_lane": 0, "lanes": 0}
         stats.update(agents=0, seams=[])
         if B == 0:
             return [], stats
@@ -642,12 +651,16 @@ class TileGenerator(nn.Module):
             failed = []
             for j, b in enumerate(todo):
                 tiles[b], seams[b] = self._decode(out[j, M:], blocks[b], smooth, bend)
-                if len(tiles[b]["points"]) == 0 or (first[b] and not has_ego_lane(tiles[b])):
+                if first[b]:
+                    if not has_ego_lane(tiles[b]):
+                        failed.append(b)
+                elif len(tiles[b]["points"]) == 0 and blocks[b]["n_seam"] > 0:
                     failed.append(b)
             todo = failed
             if not todo:
                 break
-        stats["empty"] = sum(len(tiles[b]["points"]) == 0 for b in todo)
+        stats["empty"] = sum(len(t["points"]) == 0 for t in tiles)
+        stats["unled"] = sum(not f and blk["n_seam"] == 0 for f, blk in zip(first, blocks))
         stats["no_ego_lane"] = sum(
             first[b] and len(tiles[b]["points"]) > 0 and not has_ego_lane(tiles[b]) for b in todo
         )

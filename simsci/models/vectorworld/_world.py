@@ -16,6 +16,9 @@ advances them at the driving world's 10 Hz:
    state (agents overlapping the ego or each other are redrawn by the VAE; agents that
    would meet the ego within 3 s at constant speed and heading are left out,
    ``init_unsafe``, as ``simsci/Driving-v0`` fills a scene only where its gaps are safe).
+   That initial traffic is part of the opening, drawn from the opening's own noise
+   generator after its tiles, so an opening bank's episode costs no VAE call at reset
+   (the VAE's draw was 10 ms of a 19 ms reset).
 2. **Streaming.** Every step the cells crossed by the segment from the ego to
    ``lookahead`` metres ahead along its heading (walked 4-connected, x first, as the
    data's tile sequence) must exist. A missing cell generated before in the episode is
@@ -179,6 +182,33 @@ def _on_collision_course(
     return metrics.boxes_overlap(a, e).any(1).numpy()
 
 
+def _ego_start(tile: dict) -> tuple[float, float, float, float]:
+    """Where an episode's ego starts on its first ``tile``: ``(x, y, heading, speed)``.
+    On each lane the point nearest the origin; of those, the one with the most lane ahead
+    of it minus twice its distance (a generated lane can be short: start where there is
+    room), heading along the lane at 0.8 x its speed limit. A lane-less tile (counted):
+    the origin, heading +x, 10 m/s."""
+    pts = np.asarray(tile["points"], np.float64)
+    if len(pts) == 0:
+        return 0.0, 0.0, 0.0, 10.0
+    d = np.hypot(pts[..., 0], pts[..., 1])
+    near = d.argmin(1)
+    seg = np.hypot(*np.diff(pts, axis=1).transpose(2, 0, 1))  # (n, 19)
+    ahead = np.array([seg[i, k:].sum() for i, k in enumerate(near)])
+    score = ahead - 2.0 * d[np.arange(len(pts)), near]
+    lane = int(np.argmax(score))
+    k = int(near[lane])
+    k0, k1 = (k, k + 1) if k + 1 < LANE_POINTS else (k - 1, k)
+    t = pts[lane, k1] - pts[lane, k0]
+    x, y = pts[lane, k]
+    return float(x), float(y), math.atan2(t[1], t[0]), 0.8 * float(tile["speed_limit"][lane])
+
+
+def _ego_row(x: float, y: float, heading: float, speed: float) -> np.ndarray:
+    """The ego as an AGENT_FEATURES row ``(7,)``."""
+    return np.array([x, y, speed, math.cos(heading), math.sin(heading), *EGO_SIZE])
+
+
 def _cell(x: float, y: float) -> tuple[int, int]:
     return int(math.floor(x / TILE_SIZE + 0.5)), int(math.floor(y / TILE_SIZE + 0.5))
 
@@ -276,9 +306,10 @@ class StreamingWorld:
     ``shaping``: ΔSim's kinematic logit shaping; ``greedy``: ΔSim's most likely actions
     instead of samples; ``seed``: the generator of tiles, agents and NPC actions;
     ``opening_bank``: None (default) opens every episode with tiles made from its own
-    seed; an int K opens it with one of K fixed openings (:meth:`opening_key`), kept
-    once made, so that after the first K a reset makes no tile at all (what the rest of
-    the episode generates, its agents and NPC actions still come from its own seed);
+    seed; an int K opens it with one of K fixed openings (:meth:`opening_key`, tiles
+    and initial traffic), kept once made, so that after the first K a reset makes no
+    tile and draws no vehicle at all (what the rest of the episode generates, its agents
+    and NPC actions still come from its own seed);
     the bank starts with the model's openings made ahead when they were made under this
     world's :meth:`opening_settings` (:meth:`VectorWorld.make_openings`).
     ``complete``: True (default) completes every tile's lane graph when it is made
@@ -348,15 +379,15 @@ class StreamingWorld:
         if not isinstance(complete, (bool, np.bool_)):
             raise ValueError(f"complete must be True or False, got {complete!r}")
         self.complete = bool(complete)
+        if tile_agents not in TILE_AGENTS:
+            raise ValueError(f"tile_agents must be one of {TILE_AGENTS}, got {tile_agents!r}")
+        self.tile_agents = str(tile_agents)
         #: an opening bank's openings, key -> opening (reset's pool when given none)
         self.bank: dict = {}
         made = getattr(model, "openings", None)
         if self.opening_bank is not None and made and made["settings"] == self.opening_settings():
             last = BANK_SEED + self.opening_bank
             self.bank.update((k, v) for k, v in made["tiles"].items() if BANK_SEED <= k < last)
-        if tile_agents not in TILE_AGENTS:
-            raise ValueError(f"tile_agents must be one of {TILE_AGENTS}, got {tile_agents!r}")
-        self.tile_agents = str(tile_agents)
         if not isinstance(npc_yield, (bool, np.bool_)):
             raise ValueError(f"npc_yield must be True or False, got {npc_yield!r}")
         self.npc_yield = bool(npc_yield)
@@ -403,6 +434,7 @@ class StreamingWorld:
                 "first_tiles",
                 "resampled",
                 "empty_tiles",
+                "unled_tiles",
                 "dropped_tiles",
                 "restored_tiles",
                 "pinned_neighbours",
@@ -481,19 +513,22 @@ class StreamingWorld:
         self.stats["first_tiles"] += len(idx)
         for b, tiles in zip(idx, openings):
             (cell, first), rest = tiles[0], tiles[1:]
+            first = dict(first)  # a bank's entry stays as it is
+            traffic = first.pop("traffic")
             self._add_tile(b, cell, first, spawn=False)
             self._place_ego(b, first)
-            self._init_agents(b, first)
+            self._init_agents(b, traffic)
             for cell, tile in rest:
                 self._add_tile(b, cell, tile)
         self._stream(idx)
         self._associate_ego(torch.as_tensor(idx, device=self.device))
 
     def opening_settings(self) -> dict:
-        """What an opening depends on besides its seed: the tile generator's weights (a
-        fingerprint), its samplers' steps, seam completion, device and dtype. Openings
-        made under equal settings are the tiles :meth:`opening` makes (``completion``: the
-        version of :func:`._lanegraph.complete_lanes`' rules)."""
+        """What an opening depends on besides its seed: the tile generator's and the VAE's
+        weights (fingerprints), its samplers' steps, seam completion, how vehicles are
+        drawn, device and dtype. Openings made under equal settings are the tiles and
+        traffic :meth:`opening` makes (``completion``: the version of
+        :func:`._lanegraph.complete_lanes`' rules)."""
         return {
             "tiles": _fingerprint(self.model.tiles),
             "first_steps": self.first_steps,
@@ -502,6 +537,9 @@ class StreamingWorld:
             "complete": self.complete,
             "completion": _lanegraph.COMPLETION_VERSION if self.complete else None,
             "bend": _outpaint.LANE_BEND,
+            "traffic": _fingerprint(self.model.vae),
+            "tile_agents": self.tile_agents,
+            "max_agents": self.V,
             "device": self.device.type,
             "dtype": str(self.dtype).replace("torch.", ""),
         }
@@ -525,7 +563,9 @@ class StreamingWorld:
     def opening(self, seeds) -> list[list]:
         """The opening tiles of episodes with these ``seeds``: per seed ``[((0, 0), first
         tile), ((1, 0), the tile east of it)]`` (own frames), all seeds in one batched
-        generator call per tile. The first tile (unconditional: a lane through its centre
+        generator call per tile; the first tile's dict also holds its initial traffic,
+        ``"traffic"`` ``(m, 11, 7)`` (:meth:`_traffic`), so that a bank's episode costs
+        no VAE call at reset. The first tile (unconditional: a lane through its centre
         along +x, like tile 0 of the driving data) gets more draws and flow steps
         (``first_steps``), so that lane is found more often; the east one is the tile the
         ego's look-ahead asks for first, outpainted from it and closed against it. Each
@@ -556,75 +596,55 @@ class StreamingWorld:
         contexts = [t if ok else None for t, ok in zip(firsts, lanes)]
         nexts, _ = self._generate(contexts, [east if ok else None for ok in lanes], generator=gens)
         firsts = [self._complete(t, []) for t in firsts]
-        return [
-            [((0, 0), first), ((1, 0), self._close(nxt, [(first, east)], gen))]
-            for first, nxt, gen in zip(firsts, nexts, gens)
-        ]
+        out = []
+        for first, nxt, gen in zip(firsts, nexts, gens):
+            east_tile = self._close(nxt, [(first, east)], gen)
+            first = {**first, "traffic": self._traffic(first, gen)}
+            out.append([((0, 0), first), ((1, 0), east_tile)])
+        return out
 
     def _place_ego(self, b: int, tile: dict) -> None:
-        pts = np.asarray(tile["points"], np.float64)
-        if len(pts) == 0:  # an empty first tile (counted): start at the origin, heading +x
-            x = y = th = 0.0
-            speed = 10.0
-        else:
-            # on each lane the point nearest the origin; of those, the one with the most
-            # lane ahead of it (a generated lane can be short: start where there is room)
-            d = np.hypot(pts[..., 0], pts[..., 1])
-            near = d.argmin(1)
-            seg = np.hypot(*np.diff(pts, axis=1).transpose(2, 0, 1))  # (n, 19)
-            ahead = np.array([seg[i, k:].sum() for i, k in enumerate(near)])
-            score = ahead - 2.0 * d[np.arange(len(pts)), near]
-            lane = int(np.argmax(score))
-            k = int(near[lane])
-            k0, k1 = (k, k + 1) if k + 1 < LANE_POINTS else (k - 1, k)
-            t = pts[lane, k1] - pts[lane, k0]
-            x, y = pts[lane, k]
-            th = math.atan2(t[1], t[0])
-            speed = 0.8 * float(tile["speed_limit"][lane])
+        x, y, th, speed = _ego_start(tile)
         self.x[b, 0], self.y[b, 0], self.theta[b, 0], self.v[b, 0] = x, y, th, speed
         self.accel[b, 0] = self.kappa[b, 0] = 0.0
         self.length[b, 0], self.width[b, 0] = EGO_SIZE
         self.valid[b, 0] = True
         self.uid[b, 0] = 0
 
-    def _ego_row(self, b: int) -> np.ndarray:
-        th = float(self.theta[b, 0])
-        return np.array(
-            [
-                float(self.x[b, 0]),
-                float(self.y[b, 0]),
-                float(self.v[b, 0]),
-                math.cos(th),
-                math.sin(th),
-                EGO_SIZE[0],
-                EGO_SIZE[1],
-            ]
-        )
-
-    def _init_agents(self, b: int, tile: dict) -> None:
-        """Tile 0's agents from the VAE, with history: as many as its count head draws
-        (``tile_agents="vae"``) or as the generator made."""
+    def _traffic(self, tile: dict, generator) -> np.ndarray:
+        """A first tile's vehicles with 1 s histories ``(m, 11, 7)`` from the VAE, drawn
+        from ``generator`` (the opening's own): as many as its count head draws
+        (``tile_agents="vae"``) or as the generator made, none on a collision course with
+        the ego where :func:`_ego_start` puts it. Counted (``init_rejected``,
+        ``init_unsafe``) when drawn: a bank's once."""
         count = min(len(tile["agents"]), self.V - 1)
         if self.tile_agents == "vae":
             count = None
         if count == 0 or len(tile["points"]) == 0:
-            self.init_history[b] = np.zeros((0, 11, 7))
-            return
-        hist, hvalid, st = self.model.vae.sample(
+            return np.zeros((0, 11, 7))
+        ego = _ego_row(*_ego_start(tile))
+        hist, _, st = self.model.vae.sample(
             {k: tile[k] for k in ("points", "width", "speed_limit", "kind")},
             count,
-            ego=self._ego_row(b),
-            generator=self.generator,
+            ego=ego,
+            generator=generator,
         )
         hist = np.asarray(hist, np.float64)
         self.stats["init_rejected"] += int(st.get("rejected", 0))
         # no agent starts on a collision course with the ego (as simsci/Driving-v0 fills
         # a scene only where its IDM gaps are safe)
-        unsafe = _on_collision_course(hist[:, -1], self._ego_row(b))
+        unsafe = _on_collision_course(hist[:, -1], ego)
         self.stats["init_unsafe"] += int(unsafe.sum())
-        hist = hist[~unsafe]
-        self.stats["init_agents"] += len(hist)
+        return hist[~unsafe]
+
+    def _init_agents(self, b: int, hist: np.ndarray) -> None:
+        """The opening's traffic ``hist`` (:meth:`_traffic`) into world ``b``: each
+        vehicle at its last history sample, its acceleration and curvature from the last
+        two."""
         self.init_history[b] = hist
+        if len(hist) == 0:
+            return
+        self.stats["init_agents"] += len(hist)
         now = hist[:, -1]
         prev = hist[:, -2]
         acc = (now[:, 2] - prev[:, 2]) / DT
@@ -662,6 +682,7 @@ class StreamingWorld:
         self.stats["tiles"] += len(tiles)
         self.stats["resampled"] += int(st.get("resampled", 0))
         self.stats["empty_tiles"] += int(st.get("empty", 0))
+        self.stats["unled_tiles"] += int(st.get("unled", 0))
         return tiles, st
 
     def _slot_of(self, b: int, cell) -> int | None:

@@ -167,6 +167,32 @@ def test_empty_tiles_resampled_and_counted(scene):
     assert stats["empty"] == 0 and stats["no_ego_lane"] == 1  # the first: its ego slot
 
 
+def test_a_tile_that_continues_nothing_keeps_its_first_draw(scene):
+    """A context none of whose lanes reaches the shared edge leads into nothing: its new
+    tile is drawn once, lane-less or not (``unled``), while a tile a lane leads into is
+    redrawn until it has lanes."""
+    _, _, pairs = scene
+    x = np.linspace(-20.0, 20.0, 20)
+    inner = {
+        "points": np.stack([x, np.zeros(20)], -1)[None],  # ends 12 m short of every edge
+        "width": np.full(1, 3.5),
+        "speed_limit": np.full(1, 15.0),
+        "kind": np.zeros(1, np.int64),
+        "agents": np.zeros((0, 7)),
+    }
+    tg = TileGenerator(**TINY)
+    assert generation_block(inner, 0, tg.layout)["n_seam"] == 0
+    tg.net = _Fixed(empty=True)
+    tiles, stats = tg.generate([inner], [0], max_tries=3)
+    assert tg.net.calls == 1 and stats["resampled"] == 0
+    assert stats["unled"] == 1 and stats["empty"] == 1 and len(tiles[0]["points"]) == 0
+    tg.net = _Fixed(empty=True)  # led into (a seam lane) and lane-less: drawn 3 times
+    tiles, stats = tg.generate([inner, pairs[0][0]], [0, pairs[0][1]], max_tries=3,
+                               continue_seams=False)  # fmt: skip
+    assert tg.net.calls == 3 and stats["resampled"] == 2 and stats["unled"] == 1
+    assert stats["empty"] == 2
+
+
 def test_dataset_collate_and_loss_decreases(scene):
     path, episodes, _ = scene
     data = TileSamples(path, p_first=0.25)

@@ -455,13 +455,20 @@ def test_an_opening_bank_reuses_k_openings_and_keeps_episodes_seeded():
     assert env._vec.world.sim.opening_bank == 2 and env._vec.world.config["opening_bank"] == 2
     env.reset(seed=5)
     first = episode(env)
+    vae_calls = []
+    draw = model.vae.sample
+    model.vae.sample = lambda *a, **kw: vae_calls.append(1) or draw(*a, **kw)
     for _ in range(8):
-        calls = len(model.tiles.calls)
+        calls, draws = len(model.tiles.calls), len(vae_calls)
         env.reset()
-        made = len(model.tiles.calls) - calls
+        made, drawn = len(model.tiles.calls) - calls, len(vae_calls) - draws
         episode(env)
     assert len(env._vec.world.pool) == 2  # both openings kept
-    assert made == 0  # a reset with both openings made generates no opening tile
+    # a reset with both openings made generates no opening tile and draws no vehicle:
+    # the initial traffic is part of the opening, the same each time it opens an episode
+    assert made == 0 and drawn == 0 and len(vae_calls) <= 1  # the second opening's
+    model.vae.sample = draw
+    assert env._vec.world.sim.stats["init_agents"] == 9  # the tile's one, at each reset
     env.reset(seed=5)
     again = episode(env)
     assert all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(first, again))
