@@ -462,6 +462,7 @@ class StreamingWorld:
                 "lanes_extended",
                 "lanes_extended_back",
                 "lanes_merged",
+                "lanes_turned_away",
                 "lanes_rerouted",
                 "lanes_refit",
                 "lanes_dead_ends",

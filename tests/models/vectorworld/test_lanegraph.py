@@ -166,6 +166,37 @@ def test_an_end_that_would_run_beside_a_lane_merges_into_it():
     np.testing.assert_array_equal(out["points"][1, 0], joining[0])
 
 
+def test_an_end_turns_away_rather_than_run_beside_an_oncoming_lane():
+    """A lane stopping at the origin heads east straight along a westbound lane 1.2 m
+    away (as completed tiles' oncoming near-duplicates do): it cannot merge into a lane
+    going the other way, so it turns out through an open edge instead of running on
+    beside it, where vehicles on the two would meet head on."""
+    from simsci.driving import arc_length
+    from simsci.models.vectorworld._lanegraph import points_near
+    from simsci.models.vectorworld._lanegroups import _resample
+
+    oncoming = _line((32, 1.2), (-32, 1.2))
+    stopping = _line((-32, 0), (0, 0))
+
+    def beside_m(lane):  # metres of its completed part (x > 0) within 2.5 m of oncoming
+        dense = _resample(lane, int(arc_length(lane)[-1]) + 1)  # 1 m apart
+        return points_near(dense[dense[:, 0] > 0.5], _resample(oncoming, 200), 2.5)
+
+    beside, counts = complete_lanes(_tile(oncoming, stopping), avoid_oncoming=False)
+    assert counts["turned_away"] == 0
+    np.testing.assert_allclose(beside["points"][1, -1], [32, 0], atol=1e-9)  # east edge
+    assert beside_m(beside["points"][1]) >= 30
+    out, counts = complete_lanes(_tile(oncoming, stopping))
+    assert counts["turned_away"] == 1 and counts["merged"] == 0 and counts["dead_ends"] == 0
+    assert beside_m(out["points"][1]) < 10
+    np.testing.assert_array_equal(out["points"][1, 0], stopping[0])
+    end = out["points"][1, -1]
+    assert abs(abs(end[0]) - 32) < 1e-6 or abs(abs(end[1]) - 32) < 1e-6  # out of the tile
+    # a lane going the same way is merged into, not turned away from (as before)
+    _, counts = complete_lanes(_tile(oncoming[::-1].copy(), stopping))
+    assert counts["turned_away"] == 0
+
+
 def test_a_kinked_lane_is_smoothed_between_its_ends():
     lane = _line((-32, 0), (32, 0))
     lane[10, 1] = 3.0  # a spike: ~0.5 1/m
