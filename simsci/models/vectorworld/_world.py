@@ -515,7 +515,9 @@ class StreamingWorld:
         for b, tiles in zip(idx, openings):
             (cell, first), rest = tiles[0], tiles[1:]
             first = dict(first)  # a bank's entry stays as it is
-            traffic = first.pop("traffic")
+            traffic = first.pop("traffic", None)
+            if traffic is None:  # a tile pair made elsewhere: its traffic drawn now
+                traffic = self._traffic(first, self.generator)
             self._add_tile(b, cell, first, spawn=False)
             self._place_ego(b, first)
             self._init_agents(b, traffic)

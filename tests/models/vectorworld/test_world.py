@@ -479,6 +479,19 @@ def test_an_opening_bank_reuses_k_openings_and_keeps_episodes_seeded():
         StreamingWorld(FakeWorldModel(), 1, opening_bank=0)
 
 
+def test_an_opening_without_its_traffic_gets_it_drawn_at_reset():
+    """A pool entry made without initial traffic (tiles only, e.g. by a caller's own
+    code) still opens an episode: the first tile's vehicles are drawn then."""
+    world = StreamingWorld(FakeWorldModel(), 1)
+    world.generator.manual_seed(7)
+    key = world.opening_seeds(7, 1)[0]
+    world.generator.manual_seed(7)
+    world.reset(pool={key: [((0, 0), _straight_tile()), ((1, 0), _straight_tile())]})
+    assert world.stats["init_agents"] == 1 and world.init_history[0].shape == (1, 11, 7)
+    made = world.opening([key])[0]
+    assert made[0][1]["traffic"].shape == (1, 11, 7)  # an opening carries its own
+
+
 def test_env_passes_check_env_with_driving_spaces():
     from simsci.envs import DrivingEnv
 
