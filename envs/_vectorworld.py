@@ -79,6 +79,9 @@ Version history
     Later in v1 (2026-12-05, sixth session): NPCs yield to the ego (``npc_yield=True``,
     the default; False for ΔSim's accelerations alone): an NPC with the ego ahead in its
     path brakes for it (IDM) whatever lane either is on.
+    Later in v1 (2026-12-05, tenth session): an NPC that would meet the ego from the side
+    (both keeping speed and heading, within 3 s, the ego then ahead of it: a crossing or
+    a cut-in the ego is passing) brakes for a standstill there too, so the ego goes first.
 
 Reset cost
     A reset's opening tiles (the first tile, 16 flow steps and up to 8 draws, and the

@@ -172,7 +172,7 @@ def add_to(sub) -> None:
         "inside a tile joined or extended to its edge; false: the generator's raw lanes), "
         "tile_agents (default generator: a tile's vehicles are the tile generator's; vae: "
         "drawn by the VAE at the data's density), npc_yield (default true: NPCs brake for "
-        "the ego ahead in their path)",
+        "the ego ahead in their path or that they would meet from the side)",
     )
     add_deprecated_param(p, "--tile-steps", "tile_steps")
     add_deprecated(p, "--no-shaping", "--param shaping=false", dest="no_shaping", flag=True)

@@ -278,6 +278,9 @@ YIELD_MARGIN = 0.5
 #: npc_yield's IDM: minimum gap [m], time headway [s], acceleration and comfortable
 #: braking [m/s^2] (those of the lane-keeping driver)
 IDM_YIELD = (2.0, 1.2, 1.5, 2.0)
+#: npc_yield's look-ahead for meeting the ego from the side [s], and the least heading
+#: difference [degrees] that counts as from the side (StreamingWorld._conflict_cap)
+YIELD_HORIZON, YIELD_ANGLE = 3.0, 5.0
 #: the seed of an opening bank's slot 0 (StreamingWorld.opening_key); slot j: + j
 BANK_SEED = 2**62
 
@@ -321,7 +324,8 @@ class StreamingWorld:
     as many as its count head draws for them (the first tile's too): the data's density,
     but more conflicts on the generated lanes (benchmarks/README.md). ``npc_yield``: True
     (default) NPCs brake for the ego when it is ahead in their path, whatever lanes
-    either is on (:meth:`_yield_cap`; generated lanes cross and overlap, and ΔSim only
+    either is on, or when they would meet it from the side with the ego ahead
+    (:meth:`_yield_cap`; generated lanes cross and overlap, and ΔSim only
     sees leaders on its own lane's corridors); False: ΔSim's accelerations alone.
     """
 
@@ -1102,7 +1106,8 @@ class StreamingWorld:
         (``npc_yield``): an NPC with the ego ahead in its path (the ego's centre within
         half the two widths + ``YIELD_MARGIN`` m of the NPC's heading line) brakes for
         it as the IDM brakes for a leader moving at the ego's speed along the NPC's
-        heading, whatever lane either is on (generated lanes cross and overlap); +inf
+        heading, whatever lane either is on (generated lanes cross and overlap), and an
+        NPC that would meet it from the side brakes too (:meth:`_conflict_cap`); +inf
         elsewhere."""
         c, s = torch.cos(self.theta), torch.sin(self.theta)
         dx, dy = self.x[:, :1] - self.x, self.y[:, :1] - self.y
@@ -1116,7 +1121,62 @@ class StreamingWorld:
         s_star = s0 + (v * T + v * (v - v_lead) / (2 * math.sqrt(a * b))).clamp(min=0)
         cap = a * (1 - (s_star / gap) ** 2)
         path = npc & (ahead > 0) & (side.abs() < band)
-        return torch.where(path, cap, torch.full_like(cap, math.inf))
+        cap = torch.where(path, cap, torch.full_like(cap, math.inf))
+        return torch.minimum(cap, self._conflict_cap(npc))
+
+    def _conflict_cap(self, npc: torch.Tensor) -> torch.Tensor:
+        """(n, V) acceleration bounds of NPCs that would run into the ego from the side:
+        both keeping speed and heading, their boxes meet within ``YIELD_HORIZON`` s
+        (checked every 0.5 s) with the ego then ahead of the NPC, the two headings more
+        than ``YIELD_ANGLE`` degrees apart (a crossing, or a cut-in the ego is passing;
+        a leader on the same heading is the line rule's). Such an NPC brakes as the IDM
+        brakes for a standstill where it would meet the ego, so the ego goes first;
+        +inf elsewhere."""
+        c, s = torch.cos(self.theta), torch.sin(self.theta)
+        ce, se = c[:, :1], s[:, :1]
+        inf = torch.full_like(self.v, math.inf)
+        cand = npc & (c * ce + s * se < math.cos(math.radians(YIELD_ANGLE)))
+        b, j = torch.nonzero(cand, as_tuple=True)
+        # only pairs whose centres come within their half diagonals over the horizon
+        # (closest approach of the straight-line motions) can meet: the rest skip SAT
+        x, y, v, cj, sj = self.x[b, j], self.y[b, j], self.v[b, j], c[b, j], s[b, j]
+        x0, y0, v0, c0, s0_ = self.x[b, 0], self.y[b, 0], self.v[b, 0], c[b, 0], s[b, 0]
+        rx, ry = x - x0, y - y0
+        wx, wy = v * cj - v0 * c0, v * sj - v0 * s0_
+        t_min = (-(rx * wx + ry * wy) / (wx * wx + wy * wy).clamp(min=1e-12)).clamp(
+            0.0, YIELD_HORIZON
+        )
+        near = torch.hypot(rx + wx * t_min, ry + wy * t_min) <= 0.1 + 0.5 * (
+            torch.hypot(self.length[b, j], self.width[b, j])
+            + torch.hypot(self.length[b, 0], self.width[b, 0])
+        )
+        if not bool(near.any()):
+            return inf
+        b, j = b[near], j[near]
+        x, y, v, cj, sj = x[near], y[near], v[near], cj[near], sj[near]
+        x0, y0, v0, c0, s0_ = x0[near], y0[near], v0[near], c0[near], s0_[near]
+        taus = torch.arange(1, int(round(YIELD_HORIZON / 0.5)) + 1, dtype=v.dtype) * 0.5
+        taus = taus.to(v.device)[:, None]  # (T, 1): every 0.5 s
+        nx, ny = x + v * taus * cj, y + v * taus * sj  # (T, k)
+        ex, ey = x0 + v0 * taus * c0, y0 + v0 * taus * s0_
+
+        def boxes(px, py, speed, cos, sin, length, width):
+            parts = (px, py, speed, cos, sin, length, width)
+            return torch.stack([p.expand_as(px) for p in parts], -1)
+
+        meet = metrics.boxes_overlap(
+            boxes(nx, ny, v, cj, sj, self.length[b, j], self.width[b, j]),
+            boxes(ex, ey, v0, c0, s0_, self.length[b, 0], self.width[b, 0]),
+        )
+        meet &= (ex - nx) * cj + (ey - ny) * sj > 0  # the ego ahead of the NPC then
+        first = meet.to(torch.int8).argmax(0)  # the first meeting's step
+        s0, T, a, bb = IDM_YIELD
+        s_star = s0 + v * T + v * v / (2 * math.sqrt(a * bb))
+        dist = (v * taus[first, 0]).clamp(min=0.1)  # how far the NPC goes to it
+        cap = torch.where(meet.any(0), a * (1 - (s_star / dist) ** 2), math.inf)
+        out = inf.clone()
+        out[b, j] = cap
+        return out
 
     # ------------------------------------------------------------------ the ego on lanes
     def _associate_ego(self, rows=None) -> None:

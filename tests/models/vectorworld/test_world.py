@@ -320,6 +320,34 @@ def test_npcs_yield_to_the_ego_in_their_path_whatever_their_lane():
         StreamingWorld(FakeWorldModel(), 1, npc_yield="yes")
 
 
+def test_npcs_yield_to_the_ego_they_would_meet_from_the_side():
+    """Both keeping speed and heading: an NPC crossing towards the ego's path that would
+    meet it 12 m ahead of itself brakes hard, and so does a slow one cutting in that the
+    ego is passing; one turning away from the ego's path, and one on a parallel heading
+    beside it, are left to ΔSim."""
+    world = StreamingWorld(FakeWorldModel(), 1, seed=0)
+    world.reset()
+    world.valid[0, 1:] = False
+    ex, ey = float(world.x[0, 0]), float(world.y[0, 0])
+    world.theta[0, 0], world.v[0, 0] = 0.0, 10.0  # the ego drives east at 10 m/s
+    rows = [  # x, y, heading, speed: crossing from the south; cutting in; away; beside
+        (ex + 15.0, ey - 14.0, math.pi / 2, 8.0),
+        (ex + 10.0, ey - 3.0, math.radians(10.0), 5.0),
+        (ex + 10.0, ey - 3.0, math.radians(-30.0), 5.0),
+        (ex - 5.0, ey + 3.5, 0.0, 12.0),
+    ]
+    for j, (x, y, th, v) in enumerate(rows, start=1):
+        world.x[0, j], world.y[0, j], world.theta[0, j], world.v[0, j] = x, y, th, v
+        world.length[0, j], world.width[0, j], world.valid[0, j] = 4.5, 1.9, True
+    npc = world.valid.clone()
+    npc[:, 0] = False
+    cap = world._conflict_cap(npc)[0]
+    assert float(cap[1]) < -4.0  # meets the ego 12 m ahead of it: hard braking
+    assert float(cap[2]) < 0.0  # the ego overtakes it as it comes over: it lets it pass
+    assert math.isinf(float(cap[3])) and math.isinf(float(cap[4]))
+    assert float(world._yield_cap(npc)[0, 1]) <= float(cap[1])  # part of npc_yield
+
+
 def test_a_lane_goes_on_into_a_kinked_lane_starting_exactly_at_its_end():
     world = StreamingWorld(FakeWorldModel(), 1, seed=0)
     world.reset()
