@@ -291,23 +291,26 @@ def test_spawn_rejected_near_the_ego_and_on_overlap():
     assert world.stats["spawn_rejected"] == before + 2
 
 
-def test_npcs_yield_to_the_ego_in_their_path_whatever_their_lane():
+def _ego_among(ego_speed, rows):
+    """A world whose ego heads east at ``ego_speed`` among NPCs ``rows`` = (dx, dy,
+    heading, speed) relative to it (slots 1, 2, ...); returns ``(world, npc mask)``."""
     world = StreamingWorld(FakeWorldModel(), 1, seed=0)
     world.reset()
     world.valid[0, 1:] = False
     ex, ey = float(world.x[0, 0]), float(world.y[0, 0])
-    world.theta[0, 0], world.v[0, 0] = 0.0, 0.0  # the ego stands, heading east
-    rows = [  # x, y, heading, speed: behind it closing; beside it; ahead of it; oncoming
-        (ex - 12.0, ey + 0.5, 0.0, 10.0),
-        (ex - 12.0, ey + 4.0, 0.0, 10.0),
-        (ex + 20.0, ey, 0.0, 10.0),
-        (ex + 30.0, ey - 0.5, math.pi, 10.0),
-    ]
-    for j, (x, y, th, v) in enumerate(rows, start=1):
-        world.x[0, j], world.y[0, j], world.theta[0, j], world.v[0, j] = x, y, th, v
+    world.theta[0, 0], world.v[0, 0] = 0.0, ego_speed
+    for j, (dx, dy, th, v) in enumerate(rows, start=1):
+        world.x[0, j], world.y[0, j], world.theta[0, j], world.v[0, j] = ex + dx, ey + dy, th, v
         world.length[0, j], world.width[0, j], world.valid[0, j] = 4.5, 1.9, True
     npc = world.valid.clone()
     npc[:, 0] = False
+    return world, npc
+
+
+def test_npcs_yield_to_the_ego_in_their_path_whatever_their_lane():
+    # the ego stands; NPCs: behind it closing; beside it; ahead of it; oncoming
+    rows = [(-12.0, 0.5, 0.0, 10.0), (-12.0, 4.0, 0.0, 10.0), (20.0, 0.0, 0.0, 10.0)]
+    world, npc = _ego_among(0.0, rows + [(30.0, -0.5, math.pi, 10.0)])
     cap = world._yield_cap(npc)[0]
     assert math.isinf(float(cap[0])) and math.isinf(float(cap[2])) and math.isinf(float(cap[3]))
     assert float(cap[1]) < -4.0 and float(cap[4]) < 0.0  # hard braking, braking
@@ -325,22 +328,13 @@ def test_npcs_yield_to_the_ego_they_would_meet_from_the_side():
     meet it 12 m ahead of itself brakes hard, and so does a slow one cutting in that the
     ego is passing; one turning away from the ego's path, and one on a parallel heading
     beside it, are left to ΔSim."""
-    world = StreamingWorld(FakeWorldModel(), 1, seed=0)
-    world.reset()
-    world.valid[0, 1:] = False
-    ex, ey = float(world.x[0, 0]), float(world.y[0, 0])
-    world.theta[0, 0], world.v[0, 0] = 0.0, 10.0  # the ego drives east at 10 m/s
-    rows = [  # x, y, heading, speed: crossing from the south; cutting in; away; beside
-        (ex + 15.0, ey - 14.0, math.pi / 2, 8.0),
-        (ex + 10.0, ey - 3.0, math.radians(10.0), 5.0),
-        (ex + 10.0, ey - 3.0, math.radians(-30.0), 5.0),
-        (ex - 5.0, ey + 3.5, 0.0, 12.0),
+    rows = [  # dx, dy, heading, speed: crossing from the south; cutting in; away; beside
+        (15.0, -14.0, math.pi / 2, 8.0),
+        (10.0, -3.0, math.radians(10.0), 5.0),
+        (10.0, -3.0, math.radians(-30.0), 5.0),
+        (-5.0, 3.5, 0.0, 12.0),
     ]
-    for j, (x, y, th, v) in enumerate(rows, start=1):
-        world.x[0, j], world.y[0, j], world.theta[0, j], world.v[0, j] = x, y, th, v
-        world.length[0, j], world.width[0, j], world.valid[0, j] = 4.5, 1.9, True
-    npc = world.valid.clone()
-    npc[:, 0] = False
+    world, npc = _ego_among(10.0, rows)  # the ego drives east at 10 m/s
     cap = world._conflict_cap(npc)[0]
     assert float(cap[1]) < -4.0  # meets the ego 12 m ahead of it: hard braking
     assert float(cap[2]) < 0.0  # the ego overtakes it as it comes over: it lets it pass
