@@ -31,6 +31,10 @@ Features (:func:`features`, vectorised over B, V and L; no loops over agents)
    lane: straddlers count, so merging and crossing vehicles are seen where they enter
    the lane). The nearest one ahead (behind) gives the bumper gap ``Δs - (l_i + l_j)/2``
    (negative: alongside), its speed along the path minus the agent's, its acceleration.
+   When ΔSim acts (not in its training data), two agents that are each the other's
+   leader in their own lanes (a crossing or overlapping generated lanes, with no
+   priority between them) are resolved: the faster one (then the lower slot) does not
+   see the other, so one goes instead of both waiting for ever (``give_way``).
 5. **Context**: the four nearest other agents (position, heading, speed in the agent
    frame), for crossing traffic the corridors do not show (junction yielding).
 """
@@ -297,8 +301,10 @@ def _unpack(f: Features, order: torch.Tensor, V: int) -> Features:
     return Features(**out)
 
 
-def _features(lanes: LaneSet, agents: AgentState) -> Features:
-    """:func:`features` on every slot (checked inputs)."""
+def _features(lanes: LaneSet, agents: AgentState, give_way: bool = False) -> Features:
+    """:func:`features` on every slot (checked inputs); ``give_way``: of two agents each
+    the other's leader, the faster sees none (:func:`_occupancy`; ΔSim acting, not its
+    training data)."""
     geo = lanes.geometry()
     dt = agents.x.dtype
     geo = {
@@ -308,7 +314,7 @@ def _features(lanes: LaneSet, agents: AgentState) -> Features:
     a = _associate(geo, s, agents)
     nb = _neighbours(geo, s, a)
     c = _corridors(geo, s, a, nb, agents.route)
-    occ = _occupancy(s, c)
+    occ = _occupancy(s, c, give_way)
     ctx = _context(s, occ)
     man = _manoeuvre_inputs(geo, s, a, nb, c, agents)
     x = _assemble(geo, s, a, nb, c, occ, ctx, man, agents.manoeuvre)
@@ -465,9 +471,14 @@ def _corridors(geo, s: SimpleNamespace, a, nb, route) -> SimpleNamespace:
     )  # fmt: skip
 
 
-def _occupancy(s: SimpleNamespace, c: SimpleNamespace) -> SimpleNamespace:
+def _occupancy(s: SimpleNamespace, c: SimpleNamespace, give_way: bool = False) -> SimpleNamespace:
     """Feature 4: every agent j against every corridor sample of agent i: the leader and
-    follower in each corridor (gap, speed along the path minus ours, acceleration)."""
+    follower in each corridor (gap, speed along the path minus ours, acceleration).
+    ``give_way``: two agents each the other's leader in their own lane's corridor (a
+    crossing, or lanes that overlap, with no priority between them: each would wait for
+    the other for ever) are resolved, the faster (then the lower slot) no longer seeing
+    the other in its corridors. The ground truth's junctions have priority rules, so
+    its traffic never needs this; generated lanes have none."""
     B, V, dt, dev, zero, valid = s.B, s.V, s.dt, s.dev, s.zero, s.valid
     px, py, ch, sh = s.px, s.py, s.ch, s.sh
     fx, fy, w_ok = c.fx, c.fy, c.w_ok
@@ -502,6 +513,8 @@ def _occupancy(s: SimpleNamespace, c: SimpleNamespace) -> SimpleNamespace:
     inf = torch.full_like(lon, math.inf)
     ahead = inside & (lon > 0)
     la = torch.where(ahead, lon, inf).min(-1)
+    if give_way:  # of two agents each the other's leader, the faster goes (docstring)
+        la = _give_way(s, ahead, la, lon)
     fol = inside & (lon <= 0)
     fb = torch.where(fol, -lon, inf).min(-1)
     # speed of j along i's path at its sample: heading of j relative to the path tangent
@@ -520,6 +533,24 @@ def _occupancy(s: SimpleNamespace, c: SimpleNamespace) -> SimpleNamespace:
         fol_gap=torch.where(fol_found, fb.values - gl(half, fb.indices), inf[..., 0]),
         fol_dv=torch.where(fol_found, gl(vj_along, fb.indices) - s.v[..., None], zero),
     )  # fmt: skip
+
+
+def _give_way(s: SimpleNamespace, ahead, la, lon):
+    """:func:`_occupancy`'s ``give_way``: the leaders ``la`` (a ``min`` over agents j of
+    ``lon`` where ``ahead``, (B, V, 3)) with, for the faster of two agents each the
+    other's own-lane leader (then the lower slot), the other one left out."""
+    B, V = s.B, s.V
+    lead0, found0 = la.indices[:, :, 0], torch.isfinite(la.values[:, :, 0])
+    slots = torch.arange(V, device=s.dev).expand(B, V)
+    mutual = found0 & found0.gather(1, lead0) & (lead0.gather(1, lead0) == slots)
+    v_other = s.v.gather(1, lead0)
+    goes = mutual & ((s.v > v_other) | ((s.v == v_other) & (slots < lead0)))
+    if not bool(goes.any()):
+        return la
+    drop = torch.zeros_like(ahead)
+    b_i, i_i = torch.nonzero(goes, as_tuple=True)
+    drop[b_i, i_i, :, lead0[b_i, i_i]] = True
+    return torch.where(ahead & ~drop, lon, torch.full_like(lon, math.inf)).min(-1)
 
 
 def _context(s: SimpleNamespace, occ: SimpleNamespace) -> torch.Tensor:

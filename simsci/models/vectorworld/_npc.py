@@ -411,7 +411,7 @@ class DeltaSim(nn.Module):
         # streamed world's vehicle slots are mostly empty; an empty slot keeps its controls
         packed, order = _pack(agents)
         B, V = agents.shape
-        pf = _features(lanes, packed)
+        pf = _features(lanes, packed, give_way=True)  # no waiting for each other
         if force is not None:
             if isinstance(force, torch.Tensor):
                 f = force.to(agents.x.device).long()

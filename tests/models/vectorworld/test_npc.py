@@ -91,6 +91,27 @@ def test_features_on_two_straight_lanes():
     assert float(f.x[0, 0, col["ref_y@8"]]) * 10 == pytest.approx(-s * 8 - c * 0.5, abs=1e-6)
 
 
+def test_of_two_agents_each_the_others_leader_the_faster_goes():
+    """Two agents at a crossing, each reaching into the other's lane ahead of it: each
+    is the other's leader, and both would wait for ever. Acting (``give_way``, what
+    ΔSim's step uses), the faster one no longer sees the other as its leader; the slower
+    one still does (a tie: the lower slot goes). The features of training data keep
+    both."""
+    t = torch.linspace(0.0, 100.0, driving.LANE_POINTS, dtype=D)
+    east = torch.stack([t, torch.zeros_like(t)], -1)  # y = 0, heading +x
+    north = torch.stack([torch.full_like(t, 50.0), t - 50.0], -1)  # x = 50, heading +y
+    lanes = driving.LaneSet(
+        torch.stack([east, north])[None], torch.full((1, 2), 3.5, dtype=D),
+        torch.full((1, 2), 20.0, dtype=D), torch.full((1, 2, 2), -1),
+        torch.ones(1, 2, dtype=torch.bool),
+    )  # fmt: skip
+    for speeds, goes in (([8.0, 6.0], 0), ([6.0, 8.0], 1), ([7.0, 7.0], 0)):
+        ag = _agents([47.8, 50.0], [0.0, -2.2], [0.0, math.pi / 2], speeds)
+        gap = _features._features(lanes, ag, give_way=True).leader_gap[0, :, 0]
+        assert math.isinf(float(gap[goes])) and math.isfinite(float(gap[1 - goes]))
+        assert torch.isfinite(vw.features(lanes, ag).leader_gap[0, :, 0]).all()
+
+
 def _gappy_scenes(accel=0.0, kappa=0.0):
     """Two scenes on :func:`_two_lanes` with invalid slots between and before valid ones
     (as a streamed world leaves them) and different counts: ``(lanes, agents, valid)``."""
