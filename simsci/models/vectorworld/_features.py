@@ -302,9 +302,8 @@ def _unpack(f: Features, order: torch.Tensor, V: int) -> Features:
 
 
 def _features(lanes: LaneSet, agents: AgentState, give_way: bool = False) -> Features:
-    """:func:`features` on every slot (checked inputs); ``give_way``: of two agents each
-    the other's leader, the faster sees none (:func:`_occupancy`; ΔSim acting, not its
-    training data)."""
+    """:func:`features` on every slot (checked inputs); ``give_way``: ΔSim acting, not
+    its training data (module docstring, 4; :func:`_give_way`)."""
     geo = lanes.geometry()
     dt = agents.x.dtype
     geo = {
@@ -474,11 +473,7 @@ def _corridors(geo, s: SimpleNamespace, a, nb, route) -> SimpleNamespace:
 def _occupancy(s: SimpleNamespace, c: SimpleNamespace, give_way: bool = False) -> SimpleNamespace:
     """Feature 4: every agent j against every corridor sample of agent i: the leader and
     follower in each corridor (gap, speed along the path minus ours, acceleration).
-    ``give_way``: two agents each the other's leader in their own lane's corridor (a
-    crossing, or lanes that overlap, with no priority between them: each would wait for
-    the other for ever) are resolved, the faster (then the lower slot) no longer seeing
-    the other in its corridors. The ground truth's junctions have priority rules, so
-    its traffic never needs this; generated lanes have none."""
+    ``give_way``: mutual leaders resolved (:func:`_give_way`)."""
     B, V, dt, dev, zero, valid = s.B, s.V, s.dt, s.dev, s.zero, s.valid
     px, py, ch, sh = s.px, s.py, s.ch, s.sh
     fx, fy, w_ok = c.fx, c.fy, c.w_ok
@@ -538,7 +533,10 @@ def _occupancy(s: SimpleNamespace, c: SimpleNamespace, give_way: bool = False) -
 def _give_way(s: SimpleNamespace, ahead, la, lon):
     """:func:`_occupancy`'s ``give_way``: the leaders ``la`` (a ``min`` over agents j of
     ``lon`` where ``ahead``, (B, V, 3)) with, for the faster of two agents each the
-    other's own-lane leader (then the lower slot), the other one left out."""
+    other's own-lane leader (then the lower slot), the other one left out. Two such
+    agents (a crossing, or overlapping generated lanes, with no priority between them)
+    would each wait for the other for ever; the ground truth's junctions have priority
+    rules, so its traffic never needs this."""
     B, V = s.B, s.V
     lead0, found0 = la.indices[:, :, 0], torch.isfinite(la.values[:, :, 0])
     slots = torch.arange(V, device=s.dev).expand(B, V)

@@ -161,6 +161,15 @@ _EMPTY_TILE = {
 }
 
 
+def _moved(rows: torch.Tensor, taus: torch.Tensor) -> torch.Tensor:
+    """Boxes ``rows`` (..., 7) (AGENT_FEATURES) after each of ``taus`` (T,) seconds at
+    constant speed and heading: (T, ..., 7)."""
+    t = taus.reshape(-1, *([1] * rows.dim()))
+    out = rows.expand(len(taus), *rows.shape).clone()
+    out[..., :2] = rows[..., :2] + rows[..., 2:3] * t * rows[..., 3:5]
+    return out
+
+
 def _on_collision_course(
     agents: np.ndarray, ego: np.ndarray, horizon: float = 3.0, step: float = 0.5
 ) -> np.ndarray:
@@ -169,17 +178,12 @@ def _on_collision_course(
     heading (checked every ``step`` s): a time-to-collision screen for initial agents."""
     if len(agents) == 0:
         return np.zeros(0, bool)
-    taus = np.arange(0.0, horizon + 1e-9, step)  # (T,)
-
-    def moved(rows):  # (m, 7) -> (m, T, 7) boxes along their heading, grown 1 m
-        out = np.repeat(rows[:, None], len(taus), 1).copy()
-        out[..., :2] += rows[:, None, 2:3] * taus[None, :, None] * rows[:, None, 3:5]
-        out[..., 5:7] += 1.0
-        return out
-
-    a = torch.as_tensor(moved(np.asarray(agents, np.float64)))
-    e = torch.as_tensor(moved(np.asarray(ego, np.float64)[None]))
-    return metrics.boxes_overlap(a, e).any(1).numpy()
+    taus = torch.as_tensor(np.arange(0.0, horizon + 1e-9, step))
+    a = _moved(torch.as_tensor(np.asarray(agents, np.float64)), taus)  # (T, k, 7)
+    e = _moved(torch.as_tensor(np.asarray(ego, np.float64))[None], taus)
+    a[..., 5:7] += 1.0
+    e[..., 5:7] += 1.0
+    return metrics.boxes_overlap(a, e).any(0).numpy()
 
 
 def _ego_start(tile: dict) -> tuple[float, float, float, float]:
@@ -1133,46 +1137,33 @@ class StreamingWorld:
         brakes for a standstill where it would meet the ego, so the ego goes first;
         +inf elsewhere."""
         c, s = torch.cos(self.theta), torch.sin(self.theta)
-        ce, se = c[:, :1], s[:, :1]
+        state = torch.stack([self.x, self.y, self.v, c, s, self.length, self.width], -1)
         inf = torch.full_like(self.v, math.inf)
-        cand = npc & (c * ce + s * se < math.cos(math.radians(YIELD_ANGLE)))
+        cand = npc & (c * c[:, :1] + s * s[:, :1] < math.cos(math.radians(YIELD_ANGLE)))
         b, j = torch.nonzero(cand, as_tuple=True)
+        them, ego = state[b, j], state[b, 0]  # (k, 7) each
         # only pairs whose centres come within their half diagonals over the horizon
         # (closest approach of the straight-line motions) can meet: the rest skip SAT
-        x, y, v, cj, sj = self.x[b, j], self.y[b, j], self.v[b, j], c[b, j], s[b, j]
-        x0, y0, v0, c0, s0_ = self.x[b, 0], self.y[b, 0], self.v[b, 0], c[b, 0], s[b, 0]
-        rx, ry = x - x0, y - y0
-        wx, wy = v * cj - v0 * c0, v * sj - v0 * s0_
-        t_min = (-(rx * wx + ry * wy) / (wx * wx + wy * wy).clamp(min=1e-12)).clamp(
-            0.0, YIELD_HORIZON
-        )
-        near = torch.hypot(rx + wx * t_min, ry + wy * t_min) <= 0.1 + 0.5 * (
-            torch.hypot(self.length[b, j], self.width[b, j])
-            + torch.hypot(self.length[b, 0], self.width[b, 0])
-        )
+        r = them[:, :2] - ego[:, :2]
+        w = them[:, 2:3] * them[:, 3:5] - ego[:, 2:3] * ego[:, 3:5]
+        t_min = (-(r * w).sum(-1) / (w * w).sum(-1).clamp(min=1e-12)).clamp(0.0, YIELD_HORIZON)
+        gap = r + w * t_min[:, None]
+        reach = torch.hypot(them[:, 5], them[:, 6]) + torch.hypot(ego[:, 5], ego[:, 6])
+        near = torch.hypot(gap[:, 0], gap[:, 1]) <= 0.1 + 0.5 * reach
         if not bool(near.any()):
             return inf
-        b, j = b[near], j[near]
-        x, y, v, cj, sj = x[near], y[near], v[near], cj[near], sj[near]
-        x0, y0, v0, c0, s0_ = x0[near], y0[near], v0[near], c0[near], s0_[near]
-        taus = torch.arange(1, int(round(YIELD_HORIZON / 0.5)) + 1, dtype=v.dtype) * 0.5
-        taus = taus.to(v.device)[:, None]  # (T, 1): every 0.5 s
-        nx, ny = x + v * taus * cj, y + v * taus * sj  # (T, k)
-        ex, ey = x0 + v0 * taus * c0, y0 + v0 * taus * s0_
-
-        def boxes(px, py, speed, cos, sin, length, width):
-            parts = (px, py, speed, cos, sin, length, width)
-            return torch.stack([p.expand_as(px) for p in parts], -1)
-
-        meet = metrics.boxes_overlap(
-            boxes(nx, ny, v, cj, sj, self.length[b, j], self.width[b, j]),
-            boxes(ex, ey, v0, c0, s0_, self.length[b, 0], self.width[b, 0]),
-        )
-        meet &= (ex - nx) * cj + (ey - ny) * sj > 0  # the ego ahead of the NPC then
+        b, j, them, ego = b[near], j[near], them[near], ego[near]
+        steps = int(round(YIELD_HORIZON / 0.5))
+        taus = torch.arange(1, steps + 1, dtype=them.dtype, device=them.device) * 0.5
+        them_t, ego_t = _moved(them, taus), _moved(ego, taus)  # (T, k, 7): every 0.5 s
+        meet = metrics.boxes_overlap(them_t, ego_t)
+        # the ego ahead of the NPC then
+        meet &= ((ego_t[..., :2] - them_t[..., :2]) * them_t[..., 3:5]).sum(-1) > 0
         first = meet.to(torch.int8).argmax(0)  # the first meeting's step
+        v = them[:, 2]
         s0, T, a, bb = IDM_YIELD
         s_star = s0 + v * T + v * v / (2 * math.sqrt(a * bb))
-        dist = (v * taus[first, 0]).clamp(min=0.1)  # how far the NPC goes to it
+        dist = (v * taus[first]).clamp(min=0.1)  # how far the NPC goes to it
         cap = torch.where(meet.any(0), a * (1 - (s_star / dist) ** 2), math.inf)
         out = inf.clone()
         out[b, j] = cap
