@@ -917,11 +917,50 @@ class DrivingEnv(gymnasium.Env):
         return self._vec.world.frame(0)
 
 
+#: the lane-keeping driver's path: half the ego's width plus a margin (m) either side of
+#: the arc it steers along, as far ahead as a box is checked (m)
+PATH_HALF_WIDTH = 0.5 * 1.9 + 0.3
+PATH_AHEAD = 40.0
+
+
+def _path_gap(agents: np.ndarray, kappa: np.ndarray) -> np.ndarray:
+    """The bumper gap ``(n, m)`` from the ego (its front, 2.3 m ahead of its centre) to
+    the nearest part of each agent's box inside the ego's path: the band of
+    :data:`PATH_HALF_WIDTH` around the arc of curvature ``kappa`` ``(n,)`` through the
+    ego, up to :data:`PATH_AHEAD` metres; ``inf`` where the box misses it or lies wholly
+    behind the ego's centre. Boxes are taken to path coordinates ``(x, y - kappa x^2 /
+    2)`` corner by corner, then clipped to the band: the nearest point is a corner inside
+    it or where an edge crosses its border."""
+    x, y, c, s, length, width = (agents[..., k] for k in (0, 1, 3, 4, 5, 6))
+    sx = np.array([1.0, 1.0, -1.0, -1.0])  # corners in order around the box
+    sy = np.array([1.0, -1.0, -1.0, 1.0])
+    hl, hw = (0.5 * length)[..., None], (0.5 * width)[..., None]
+    cx = x[..., None] + sx * hl * c[..., None] - sy * hw * s[..., None]
+    cy = y[..., None] + sx * hl * s[..., None] + sy * hw * c[..., None]
+    d = cy - 0.5 * kappa[:, None, None] * cx**2
+    h = PATH_HALF_WIDTH
+    near = np.where(np.abs(d) <= h, cx, np.inf).min(-1)
+    far = np.where(np.abs(d) <= h, cx, -np.inf).max(-1)
+    x1, d1 = np.roll(cx, -1, -1), np.roll(d, -1, -1)
+    for level in (h, -h):
+        crosses = (d - level) * (d1 - level) < 0
+        t = np.where(crosses, (level - d) / np.where(crosses, d1 - d, 1.0), 0.0)
+        at = cx + t * (x1 - cx)
+        near = np.minimum(near, np.where(crosses, at, np.inf).min(-1))
+        far = np.maximum(far, np.where(crosses, at, -np.inf).max(-1))
+    inside = (far > 0) & (near < PATH_AHEAD)
+    return np.where(inside, near - 2.3, np.inf)
+
+
 def lane_keeping_policy(obs: dict, *, target_speed: float | None = None) -> np.ndarray:
     """A rule-based driver for ``simsci/Driving-v0`` observations (single ``(8,)`` or
     batched ``(n, 8)`` ego features): Stanley steering on the lane (``δ = -(ψ +
     atan(k e / (v + 1)))`` from the heading error ψ and lateral offset e) and IDM
-    acceleration towards the speed limit behind the nearest observed car in its lane.
+    acceleration towards the speed limit behind the nearest observed car in its way: a
+    car going its way with its centre within 2 m of its heading line, or any car whose
+    box reaches into its path (:data:`PATH_HALF_WIDTH` either side of the arc it steers
+    along, :data:`PATH_AHEAD` m ahead: one nosing in, crossing or oncoming), taken at
+    its speed along the ego's heading (0 crossing, below 0 oncoming).
 
     The reference policy of the benchmarks and the baseline an RL agent should beat; it
     does not change lanes, so on a road with a lane that ends it may stop. It reads the
@@ -943,11 +982,19 @@ def lane_keeping_policy(obs: dict, *, target_speed: float | None = None) -> np.n
     v, offset, heading = ego[:, 0], ego[:, 3], ego[:, 4]
     limit = ego[:, 6] if target_speed is None else np.full_like(v, target_speed)
     steer = -(heading + np.arctan2(1.5 * offset, v + 1.0))
-    # the nearest car ahead in the ego's lane (ego frame: x forward, y left)
-    ahead = mask & (agents[..., 0] > 0) & (np.abs(agents[..., 1]) < 2.0)
-    gap = np.where(ahead, agents[..., 0] - 0.5 * (agents[..., 5] + 4.6), np.inf).min(1)
-    j = np.where(ahead, agents[..., 0], np.inf).argmin(1)
-    v_lead = agents[np.arange(len(j)), j, 2]
+    # the nearest car ahead in the ego's lane (ego frame: x forward, y left): going the
+    # ego's way with its centre in the lane band (an oncoming car there is on the other
+    # lane of a road that bends ahead), or with its box reaching into the ego's path
+    # within PATH_AHEAD (a car nosing in from the side, crossing, or oncoming in the path)
+    centre = mask & (agents[..., 0] > 0) & (np.abs(agents[..., 1]) < 2.0) & (agents[..., 3] > 0)
+    centre_gap = np.where(centre, agents[..., 0] - 0.5 * (agents[..., 5] + 4.6), np.inf)
+    # the curvature of the ego's path at its present steering (bicycle_step's)
+    kappa = np.sin(np.arctan(0.5 * np.tan(ego[:, 2]))) / (0.3 * 4.6)
+    gaps = np.minimum(centre_gap, np.where(mask, _path_gap(agents, kappa), np.inf))
+    gap, j = gaps.min(1), gaps.argmin(1)
+    # its speed along the ego's heading: about 0 for a crossing car, below 0 oncoming
+    pick = agents[np.arange(len(j)), j]
+    v_lead = pick[:, 2] * pick[:, 3]
     s0, T, a, b = 2.0, 1.2, 1.5, 2.0
     s_star = s0 + np.maximum(0.0, v * T + v * (v - v_lead) / (2 * np.sqrt(a * b)))
     interaction = np.where(np.isfinite(gap), (s_star / np.maximum(gap, 0.1)) ** 2, 0.0)

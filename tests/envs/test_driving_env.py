@@ -168,3 +168,59 @@ def test_ego_collisions_shortcut_agrees_with_the_box_test():
             rel[..., :2] = rel[..., :2] - agents[:, :1, :2]
             want = (_sat(rel[:, :1], rel[:, 1:]) & valid[:, 1:]).any(1)
             assert torch.equal(ego_collisions(agents, valid), want)
+
+
+def _driver_obs(*agents, speed=15.0, steer=0.0):
+    """One Dict observation: the ego at ``speed`` on its lane's centre, steering ``steer``,
+    and ``agents`` = (x, y, speed, relative heading in degrees) in its frame."""
+    ego = np.array([speed, 0.0, steer, 0.0, 0.0, 3.5, 20.0, 0.0], np.float32)
+    rows = np.zeros((8, 7), np.float32)
+    mask = np.zeros(8, np.float32)
+    for k, (x, y, v, deg) in enumerate(agents):
+        th = np.radians(deg)
+        rows[k] = (x, y, v, np.cos(th), np.sin(th), 4.6, 1.9)
+        mask[k] = 1.0
+    return {"ego": ego, "agents": rows, "agents_mask": mask}
+
+
+def test_lane_keeping_driver_brakes_for_what_reaches_into_its_path():
+    from simsci.envs import lane_keeping_policy
+
+    free = lane_keeping_policy(_driver_obs())[0]
+    assert free > 0  # below the limit, nothing ahead: it speeds up
+    # a stopped car 20 m ahead nosing in from the right at 40 degrees: its centre is
+    # 2.6 m off the lane (outside the lane band) but its front corner is in the path
+    nosing = lane_keeping_policy(_driver_obs((20.0, -2.6, 0.0, 40.0)))[0]
+    assert nosing < -1.0
+    # the same car parallel to the lane, its side 1.6 m from the ego's path: ignored
+    beside = lane_keeping_policy(_driver_obs((20.0, -2.6, 0.0, 0.0)))[0]
+    assert beside == pytest.approx(free)
+    # a car crossing 35 m ahead: the ego brakes as for a standstill (its speed along the
+    # ego's heading is 0), not as for a leader doing 10 m/s
+    crossing = lane_keeping_policy(_driver_obs((35.0, 0.0, 10.0, 90.0)))[0]
+    leader = lane_keeping_policy(_driver_obs((35.0, 0.0, 10.0, 0.0)))[0]
+    assert crossing < leader < 0
+    # at 5 m/s, an oncoming car 30 m ahead in the path makes it brake, a stopped one there
+    # only slows its acceleration
+    oncoming = lane_keeping_policy(_driver_obs((30.0, 0.5, 10.0, 180.0), speed=5.0))[0]
+    stopped = lane_keeping_policy(_driver_obs((30.0, 0.5, 0.0, 0.0), speed=5.0))[0]
+    assert oncoming < 0 < stopped
+
+
+def test_lane_keeping_driver_ignores_the_other_lane_of_a_bending_road():
+    from simsci.envs import lane_keeping_policy
+
+    free = lane_keeping_policy(_driver_obs())[0]
+    # 70 m ahead the road bends left and its oncoming lane crosses the ego's heading
+    # line: the car there is beyond the checked path and goes the other way
+    assert lane_keeping_policy(_driver_obs((70.0, 1.0, 15.0, 175.0)))[0] == pytest.approx(free)
+    # a car going the ego's way there is its leader (the lane band reaches 100 m)
+    assert lane_keeping_policy(_driver_obs((70.0, 1.0, 5.0, -5.0)))[0] < free
+    # steering left (a bend), a car on the arc 30 m ahead is in the path, one on the
+    # straight line is not
+    steer = 0.08  # about 1/33 1/m of path curvature
+    kappa = np.sin(np.arctan(0.5 * np.tan(steer))) / (0.3 * 4.6)
+    on_arc = (30.0, 0.5 * kappa * 30.0**2, 0.0, np.degrees(kappa * 30.0))
+    assert lane_keeping_policy(_driver_obs(on_arc, steer=steer))[0] < -1.0
+    straight = lane_keeping_policy(_driver_obs((30.0, -3.0, 0.0, 0.0), steer=steer))[0]
+    assert straight > 0

@@ -35,8 +35,11 @@ advances them at the driving world's 10 Hz:
    ``tile_agents="vae"``, drawn by the VAE on its final lanes, as many as the VAE's
    count head draws for them) enter the world
    unless their box overlaps a present vehicle or lies within ``spawn_clearance`` of
-   the ego (counted as ``spawn_rejected``), each with a random route key (its choice at
-   forks). NPCs act with ΔSim (:mod:`._npc`) on the
+   the ego (counted as ``spawn_rejected``), or the ego would meet it within 3 s at
+   constant speed and heading (the initial traffic's screen; ``spawn_unsafe``: a tile's
+   vehicles appear when the look-ahead reaches it, which on a bend or at a restored
+   cell can be inside the ego's braking distance), each with a random route key (its
+   choice at forks). NPCs act with ΔSim (:mod:`._npc`) on the
    generated lanes; agents farther than ``window`` from the ego or on a dropped tile
    leave, and so do NPCs with no lane (or more than 3.5 m off it) and NPCs stopped at
    the end of their lane (``npc_lost``): a generated lane can end anywhere. An NPC in
@@ -448,6 +451,7 @@ class StreamingWorld:
                 "pinned_neighbours",
                 "spawned",
                 "spawn_rejected",
+                "spawn_unsafe",
                 "despawned",
                 "init_agents",
                 "init_rejected",
@@ -921,6 +925,16 @@ class StreamingWorld:
                 self.spawn_clearance
             ):
                 self.stats["spawn_rejected"] += 1
+                return False
+            # nor where the ego would meet it within 3 s (the initial traffic's screen):
+            # a tile's vehicles appear when the look-ahead reaches it, which on a bend or
+            # at a restored cell is inside the ego's braking distance
+            ego = _ego_row(
+                float(self.x[b, 0]), float(self.y[b, 0]), float(self.theta[b, 0]),
+                float(self.v[b, 0]),
+            )  # fmt: skip
+            if bool(_on_collision_course(np.asarray(row)[None], ego)[0]):
+                self.stats["spawn_unsafe"] += 1
                 return False
             agents, valid = self.agents()
             others = agents[b, valid[b]]

@@ -291,6 +291,27 @@ def test_spawn_rejected_near_the_ego_and_on_overlap():
     assert world.stats["spawn_rejected"] == before + 2
 
 
+def test_no_vehicle_appears_where_the_ego_would_meet_it():
+    # a tile's vehicles appear when the look-ahead reaches it; none may appear inside the
+    # ego's braking distance on its course (the initial traffic's 3 s screen)
+    world = StreamingWorld(FakeWorldModel(), 1, seed=0)
+    world.reset()
+    world.valid[0, 1:] = False
+    world.v[0, 0] = 15.0
+    ex, ey, th = float(world.x[0, 0]), float(world.y[0, 0]), float(world.theta[0, 0])
+    c, s = math.cos(th), math.sin(th)
+
+    def row(ahead, speed):
+        return np.array([ex + ahead * c, ey + ahead * s, speed, c, s, 4.5, 1.9])
+
+    assert not world._add_agent(0, row(30.0, 0.0))  # stopped 30 m ahead: met in 2 s
+    assert world.stats["spawn_unsafe"] == 1
+    assert world._add_agent(0, row(30.0, 15.0))  # going as fast: never met
+    assert world._add_agent(0, row(-40.0, 0.0))  # behind the ego
+    assert world._add_agent(0, row(80.0, 0.0))  # 80 m ahead: 5 s away
+    assert world.stats["spawn_unsafe"] == 1
+
+
 def _ego_among(ego_speed, rows):
     """A world whose ego heads east at ``ego_speed`` among NPCs ``rows`` = (dx, dy,
     heading, speed) relative to it (slots 1, 2, ...); returns ``(world, npc mask)``."""
