@@ -106,6 +106,7 @@ from simsci.driving import (
 from simsci.models.vectorworld._checks import _check_pair, _check_shape, _tensor
 from simsci.models.vectorworld._features import (
     FEATURE_DIM,
+    FEATURE_NAMES,
     LEFT,
     RIGHT,
     Features,
@@ -402,8 +403,9 @@ class DeltaSim(nn.Module):
 
     @torch.no_grad()
     def _act(
-        self, lanes, agents, controlled, generator, greedy, shaping, force, dt=DT, accel_cap=None
-    ):
+        self, lanes, agents, controlled, generator, greedy, shaping, force, dt=DT, accel_cap=None,
+        restart_speed=None,
+    ):  # fmt: skip
         lanes, controlled = _check_pair(lanes, agents, controlled)
         if controlled is None:
             raise ValueError("controlled must be a (B, V) bool mask of the agents to drive")
@@ -431,6 +433,8 @@ class DeltaSim(nn.Module):
             shaping=shaping, order=order, slots=V,
         )  # fmt: skip
         a, k = a.to(agents.x.dtype), k.to(agents.x.dtype)
+        if restart_speed is not None:
+            a = torch.maximum(a, _restart_floor(pf, float(restart_speed)).to(a))
         if accel_cap is not None:  # an upper bound from outside (the world's yielding)
             cap = accel_cap.to(a)
             a = torch.minimum(a, cap if order is None else _gather_slots(cap, order))
@@ -465,15 +469,18 @@ class DeltaSim(nn.Module):
         force=None,
         dt: float = DT,
         accel_cap=None,
+        restart_speed: float | None = None,
     ):
         """One closed-loop step: :meth:`act`, then :func:`step_agents` with the policy's
         memory updated (lane association, manoeuvre, lane-change origin). ``accel_cap``
         (B, V): an upper bound on the accelerations, applied before the feasible box (so
-        the controls stay feasible). Returns ``(new AgentState, Features of the old
-        state)``."""
+        the controls stay feasible). ``restart_speed``: agents slower than this move off
+        at least as the IDM would (:func:`_restart_floor`; the cap still wins). Returns
+        ``(new AgentState, Features of the old state)``."""
         a, k, m, feats = self._act(
-            lanes, agents, controlled, generator, greedy, shaping, force, dt, accel_cap
-        )
+            lanes, agents, controlled, generator, greedy, shaping, force, dt, accel_cap,
+            restart_speed,
+        )  # fmt: skip
         origin = _next_origin(m, agents.manoeuvre, feats)
         new = step_agents(
             agents, a, k, controlled & agents.valid, dt, manoeuvre=m, lane=feats.lane, origin=origin
@@ -526,6 +533,36 @@ class DeltaSim(nn.Module):
         stats["accel_mae"] = (a - batch["accel"].to(kin.dtype)).abs().mean()
         stats["kappa_mae"] = (k - batch["kappa"].to(kin.dtype)).abs().mean()
         return stats
+
+
+#: the IDM of :func:`_restart_floor`: minimum gap [m], time headway [s], acceleration and
+#: comfortable deceleration [m/s^2] (the world's yielding IDM)
+IDM_RESTART = (2.0, 1.2, 1.5, 2.0)
+
+
+def _restart_floor(feats: Features, restart_speed: float) -> torch.Tensor:
+    """(B, V) lower bounds on the accelerations: for an agent slower than
+    ``restart_speed`` the IDM acceleration towards its lane's speed limit behind its
+    corridor leader, ``a (1 - (v / v_lim)^4 - (s* / gap)^2)``, ``s* = s0 + max(0, v T +
+    v (v - v_lead) / (2 sqrt(a b)))``; -inf elsewhere (and where the IDM would brake).
+
+    Why: behaviour cloning copies the ground truth's tendency to keep its controls, and
+    the ground truth almost never stands still with a free road ahead, so a clone that
+    has stopped (for a crossing vehicle, a yield) tends to stay stopped on generated
+    lanes. At the data's density that was 22% of NPC steps, 80% of them with no leader
+    within 30 m of the corridor and not yielding (benchmarks/README.md, "Eleventh
+    session")."""
+    s0, T, a_max, b = IDM_RESTART
+    v = feats.kin[..., 0]
+    limit = (30.0 * feats.x[..., FEATURE_NAMES.index("limit@0")]).clamp(min=1.0)  # stored / 30
+    gap = feats.leader_gap[..., 0]
+    v_lead = v + feats.leader_dv[..., 0]
+    s_star = s0 + (v * T + v * (v - v_lead) / (2 * math.sqrt(a_max * b))).clamp(min=0)
+    lead = torch.isfinite(gap)
+    push = torch.where(lead, (s_star / gap.clamp(min=0.1)) ** 2, torch.zeros_like(gap))
+    idm = a_max * (1 - (v / limit) ** 4 - push)
+    floor = torch.where((v < restart_speed) & (idm > 0), idm, torch.full_like(idm, -math.inf))
+    return torch.where(feats.valid & (feats.lane >= 0), floor, torch.full_like(idm, -math.inf))
 
 
 def _next_origin(m, prev, feats: Features):

@@ -48,6 +48,10 @@ advances them at the driving world's 10 Hz:
    does an NPC stopped for 20 s (``npc_stalled``): ΔSim, cloned from traffic that
    always moves on, sometimes stops for good before a seam of a generated map, and
    a lane-keeping ego (which does not overtake) would wait behind it all episode.
+   An NPC slower than ``RESTART_SPEED`` (1 m/s) with room ahead in its lane's corridor
+   moves off at least as the IDM would (ΔSim's ``restart_speed``): the clone, once
+   stopped, tended to stay stopped with a free road (at the data's density 22% of NPC
+   steps were stopped, 80% of them with no leader within 30 m and not yielding).
 4. **The ego** is driven by the caller (acceleration, steering: the action of
    ``simsci/Driving-v0``) through the same kinematic bicycle as the driving world
    (:func:`simsci.driving.bicycle_step`).
@@ -154,6 +158,8 @@ __all__ = ["StreamingWorld", "seam_gaps"]
 
 #: an NPC stopped (< 0.1 m/s) this many steps (20 s) leaves the world (``npc_stalled``)
 STALL_STEPS = 200
+#: NPCs slower than this [m/s] move off as the IDM would where their corridor has room
+RESTART_SPEED = 1.0
 
 _EMPTY_TILE = {
     "points": np.zeros((0, LANE_POINTS, 2)),
@@ -1086,6 +1092,7 @@ class StreamingWorld:
                     shaping=self.shaping,
                     dt=DT,
                     accel_cap=self._yield_cap(npc) if self.npc_yield else None,
+                    restart_speed=RESTART_SPEED,
                 )
             for name in ("x", "y", "theta", "v", "accel", "kappa"):
                 setattr(self, name, getattr(new, name).clone())
