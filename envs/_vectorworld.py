@@ -4,7 +4,8 @@ Description
     The map and the traffic come from a trained VectorWorld
     (:mod:`simsci.models.vectorworld`): the tile generator outpaints 64 m lane-graph tiles
     ahead of the ego as it drives (one network call per tile), the motion-aware gated VAE
-    makes the first tile's agents with a motion history, ΔSim drives the NPCs with
+    places every tile's vehicles on its lanes (the first tile's with a motion history),
+    ΔSim drives the NPCs with
     kinematically feasible actions (:class:`~simsci.models.vectorworld.StreamingWorld`).
     The ego is the kinematic bicycle of ``simsci/Driving-v0``, and the action and
     observation spaces are those of ``simsci/Driving-v0``, so a policy trained in one
@@ -82,6 +83,11 @@ Version history
     Later in v1 (2026-12-05, tenth session): an NPC that would meet the ego from the side
     (both keeping speed and heading, within 3 s, the ego then ahead of it: a crossing or
     a cut-in the ego is passing) brakes for a standstill there too, so the ego goes first.
+    Later in v1 (2026-12-05, eleventh session): with ``tile_agents="generator"`` every
+    streamed tile's vehicles are placed by the VAE on its final lanes, as many as the
+    generator drew (its own tokens lay off those lanes and left the world at once); no
+    vehicle spawns where the ego would meet it within 3 s; a stopped NPC with room ahead
+    moves off as the IDM would.
 
 Reset cost
     A reset's opening tiles (the first tile, 16 flow steps and up to 8 draws, and the

@@ -96,8 +96,9 @@ def vectorworld_rollout(
     10 Hz); ``device``: None (the model's), "auto", "cpu", "cuda"...; ``world_kwargs``:
     max_agents, max_tiles, shaping, tile_steps (1: one-step MeanFlow; more: that many
     flow-matching Euler steps, ``tile_mode="flow"``), complete (lane-graph completion,
-    default True), tile_agents ("generator", default: a tile's vehicles from the tile
-    generator; "vae": drawn by the VAE at the data's density), npc_yield (default True:
+    default True), tile_agents ("generator", default: the VAE places as many vehicles as
+    the tile generator drew; "vae": as many as the VAE's count head draws, the data's
+    density), npc_yield (default True:
     NPCs brake for the ego ahead in their path) of the world. ``stop_on_failure``:
     end at the first collision or off-road (else keep driving and count them).
 

@@ -83,9 +83,11 @@ Design choices, and why
   of the data's agents per tile (0.8-1.0 against 2.4-2.7; the same under-drawing as its
   lanes), so a world filled by it had 0.2-0.4 of the data's agents per lane-km. The
   VAE was trained to fill a tile's lanes as the data does (count head, placements,
-  histories that agree with the states); ``tile_agents="vae"`` lets it fill every tile,
-  on the lanes the ego will drive (after seams and completion), from the world's seeded
-  generator (an opening's from its own seed's). Not the default: at the data's density
+  histories that agree with the states), so it places every tile's vehicles, on the
+  lanes the ego will drive (after seams and completion), from the world's seeded
+  generator (an opening's from its own seed's): as many as the generator drew (the
+  default) or, with ``tile_agents="vae"``, as many as its count head draws. The latter
+  is not the default: at the data's density
   the generated lanes' unresolved conflicts (crossing and converging lanes without
   right of way) put the lane-keeping driver in collisions far more often
   (benchmarks/README.md, "Vehicles from the VAE").
