@@ -15,6 +15,13 @@ world (``simsci.driving``) with the driving world's metrics, 3 seeds:
   completed: ``evaluate_tile_generator(complete=True)``), on the same samples;
   ``--peer CHECKPOINT`` measures a second generator on those samples in the same run
   (e.g. the lane-group tokens against the lane tokens).
+- **The lane-statistics reference** (``halves``, not in the default parts): the
+  distance between two disjoint random halves of the held-out truth tiles (pairs'
+  targets and first tiles), each as large as the map parts' truth sample (400 + 100
+  tiles), over 20 random splits: median and 10-90% range. One split is not a
+  reference: evenly spaced subsamples of 200, 400 and 1,000 tiles a half gave 0.005,
+  0.062 and 0.019 (heavy-tailed statistics), so the target (<= 3x the halves) is judged
+  against the median at the compared sample's size.
 - **Initialisation validity** (``init``): initial agents sampled by the VAE on held-out
   tiles' lanes, as many as the truth has (:func:`scene_init_metrics`): collision rate
   (target <= 3%), off-road rate, infeasible history steps, speed/history mismatch,
@@ -113,6 +120,37 @@ def bench_map_complete(model, data, episodes, quick):
             complete=complete,
         )  # fmt: skip
         for name, complete in (("raw", False), ("completed", True))
+    }
+
+
+def bench_halves(data, episodes, quick, splits: int = 20):
+    """``lane_stats_distance`` between two disjoint random halves of the held-out truth
+    tiles, each of the map parts' truth size, over ``splits`` seeded random splits."""
+    from simsci.models.vectorworld._evaluate import scene_pairs, tile_metrics
+
+    pairs = 64 if quick else 400
+    size = pairs + pairs // 4  # the map parts' truth: pairs' targets and first tiles
+    _, _, truth, firsts = scene_pairs(data, episodes, first_tiles=True)
+    tiles = truth + firsts
+    if len(tiles) < 2 * size:
+        raise SystemExit(f"halves: {len(tiles)} held-out tiles, {2 * size} needed")
+    splits = 4 if quick else splits
+    rng = np.random.default_rng(0)
+    dist = []
+    for k in range(splits):
+        pick = rng.permutation(len(tiles))[: 2 * size]
+        a, b = [tiles[j] for j in pick[:size]], [tiles[j] for j in pick[size:]]
+        dist.append(float(tile_metrics(a, b)["lane_stats_distance"]))
+        print(f"halves split {k}: {dist[-1]:.4f}", flush=True)
+    q10, q50, q90 = np.quantile(dist, [0.1, 0.5, 0.9])
+    return {
+        "tiles_per_half": size,
+        "held_out_tiles": len(tiles),
+        "splits": dist,
+        "median": float(q50),
+        "p10": float(q10),
+        "p90": float(q90),
+        "target_3x_median": float(3 * q50),
     }
 
 
@@ -363,7 +401,9 @@ def main() -> None:
     model = _load(args.checkpoint)
     parts = args.parts.split(",")
     if args.data is None and set(parts) - {"rollout", "resets"}:
-        raise SystemExit("--data is needed for the parts map, map_complete, latency, init and npc")
+        raise SystemExit(
+            "--data is needed for the parts map, map_complete, halves, latency, init and npc"
+        )
     held = _held_out(args.data) if args.data is not None else []
     if args.quick:
         held = held[:20]
@@ -387,6 +427,8 @@ def main() -> None:
                 result["peer"] = os.fspath(args.peer)
                 peer = _load(args.peer)
                 result["map_complete_peer"] = bench_map_complete(peer, args.data, held, args.quick)
+        elif part == "halves":
+            result["halves"] = bench_halves(args.data, held, args.quick)
         elif part == "latency":
             result["latency"] = bench_latency(model, args.data, held, args.quick)
         elif part == "init":
