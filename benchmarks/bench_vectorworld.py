@@ -16,9 +16,10 @@ world (``simsci.driving``) with the driving world's metrics, 3 seeds:
   ``--peer CHECKPOINT`` measures a second generator on those samples in the same run
   (e.g. the lane-group tokens against the lane tokens).
 - **The lane-statistics reference** (``halves``, not in the default parts): the
-  distance between two disjoint random halves of the held-out truth tiles (pairs'
-  targets and first tiles), each as large as the map parts' truth sample (400 + 100
-  tiles), over 20 random splits: median and 10-90% range. One split is not a
+  distance between two halves of the held-out truth (its episodes split at random, so
+  an episode's alike tiles stay in one half), each half sampled to the map parts' truth
+  size (400 + 100 tiles: pairs' targets and first tiles), over 20 random splits:
+  median and 10-90% range. One split is not a
   reference: evenly spaced subsamples of 200, 400 and 1,000 tiles a half gave 0.005,
   0.062 and 0.019 (heavy-tailed statistics), so the target (<= 3x the halves) is judged
   against the median at the compared sample's size.
@@ -124,28 +125,35 @@ def bench_map_complete(model, data, episodes, quick):
 
 
 def bench_halves(data, episodes, quick, splits: int = 20):
-    """``lane_stats_distance`` between two disjoint random halves of the held-out truth
-    tiles, each of the map parts' truth size, over ``splits`` seeded random splits."""
+    """``lane_stats_distance`` between two halves of the held-out truth, over ``splits``
+    seeded random splits of its episodes (tiles of one episode are alike, so they stay in
+    one half), ``size`` tiles drawn from each half (the map parts' truth size)."""
     from simsci.models.vectorworld._evaluate import scene_pairs, tile_metrics
 
     pairs = 64 if quick else 400
     size = pairs + pairs // 4  # the map parts' truth: pairs' targets and first tiles
-    _, _, truth, firsts = scene_pairs(data, episodes, first_tiles=True)
-    tiles = truth + firsts
-    if len(tiles) < 2 * size:
-        raise SystemExit(f"halves: {len(tiles)} held-out tiles, {2 * size} needed")
     splits = 4 if quick else splits
     rng = np.random.default_rng(0)
-    dist = []
+    dist, smallest = [], None
     for k in range(splits):
-        pick = rng.permutation(len(tiles))[: 2 * size]
-        a, b = [tiles[j] for j in pick[:size]], [tiles[j] for j in pick[size:]]
-        dist.append(float(tile_metrics(a, b)["lane_stats_distance"]))
+        order = rng.permutation(len(episodes))
+        halves = []
+        for part in (order[: len(order) // 2], order[len(order) // 2 :]):
+            _, _, truth, firsts = scene_pairs(
+                data, [episodes[i] for i in sorted(part)], first_tiles=True
+            )
+            tiles = truth + firsts
+            smallest = len(tiles) if smallest is None else min(smallest, len(tiles))
+            if len(tiles) < size:
+                raise SystemExit(f"halves: a half has {len(tiles)} tiles, {size} needed")
+            halves.append([tiles[j] for j in rng.permutation(len(tiles))[:size]])
+        dist.append(float(tile_metrics(*halves)["lane_stats_distance"]))
         print(f"halves split {k}: {dist[-1]:.4f}", flush=True)
     q10, q50, q90 = np.quantile(dist, [0.1, 0.5, 0.9])
     return {
         "tiles_per_half": size,
-        "held_out_tiles": len(tiles),
+        "episodes": len(episodes),
+        "smallest_half_tiles": smallest,
         "splits": dist,
         "median": float(q50),
         "p10": float(q10),

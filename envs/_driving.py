@@ -923,21 +923,53 @@ PATH_HALF_WIDTH = 0.5 * 1.9 + 0.3
 PATH_AHEAD = 40.0
 
 
-def _path_gap(agents: np.ndarray, kappa: np.ndarray) -> np.ndarray:
+#: the ego's rear axle to its centre [m] (bicycle_step's l_r: 0.3 x its 4.6 m length)
+_EGO_LR = 0.3 * 4.6
+
+
+def _path_coords(x: np.ndarray, y: np.ndarray, steer: np.ndarray):
+    """Points ``(x, y)`` (..., ego frame) in the coordinates of the path the ego's centre
+    takes at steering ``steer`` ``(n,)`` held (the kinematic bicycle of
+    :func:`simsci.driving.bicycle_step`): ``(s, d)``, the arc length along it and the
+    signed distance from it (left +). That path is the circle of signed radius ``R =
+    l_r / sin(beta)`` through the ego's centre, tangent to its velocity (heading +
+    slip ``beta = atan(tan(steer) / 2)``), centred at ``(-l_r, R cos(beta))``; a straight
+    line along ``beta`` when nearly straight."""
+    shape = (-1,) + (1,) * (x.ndim - 1)
+    beta = np.arctan(0.5 * np.tan(steer)).reshape(shape)
+    sin_b, cos_b = np.sin(beta), np.cos(beta)
+    # straight: rotate by beta
+    s_line = x * cos_b + y * sin_b
+    d_line = -x * sin_b + y * cos_b
+    kappa = sin_b / _EGO_LR
+    bent = np.abs(kappa) > 1e-4
+    radius = np.where(bent, _EGO_LR / np.where(bent, sin_b, 1.0), np.inf)  # signed
+    cy = np.where(bent, radius * cos_b, 0.0)
+    ux, uy = x + _EGO_LR, y - cy  # from the centre of the circle
+    dist = np.hypot(ux, uy)
+    # the angle swept from the ego (at (_EGO_LR, -cy) from the centre) to the point
+    phi = np.arctan2(_EGO_LR * uy + cy * ux, _EGO_LR * ux - cy * uy)
+    r = np.where(bent, radius, 1.0)
+    s_arc = r * phi
+    d_arc = np.sign(r) * (np.abs(r) - dist)
+    return np.where(bent, s_arc, s_line), np.where(bent, d_arc, d_line)
+
+
+def _path_gap(agents: np.ndarray, steer: np.ndarray) -> np.ndarray:
     """The bumper gap ``(n, m)`` from the ego (its front, 2.3 m ahead of its centre) to
     the nearest part of each agent's box inside the ego's path: the band of
-    :data:`PATH_HALF_WIDTH` around the arc of curvature ``kappa`` ``(n,)`` through the
-    ego, up to :data:`PATH_AHEAD` metres; ``inf`` where the box misses it or lies wholly
-    behind the ego's centre. Boxes are taken to path coordinates ``(x, y - kappa x^2 /
-    2)`` corner by corner, then clipped to the band: the nearest point is a corner inside
-    it or where an edge crosses its border."""
+    :data:`PATH_HALF_WIDTH` around the path its centre takes at steering ``steer``
+    ``(n,)`` held (:func:`_path_coords`), up to :data:`PATH_AHEAD` metres along it;
+    ``inf`` where the box misses it or lies wholly behind the ego's centre. Boxes are
+    taken to path coordinates corner by corner, then clipped to the band: the nearest
+    point is a corner inside it or where an edge crosses its border."""
     x, y, c, s, length, width = (agents[..., k] for k in (0, 1, 3, 4, 5, 6))
     sx = np.array([1.0, 1.0, -1.0, -1.0])  # corners in order around the box
     sy = np.array([1.0, -1.0, -1.0, 1.0])
     hl, hw = (0.5 * length)[..., None], (0.5 * width)[..., None]
-    cx = x[..., None] + sx * hl * c[..., None] - sy * hw * s[..., None]
-    cy = y[..., None] + sx * hl * s[..., None] + sy * hw * c[..., None]
-    d = cy - 0.5 * kappa[:, None, None] * cx**2
+    px = x[..., None] + sx * hl * c[..., None] - sy * hw * s[..., None]
+    py = y[..., None] + sx * hl * s[..., None] + sy * hw * c[..., None]
+    cx, d = _path_coords(px, py, steer)
     h = PATH_HALF_WIDTH
     near = np.where(np.abs(d) <= h, cx, np.inf).min(-1)
     far = np.where(np.abs(d) <= h, cx, -np.inf).max(-1)
@@ -983,14 +1015,14 @@ def lane_keeping_policy(obs: dict, *, target_speed: float | None = None) -> np.n
     limit = ego[:, 6] if target_speed is None else np.full_like(v, target_speed)
     steer = -(heading + np.arctan2(1.5 * offset, v + 1.0))
     # the nearest car ahead in the ego's lane (ego frame: x forward, y left): going the
-    # ego's way with its centre in the lane band (an oncoming car there is on the other
-    # lane of a road that bends ahead), or with its box reaching into the ego's path
-    # within PATH_AHEAD (a car nosing in from the side, crossing, or oncoming in the path)
-    centre = mask & (agents[..., 0] > 0) & (np.abs(agents[..., 1]) < 2.0) & (agents[..., 3] > 0)
+    # ego's way, or standing, with its centre in the lane band (a moving oncoming car
+    # there is on the other lane of a road that bends ahead), or with its box reaching
+    # into the ego's path within PATH_AHEAD (a car nosing in from the side, crossing, or
+    # oncoming in the path)
+    way = (agents[..., 3] > 0) | (agents[..., 2] < 1.0)
+    centre = mask & (agents[..., 0] > 0) & (np.abs(agents[..., 1]) < 2.0) & way
     centre_gap = np.where(centre, agents[..., 0] - 0.5 * (agents[..., 5] + 4.6), np.inf)
-    # the curvature of the ego's path at its present steering (bicycle_step's)
-    kappa = np.sin(np.arctan(0.5 * np.tan(ego[:, 2]))) / (0.3 * 4.6)
-    gaps = np.minimum(centre_gap, np.where(mask, _path_gap(agents, kappa), np.inf))
+    gaps = np.minimum(centre_gap, np.where(mask, _path_gap(agents, ego[:, 2]), np.inf))
     gap, j = gaps.min(1), gaps.argmin(1)
     # its speed along the ego's heading: about 0 for a crossing car, below 0 oncoming
     pick = agents[np.arange(len(j)), j]

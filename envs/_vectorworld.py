@@ -76,7 +76,7 @@ Version history
     Later in v1 (2026-12-04, fifth session), an option with the default unchanged:
     ``tile_agents="vae"`` draws every tile's vehicles by the VAE on its final lanes, as
     many as its count head draws (about the data's density); ``"generator"`` (default)
-    keeps the tile generator's agent tokens.
+    kept the tile generator's agent tokens (until the eleventh session, below).
     Later in v1 (2026-12-05, sixth session): NPCs yield to the ego (``npc_yield=True``,
     the default; False for ΔSim's accelerations alone): an NPC with the ego ahead in its
     path brakes for it (IDM) whatever lane either is on.

@@ -170,8 +170,9 @@ def add_to(sub) -> None:
         what="a parameter of the rollout: tile_steps (default 1: one-step MeanFlow tiles), "
         "shaping (default true: ΔSim with shaping), complete (default true: lane ends "
         "inside a tile joined or extended to its edge; false: the generator's raw lanes), "
-        "tile_agents (default generator: a tile's vehicles are the tile generator's; vae: "
-        "drawn by the VAE at the data's density), npc_yield (default true: NPCs brake for "
+        "tile_agents (default generator: the VAE places as many vehicles as the tile "
+        "generator drew; vae: as many as the VAE's count head draws, the data's density), "
+        "npc_yield (default true: NPCs brake for "
         "the ego ahead in their path or that they would meet from the side)",
     )
     add_deprecated_param(p, "--tile-steps", "tile_steps")

@@ -214,13 +214,26 @@ def test_lane_keeping_driver_ignores_the_other_lane_of_a_bending_road():
     # 70 m ahead the road bends left and its oncoming lane crosses the ego's heading
     # line: the car there is beyond the checked path and goes the other way
     assert lane_keeping_policy(_driver_obs((70.0, 1.0, 15.0, 175.0)))[0] == pytest.approx(free)
-    # a car going the ego's way there is its leader (the lane band reaches 100 m)
+    # a car going the ego's way there is its leader (the lane band reaches 100 m), and so
+    # is a standing one, whichever way it faces
     assert lane_keeping_policy(_driver_obs((70.0, 1.0, 5.0, -5.0)))[0] < free
-    # steering left (a bend), a car on the arc 30 m ahead is in the path, one on the
-    # straight line is not
-    steer = 0.08  # about 1/33 1/m of path curvature
+    assert lane_keeping_policy(_driver_obs((70.0, 1.0, 0.0, 175.0)))[0] < free
+    # steering left (a bend of ~34 m radius): a standing car where the kinematic bicycle
+    # takes the ego in 3 s is in its path; one where the parabola y = kappa x^2 / 2 (the
+    # circle's small-angle form) puts that point, 4 m off the path, is not
+    from simsci.driving import bicycle_step
+
+    steer = 0.08
+    t64 = lambda v: torch.tensor([v], dtype=torch.float64)  # noqa: E731
+    x, y, th, v = t64(0.0), t64(0.0), t64(0.0), t64(10.0)
+    for _ in range(30):
+        x, y, th, v, _, _ = bicycle_step(x, y, th, v, t64(0.0), t64(steer), t64(4.6))
+    on_path = (float(x[0]), float(y[0]), 0.0, float(np.degrees(th[0])))
     kappa = np.sin(np.arctan(0.5 * np.tan(steer))) / (0.3 * 4.6)
-    on_arc = (30.0, 0.5 * kappa * 30.0**2, 0.0, np.degrees(kappa * 30.0))
-    assert lane_keeping_policy(_driver_obs(on_arc, steer=steer))[0] < -1.0
+    parabola = (float(x[0]), 0.5 * kappa * float(x[0]) ** 2, 0.0, float(np.degrees(th[0])))
+    assert on_path[1] - parabola[1] > 3.5
+    assert lane_keeping_policy(_driver_obs(on_path, speed=10.0, steer=steer))[0] < -1.0
+    free = lane_keeping_policy(_driver_obs(speed=10.0, steer=steer))[0]
+    assert lane_keeping_policy(_driver_obs(parabola, speed=10.0, steer=steer))[0] == free
     straight = lane_keeping_policy(_driver_obs((30.0, -3.0, 0.0, 0.0), steer=steer))[0]
     assert straight > 0

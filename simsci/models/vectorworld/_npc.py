@@ -109,6 +109,7 @@ from simsci.models.vectorworld._features import (
     FEATURE_NAMES,
     LEFT,
     RIGHT,
+    YIELD,
     Features,
     _features,
     _gather_slots,
@@ -433,8 +434,9 @@ class DeltaSim(nn.Module):
             shaping=shaping, order=order, slots=V,
         )  # fmt: skip
         a, k = a.to(agents.x.dtype), k.to(agents.x.dtype)
-        if restart_speed is not None:
-            a = torch.maximum(a, _restart_floor(pf, float(restart_speed)).to(a))
+        if restart_speed is not None:  # not where ΔSim chose to yield (crossing traffic)
+            floor = _restart_floor(pf, float(restart_speed)).to(a)
+            a = torch.where(m == YIELD, a, torch.maximum(a, floor))
         if accel_cap is not None:  # an upper bound from outside (the world's yielding)
             cap = accel_cap.to(a)
             a = torch.minimum(a, cap if order is None else _gather_slots(cap, order))
@@ -544,7 +546,10 @@ def _restart_floor(feats: Features, restart_speed: float) -> torch.Tensor:
     """(B, V) lower bounds on the accelerations: for an agent slower than
     ``restart_speed`` the IDM acceleration towards its lane's speed limit behind its
     corridor leader, ``a (1 - (v / v_lim)^4 - (s* / gap)^2)``, ``s* = s0 + max(0, v T +
-    v (v - v_lead) / (2 sqrt(a b)))``; -inf elsewhere (and where the IDM would brake).
+    v (v - v_lead) / (2 sqrt(a b)))``, the end of its path counting as a standing leader
+    (``gap = path_left - length / 2``; lane ends and merges); -inf elsewhere (and where
+    the IDM would brake). :meth:`DeltaSim.step` does not apply it where ΔSim chose to
+    yield (crossing traffic is not in the corridor until it enters it).
 
     Why: behaviour cloning copies the ground truth's tendency to keep its controls, and
     the ground truth almost never stands still with a free road ahead, so a clone that
@@ -560,6 +565,10 @@ def _restart_floor(feats: Features, restart_speed: float) -> torch.Tensor:
     s_star = s0 + (v * T + v * (v - v_lead) / (2 * math.sqrt(a_max * b))).clamp(min=0)
     lead = torch.isfinite(gap)
     push = torch.where(lead, (s_star / gap.clamp(min=0.1)) ** 2, torch.zeros_like(gap))
+    # the path's end (lane end or merge) as a standing leader
+    end = (feats.path_left[..., 0] - 0.5 * feats.kin[..., 3]).clamp(min=0.1)
+    s_end = s0 + (v * T + v * v / (2 * math.sqrt(a_max * b))).clamp(min=0)
+    push = torch.maximum(push, (s_end / end) ** 2)
     idm = a_max * (1 - (v / limit) ** 4 - push)
     floor = torch.where((v < restart_speed) & (idm > 0), idm, torch.full_like(idm, -math.inf))
     return torch.where(feats.valid & (feats.lane >= 0), floor, torch.full_like(idm, -math.inf))

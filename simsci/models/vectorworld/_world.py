@@ -936,7 +936,15 @@ class StreamingWorld:
         th = math.atan2(row[4], row[3])
         if check:
             cand = torch.as_tensor(
-                [row[0], row[1], row[2], math.cos(th), math.sin(th), row[5], row[6]],
+                [
+                    row[0],
+                    row[1],
+                    max(float(row[2]), 0.0),
+                    math.cos(th),
+                    math.sin(th),
+                    row[5],
+                    row[6],
+                ],
                 dtype=self.dtype,
                 device=self.device,
             )
@@ -952,7 +960,7 @@ class StreamingWorld:
                 float(self.x[b, 0]), float(self.y[b, 0]), float(self.theta[b, 0]),
                 float(self.v[b, 0]),
             )  # fmt: skip
-            if bool(_on_collision_course(np.asarray(row)[None], ego)[0]):
+            if bool(_on_collision_course(cand.double().cpu().numpy()[None], ego)[0]):
                 self.stats["spawn_unsafe"] += 1
                 return False
             agents, valid = self.agents()

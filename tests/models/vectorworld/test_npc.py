@@ -439,30 +439,40 @@ def test_bad_input_rejected():
 
 
 def test_a_stopped_agent_with_room_ahead_moves_off_as_the_idm_would():
-    # lane 0 (limit 20 m/s): agent 0 stopped with 60 m free ahead; agent 1 stopped 1 m
-    # behind agent 2 (bumper gap under the IDM's 2 m); agent 3 at 10 m/s (not slow)
+    # lane 0 (limit 20 m/s, ends at x = 200): agent 0 stopped, its leader (agent 1) 85 m
+    # ahead; agent 1 stopped 1 m behind agent 2 (bumper gap under the IDM's 2 m); agent 3
+    # at 10 m/s (not slow); agent 4 stopped 3 m before the lane's end; slot 5 empty
     lanes = _two_lanes(pieces=2)
-    ag = _agents([10.0, 100.0, 106.5, 150.0], 0.0, 0.0, [0.0, 0.0, 0.0, 10.0])
+    valid = torch.tensor([True, True, True, True, True, False])
+    ag = _agents(
+        [10.0, 100.0, 105.5, 150.0, 197.0, 0.0], 0.0, 0.0, [0.0, 0.0, 0.0, 10.0, 0.0, 0.0],
+        valid=valid,
+    )  # fmt: skip
     feats = vw.features(lanes, ag)
     floor = _npc._restart_floor(feats, 1.0)
     s0, T, a_max, b = _npc.IDM_RESTART
-    # agent 0's leader (agent 1) is 85 m ahead: almost the IDM's free-road acceleration
     gap = float(feats.leader_gap[0, 0, 0])
-    push = (s0 / gap) ** 2 if math.isfinite(gap) else 0.0
+    end = float(feats.path_left[0, 0, 0]) - 0.5 * 4.5
+    push = max((s0 / gap) ** 2, (s0 / end) ** 2)
     assert float(floor[0, 0]) == pytest.approx(a_max * (1 - push), rel=1e-9)
     assert float(floor[0, 0]) > 1.0
-    assert math.isinf(float(floor[0, 1])) and float(floor[0, 1]) < 0  # IDM would brake
-    assert math.isinf(float(floor[0, 3])) and float(floor[0, 3]) < 0  # faster than 1 m/s
-    # in a step: an untrained clone moves agent 0 off (within the jerk limit); the cap wins
+    for j in (1, 3, 4, 5):  # the IDM would brake; faster than 1 m/s; lane end; no agent
+        assert math.isinf(float(floor[0, j])) and float(floor[0, j]) < 0
+    # in a step (agents packed, slot 5 empty): an untrained clone moves agent 0 off
+    # (within the jerk limit); the cap wins; a forced yield keeps ΔSim's own choice
     torch.manual_seed(0)
     model = _npc.DeltaSim(hidden=32, depth=1)
-    controlled = torch.ones(1, 4, dtype=torch.bool)
-    new, _ = model.step(lanes, ag, controlled, restart_speed=1.0, greedy=True)
+    new, _ = model.step(lanes, ag, valid[None], restart_speed=1.0, greedy=True)
     lim = min(float(floor[0, 0]), driving.MAX_JERK * driving.DT)
     assert float(new.accel[0, 0]) >= lim - 1e-9
-    free, _ = model.step(lanes, ag, controlled, greedy=True)
+    free, _ = model.step(lanes, ag, valid[None], greedy=True)
     assert float(free.accel[0, 0]) < lim  # the clone alone would not (else nothing tested)
-    cap = torch.full((1, 4), -1.0, dtype=D)
-    capped, _ = model.step(lanes, ag, controlled, restart_speed=1.0, greedy=True, accel_cap=cap)
-    alone, _ = model.step(lanes, ag, controlled, greedy=True, accel_cap=cap)
+    for j in (1, 3, 4):
+        assert float(new.accel[0, j]) == float(free.accel[0, j])
+    cap = torch.full((1, 6), -1.0, dtype=D)
+    capped, _ = model.step(lanes, ag, valid[None], restart_speed=1.0, greedy=True, accel_cap=cap)
+    alone, _ = model.step(lanes, ag, valid[None], greedy=True, accel_cap=cap)
     assert float(capped.accel[0, 0]) == float(alone.accel[0, 0]) <= 0.0
+    yields, _ = model.step(lanes, ag, valid[None], restart_speed=1.0, force="yield", greedy=True)
+    yields_alone, _ = model.step(lanes, ag, valid[None], force="yield", greedy=True)
+    assert torch.equal(yields.accel, yields_alone.accel)
