@@ -133,16 +133,18 @@ def bench_halves(data, episodes, quick, splits: int = 20):
     pairs = 64 if quick else 400
     size = pairs + pairs // 4  # the map parts' truth: pairs' targets and first tiles
     splits = 4 if quick else splits
+    per_episode = []  # each episode's (pair targets, first tile), read once
+    for e in episodes:
+        _, _, truth, firsts = scene_pairs(data, [e], first_tiles=True)
+        per_episode.append((truth, firsts))
     rng = np.random.default_rng(0)
     dist, smallest = [], None
     for k in range(splits):
         order = rng.permutation(len(episodes))
         halves = []
         for part in (order[: len(order) // 2], order[len(order) // 2 :]):
-            _, _, truth, firsts = scene_pairs(
-                data, [episodes[i] for i in sorted(part)], first_tiles=True
-            )
-            tiles = truth + firsts
+            eps = [per_episode[i] for i in sorted(part)]
+            tiles = [t for truth, _ in eps for t in truth] + [t for _, f in eps for t in f]
             smallest = len(tiles) if smallest is None else min(smallest, len(tiles))
             if len(tiles) < size:
                 raise SystemExit(f"halves: a half has {len(tiles)} tiles, {size} needed")

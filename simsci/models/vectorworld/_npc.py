@@ -538,7 +538,7 @@ class DeltaSim(nn.Module):
 
 
 #: the IDM of :func:`_restart_floor`: minimum gap [m], time headway [s], acceleration and
-#: comfortable deceleration [m/s^2] (the world's yielding IDM)
+#: comfortable deceleration [m/s^2] (also the world's yielding IDM, ``IDM_YIELD``)
 IDM_RESTART = (2.0, 1.2, 1.5, 2.0)
 
 

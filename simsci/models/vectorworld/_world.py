@@ -155,6 +155,7 @@ from simsci.driving import (
 )
 from simsci.models.vectorworld import _lanegraph, _outpaint
 from simsci.models.vectorworld._features import _gather_slots, _slot_order
+from simsci.models.vectorworld._npc import IDM_RESTART
 
 __all__ = ["StreamingWorld", "seam_gaps"]
 
@@ -295,8 +296,8 @@ KINK_TURN = 60.0
 #: npc_yield: the ego counts as in an NPC's path within its width band widened by this [m]
 YIELD_MARGIN = 0.5
 #: npc_yield's IDM: minimum gap [m], time headway [s], acceleration and comfortable
-#: braking [m/s^2] (those of the lane-keeping driver)
-IDM_YIELD = (2.0, 1.2, 1.5, 2.0)
+#: braking [m/s^2] (those of the lane-keeping driver; ΔSim's restart floor uses the same)
+IDM_YIELD = IDM_RESTART
 #: npc_yield's look-ahead for meeting the ego from the side [s], and the least heading
 #: difference [degrees] that counts as from the side (StreamingWorld._conflict_cap)
 YIELD_HORIZON, YIELD_ANGLE = 3.0, 5.0
@@ -935,7 +936,7 @@ class StreamingWorld:
             return False
         th = math.atan2(row[4], row[3])
         if check:
-            cand = torch.as_tensor(
+            box = np.array(
                 [
                     row[0],
                     row[1],
@@ -945,9 +946,9 @@ class StreamingWorld:
                     row[5],
                     row[6],
                 ],
-                dtype=self.dtype,
-                device=self.device,
+                np.float64,
             )
+            cand = torch.as_tensor(box, dtype=self.dtype, device=self.device)
             if math.hypot(row[0] - float(self.x[b, 0]), row[1] - float(self.y[b, 0])) < (
                 self.spawn_clearance
             ):
@@ -960,7 +961,7 @@ class StreamingWorld:
                 float(self.x[b, 0]), float(self.y[b, 0]), float(self.theta[b, 0]),
                 float(self.v[b, 0]),
             )  # fmt: skip
-            if bool(_on_collision_course(cand.double().cpu().numpy()[None], ego)[0]):
+            if bool(_on_collision_course(box[None], ego)[0]):
                 self.stats["spawn_unsafe"] += 1
                 return False
             agents, valid = self.agents()
