@@ -955,14 +955,15 @@ def _path_coords(x: np.ndarray, y: np.ndarray, steer: np.ndarray):
     return np.where(bent, s_arc, s_line), np.where(bent, d_arc, d_line)
 
 
-def _path_gap(agents: np.ndarray, steer: np.ndarray) -> np.ndarray:
-    """The bumper gap ``(n, m)`` from the ego (its front, 2.3 m ahead of its centre) to
-    the nearest part of each agent's box inside the ego's path: the band of
-    :data:`PATH_HALF_WIDTH` around the path its centre takes at steering ``steer``
-    ``(n,)`` held (:func:`_path_coords`), up to :data:`PATH_AHEAD` metres along it;
-    ``inf`` where the box misses it or lies wholly behind the ego's centre. Boxes are
-    taken to path coordinates corner by corner, then clipped to the band: the nearest
-    point is a corner inside it or where an edge crosses its border."""
+def _path_span(agents: np.ndarray, steer: np.ndarray, ahead: float = PATH_AHEAD):
+    """The bumper gaps ``(near, far)``, each ``(n, m)``, from the ego (its front, 2.3 m
+    ahead of its centre) to the nearest and farthest parts of each agent's box inside
+    the ego's path: the band of :data:`PATH_HALF_WIDTH` around the path its centre
+    takes at steering ``steer`` ``(n,)`` held (:func:`_path_coords`), up to ``ahead``
+    metres along it; ``inf`` (both) where the box misses it or lies wholly behind the
+    ego's centre. Boxes are taken to path coordinates corner by corner, then clipped to
+    the band: the nearest point is a corner inside it or where an edge crosses its
+    border."""
     x, y, c, s, length, width = (agents[..., k] for k in (0, 1, 3, 4, 5, 6))
     sx = np.array([1.0, 1.0, -1.0, -1.0])  # corners in order around the box
     sy = np.array([1.0, -1.0, -1.0, 1.0])
@@ -980,19 +981,152 @@ def _path_gap(agents: np.ndarray, steer: np.ndarray) -> np.ndarray:
         at = cx + t * (x1 - cx)
         near = np.minimum(near, np.where(crosses, at, np.inf).min(-1))
         far = np.maximum(far, np.where(crosses, at, -np.inf).max(-1))
-    inside = (far > 0) & (near < PATH_AHEAD)
-    return np.where(inside, near - 2.3, np.inf)
+    inside = (far > 0) & (near < ahead)
+    return np.where(inside, near - 2.3, np.inf), np.where(inside, far - 2.3, np.inf)
+
+
+def _path_gap(agents: np.ndarray, steer: np.ndarray) -> np.ndarray:
+    """The bumper gap ``(n, m)`` to each agent's box in the ego's path (the ``near`` of
+    :func:`_path_span`); ``inf`` where it is not in the path."""
+    return _path_span(agents, steer)[0]
+
+
+#: the lane-keeping driver's look at crossing traffic: each moving car is carried along
+#: its heading at its speed for up to CONFLICT_HORIZON s (every CONFLICT_STEP s); where
+#: its box is in the ego's path while the ego, keeping its speed, would be there too
+#: (with CONFLICT_MARGIN m either end of the ego), it is braked for at that point
+CONFLICT_HORIZON = 4.0
+CONFLICT_STEP = 0.25
+CONFLICT_MARGIN = 2.0
+
+
+def _conflict_gap(agents: np.ndarray, moving: np.ndarray, v: np.ndarray, steer: np.ndarray):
+    """The bumper gap ``(n, m)`` to where each ``moving`` agent ``(n, m)`` would meet the
+    ego's path while the ego is there: agents carried at constant speed and heading, the
+    ego at constant speed ``v`` ``(n,)`` along the path it steers (``steer`` ``(n,)``),
+    both sampled every :data:`CONFLICT_STEP` s up to :data:`CONFLICT_HORIZON` s; ``inf``
+    where no such meeting is predicted. The gap is the nearest of the agent's predicted
+    positions in the path at a sampled time of conflict."""
+    taus = CONFLICT_STEP * np.arange(1, round(CONFLICT_HORIZON / CONFLICT_STEP) + 1)
+    n, m = agents.shape[:2]
+    k = len(taus)
+    moved = np.repeat(agents[:, None], k, 1)  # (n, k, m, 7)
+    run = agents[:, None, :, 2] * taus[None, :, None]  # (n, k, m) metres travelled
+    moved[..., 0] += run * agents[:, None, :, 3]
+    moved[..., 1] += run * agents[:, None, :, 4]
+    near, far = _path_span(moved.reshape(n, k * m, 7), steer, ahead=VIEW)
+    near, far = near.reshape(n, k, m), far.reshape(n, k, m)
+    front = v[:, None, None] * taus[None, :, None]  # the ego's bumper, travelled
+    meet = (front + CONFLICT_MARGIN >= near) & (front - 4.6 - CONFLICT_MARGIN <= far)
+    meet &= moving[:, None, :] & np.isfinite(near)
+    return np.where(meet, near, np.inf).min(1)
+
+
+def _lane_path(lanes: np.ndarray, lanes_mask: np.ndarray, chain: int = 3) -> list:
+    """The ego's lane ahead of it, in its frame, per observation: an ``(P, 2)`` polyline
+    from the point of its lane nearest the ego on (the lane: a segment within 2.5 m of
+    the ego heading within 45 degrees of its own), continued through up to ``chain``
+    observed lanes that start within 1 m of the end heading on within 45 degrees; an
+    empty array where no lane qualifies."""
+    out = []
+    cos45 = math.cos(math.radians(45.0))
+    for pts, have in zip(lanes, lanes_mask > 0.5):
+        pts = pts[have].astype(np.float64)
+        if len(pts) == 0:
+            out.append(np.zeros((0, 2)))
+            continue
+        seg = np.diff(pts, axis=1)  # (m, K-1, 2)
+        seg_len = np.linalg.norm(seg, axis=-1)
+        t = np.clip(-(pts[:, :-1] * seg).sum(-1) / np.maximum(seg_len**2, 1e-12), 0.0, 1.0)
+        near = pts[:, :-1] + t[..., None] * seg
+        d = np.where(seg[..., 0] > cos45 * seg_len, np.linalg.norm(near, axis=-1), np.inf)
+        lane, k = np.unravel_index(np.argmin(d), d.shape)
+        if not d[lane, k] < 2.5:
+            out.append(np.zeros((0, 2)))
+            continue
+        path = np.concatenate([near[lane, k][None], pts[lane, k + 1 :]])
+        used = {int(lane)}
+        for _ in range(chain):
+            if len(path) < 2:
+                break
+            end, tangent = path[-1], path[-1] - path[-2]
+            start = np.linalg.norm(pts[:, 0] - end, axis=-1)
+            first = pts[:, 1] - pts[:, 0]
+            turn = (first @ tangent) / np.maximum(
+                np.linalg.norm(first, axis=-1) * np.linalg.norm(tangent), 1e-12
+            )
+            ok = (start < 1.0) & (turn > cos45)
+            ok[list(used)] = False
+            if not ok.any():
+                break
+            nxt = int(np.argmin(np.where(ok, start, np.inf)))
+            used.add(nxt)
+            path = np.concatenate([path, pts[nxt, 1:]])
+        out.append(path)
+    return out
+
+
+def _lane_path_gap(agents: np.ndarray, paths: list) -> np.ndarray:
+    """The gap ``(n, m)`` along the ego's lane (:func:`_lane_path`) from its front to the
+    nearest part of each agent's box within :data:`PATH_HALF_WIDTH` of the lane's
+    centreline ahead (17 points of the box: corners, three along each side and the
+    centre); ``inf`` where none is."""
+    n, m = agents.shape[:2]
+    out = np.full((n, m), np.inf)
+    u = np.array([0.0, 0.25, 0.5, 0.75])
+    # the box's outline points in its own frame (length, width units of one half each)
+    edge = np.concatenate(
+        [
+            np.stack([1 - 2 * u, np.ones(4)], -1),
+            np.stack([-np.ones(4), 1 - 2 * u], -1),
+            np.stack([-1 + 2 * u, -np.ones(4)], -1),
+            np.stack([np.ones(4), -1 + 2 * u], -1),
+            np.zeros((1, 2)),
+        ]
+    )  # (17, 2)
+    for i, path in enumerate(paths):
+        if len(path) < 2:
+            continue
+        a = agents[i]
+        hl, hw = 0.5 * a[:, 5:6], 0.5 * a[:, 6:7]
+        px = a[:, 0:1] + edge[:, 0] * hl * a[:, 3:4] - edge[:, 1] * hw * a[:, 4:5]
+        py = a[:, 1:2] + edge[:, 0] * hl * a[:, 4:5] + edge[:, 1] * hw * a[:, 3:4]
+        q = np.stack([px, py], -1)[:, :, None, :]  # (m, 17, 1, 2)
+        seg = np.diff(path, axis=0)  # (S, 2)
+        seg_len = np.maximum(np.linalg.norm(seg, axis=-1), 1e-12)
+        rel = q - path[:-1]
+        t = np.clip((rel * seg).sum(-1) / seg_len**2, 0.0, 1.0)  # (m, 17, S)
+        off = rel - t[..., None] * seg
+        dist = np.linalg.norm(off, axis=-1)
+        j = dist.argmin(-1)  # the nearest segment of each point
+        lateral = np.take_along_axis(dist, j[..., None], -1)[..., 0]
+        along = np.concatenate([[0.0], np.cumsum(seg_len)])[j] + (
+            np.take_along_axis(t, j[..., None], -1)[..., 0] * seg_len[j]
+        )
+        inside = (lateral <= PATH_HALF_WIDTH) & (along > 0)
+        out[i] = np.where(inside, along, np.inf).min(-1) - 2.3
+    return out
 
 
 def lane_keeping_policy(obs: dict, *, target_speed: float | None = None) -> np.ndarray:
     """A rule-based driver for ``simsci/Driving-v0`` observations (single ``(8,)`` or
     batched ``(n, 8)`` ego features): Stanley steering on the lane (``δ = -(ψ +
     atan(k e / (v + 1)))`` from the heading error ψ and lateral offset e) and IDM
-    acceleration towards the speed limit behind the nearest observed car in its way: a
-    car going its way with its centre within 2 m of its heading line, or any car whose
-    box reaches into its path (:data:`PATH_HALF_WIDTH` either side of the arc it steers
-    along, :data:`PATH_AHEAD` m ahead: one nosing in, crossing or oncoming), taken at
-    its speed along the ego's heading (0 crossing, below 0 oncoming).
+    acceleration towards the speed limit behind the nearest observed car in its way,
+    taken at its speed along the ego's heading (0 crossing, below 0 oncoming). In its
+    way is
+
+    - a car going its way (or standing) with its centre within 2 m of its heading line;
+    - any car whose box reaches into its path (:data:`PATH_HALF_WIDTH` either side of
+      the arc it steers along, :data:`PATH_AHEAD` m ahead: one nosing in, crossing or
+      oncoming);
+    - a moving car that would be in that path when the ego gets there, both keeping
+      speed and heading (:func:`_conflict_gap`, up to :data:`CONFLICT_HORIZON` s:
+      crossing traffic it yields to), braked for where they would meet;
+    - where the observation has ``lanes``: a car going its way, standing or oncoming
+      with its box within :data:`PATH_HALF_WIDTH` of its lane's centreline ahead, that
+      lane continued through its observed successors (:func:`_lane_path`): on a bend a
+      car ahead in the lane is off the heading line and the steering arc.
 
     The reference policy of the benchmarks and the baseline an RL agent should beat; it
     does not change lanes, so on a road with a lane that ends it may stop. It reads the
@@ -1023,6 +1157,19 @@ def lane_keeping_policy(obs: dict, *, target_speed: float | None = None) -> np.n
     centre = mask & (agents[..., 0] > 0) & (np.abs(agents[..., 1]) < 2.0) & way
     centre_gap = np.where(centre, agents[..., 0] - 0.5 * (agents[..., 5] + 4.6), np.inf)
     gaps = np.minimum(centre_gap, np.where(mask, _path_gap(agents, ego[:, 2]), np.inf))
+    # a moving car that would be in its path when it gets there (crossing, turning
+    # across, nosing in): braked for where they would meet, so the ego yields to it
+    moving = mask & (agents[..., 2] > 1.0)
+    gaps = np.minimum(gaps, _conflict_gap(agents, moving, v, ego[:, 2]))
+    # any car in its lane ahead, along the lane's centreline (on a bend the steering arc
+    # leaves the lane within a few tens of metres)
+    if "lanes" in obs:
+        lanes = np.asarray(obs["lanes"], np.float64).reshape(ego.shape[0], -1, LANE_POINTS, 2)
+        have = np.asarray(obs["lanes_mask"], np.float64).reshape(ego.shape[0], -1)
+        on_lane = _lane_path_gap(agents, _lane_path(lanes, have))
+        # (a car crossing it at speed is the conflict check's: it will have cleared)
+        lane_way = way | (agents[..., 3] < -0.7)
+        gaps = np.minimum(gaps, np.where(mask & lane_way, on_lane, np.inf))
     gap, j = gaps.min(1), gaps.argmin(1)
     # its speed along the ego's heading: about 0 for a crossing car, below 0 oncoming
     pick = agents[np.arange(len(j)), j]

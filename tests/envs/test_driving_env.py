@@ -237,3 +237,62 @@ def test_lane_keeping_driver_ignores_the_other_lane_of_a_bending_road():
     assert lane_keeping_policy(_driver_obs(parabola, speed=10.0, steer=steer))[0] == free
     straight = lane_keeping_policy(_driver_obs((30.0, -3.0, 0.0, 0.0), steer=steer))[0]
     assert straight > 0
+
+
+def test_lane_keeping_driver_yields_to_crossing_traffic_it_would_meet():
+    from simsci.envs import lane_keeping_policy
+    from simsci.envs._driving import _conflict_gap
+
+    free = lane_keeping_policy(_driver_obs(speed=10.0))[0]
+    # a car 30 m to the right of the ego's lane 30 m ahead, crossing at 10 m/s: both
+    # keeping speed, they reach the crossing in 3 s, so the ego brakes now
+    meets = _driver_obs((30.0, -30.0, 10.0, 90.0), speed=10.0)
+    assert lane_keeping_policy(meets)[0] < -1.0
+    # braked for where they would meet: the box's near side, 30 m less its half width
+    # less the ego's 2.3 m to its bumper
+    gap = _conflict_gap(
+        meets["agents"][None].astype(np.float64), meets["agents_mask"][None] > 0.5,
+        np.array([10.0]), np.array([0.0]),
+    )  # fmt: skip
+    assert gap[0, 0] == pytest.approx(30.0 - 0.95 - 2.3)
+    assert np.isinf(gap[0, 1:]).all()
+    # the same car driving away, or one that clears the crossing 60 m ahead long before
+    # the ego gets there: nothing to yield to
+    away = lane_keeping_policy(_driver_obs((30.0, -30.0, 10.0, -90.0), speed=10.0))[0]
+    clears = lane_keeping_policy(_driver_obs((60.0, -3.0, 10.0, 90.0), speed=10.0))[0]
+    assert away == pytest.approx(free) and clears == pytest.approx(free)
+
+
+def _bend_lanes(radius=60.0, offset=0.0):
+    """Two 20-point lanes (ego frame) continuing each other along a left bend of
+    ``radius`` from the ego (``offset`` m to its right), 40 m each, in the Dict layout."""
+    phi = np.linspace(0.0, 40.0 / radius, 20)
+    r = radius + offset
+    first = np.stack([r * np.sin(phi), radius - r * np.cos(phi)], -1)
+    phi2 = phi + 40.0 / radius
+    second = np.stack([r * np.sin(phi2), radius - r * np.cos(phi2)], -1)
+    lanes = np.zeros((4, 20, 2), np.float32)
+    lanes[0], lanes[1] = second, first  # any order: the ego's is found, then its successor
+    return lanes, np.array([1, 1, 0, 0], np.float32)
+
+
+def test_lane_keeping_driver_sees_a_slow_car_ahead_on_its_bending_lane():
+    from simsci.envs import lane_keeping_policy
+
+    radius, s = 60.0, 60.0  # the car 60 m along the bend: on the second lane
+    phi = s / radius
+    car = (radius * np.sin(phi), radius * (1 - np.cos(phi)), 2.0, np.degrees(phi))
+    assert car[1] > 20.0  # far off the ego's heading line and steering arc (steer 0)
+    obs = _driver_obs(car, speed=20.0)
+    free = lane_keeping_policy(_driver_obs(speed=20.0))[0]
+    # without the lanes the car is not seen as in the ego's way
+    assert lane_keeping_policy(obs)[0] == pytest.approx(free)
+    obs["lanes"], obs["lanes_mask"] = _bend_lanes(radius)
+    assert lane_keeping_policy(obs)[0] < -1.0
+    # the same car on the lane beside (3.5 m to the right along the bend): not a leader
+    beside = (
+        (radius + 3.5) * np.sin(phi), radius - (radius + 3.5) * np.cos(phi), 2.0, np.degrees(phi)
+    )  # fmt: skip
+    obs = _driver_obs(beside, speed=20.0)
+    obs["lanes"], obs["lanes_mask"] = _bend_lanes(radius)
+    assert lane_keeping_policy(obs)[0] == pytest.approx(free)
