@@ -991,142 +991,199 @@ def _path_gap(agents: np.ndarray, steer: np.ndarray) -> np.ndarray:
     return _path_span(agents, steer)[0]
 
 
-#: the lane-keeping driver's look at crossing traffic: each moving car is carried along
-#: its heading at its speed for up to CONFLICT_HORIZON s (every CONFLICT_STEP s); where
-#: its box is in the ego's path while the ego, keeping its speed, would be there too
-#: (with CONFLICT_MARGIN m either end of the ego), it is braked for at that point
+#: the lane-keeping driver's look at traffic crossing its way: each moving car not going
+#: its way is carried at its speed and its heading to the ego's arc for up to
+#: CONFLICT_HORIZON s (swept over steps of CONFLICT_STEP s); where its box is in the
+#: ego's path while the ego would be there too (CONFLICT_MARGIN m either end of the ego),
+#: it is braked for at that point
 CONFLICT_HORIZON = 4.0
 CONFLICT_STEP = 0.25
 CONFLICT_MARGIN = 2.0
+#: the driver's IDM: minimum gap [m], time headway [s], acceleration, comfortable
+#: deceleration [m/s^2]
+DRIVER_IDM = (2.0, 1.2, 1.5, 2.0)
 
 
-def _conflict_gap(agents: np.ndarray, moving: np.ndarray, v: np.ndarray, steer: np.ndarray):
-    """The bumper gap ``(n, m)`` to where each ``moving`` agent ``(n, m)`` would meet the
-    ego's path while the ego is there: agents carried at constant speed and heading, the
-    ego at constant speed ``v`` ``(n,)`` along the path it steers (``steer`` ``(n,)``),
-    both sampled every :data:`CONFLICT_STEP` s up to :data:`CONFLICT_HORIZON` s; ``inf``
-    where no such meeting is predicted. The gap is the nearest of the agent's predicted
-    positions in the path at a sampled time of conflict."""
+def _ego_travel(v: np.ndarray, limit: np.ndarray, taus: np.ndarray) -> np.ndarray:
+    """``(2, n, k)`` how far the ego goes in ``taus`` ``(k,)`` s from speed ``v`` ``(n,)``:
+    at that speed, and speeding up at the IDM's acceleration to ``max(v, limit)``."""
+    a = DRIVER_IDM[2]
+    top = np.maximum(v, limit)[:, None]
+    v0 = v[:, None]
+    t1 = (top - v0) / a  # when it reaches the top speed
+    t = taus[None, :]
+    ramp = np.where(t <= t1, v0 * t + 0.5 * a * t**2, v0 * t1 + 0.5 * a * t1**2 + top * (t - t1))
+    return np.stack([np.broadcast_to(v0 * t, ramp.shape), ramp])
+
+
+def _conflict_gap(agents, candidates, v, limit, steer) -> np.ndarray:
+    """The bumper gap ``(n, m)`` to where each of the ``candidates`` ``(n, m)`` (moving
+    cars not going the ego's way) would meet the ego's path while the ego is there;
+    ``inf`` where no meeting is predicted. Both move in the coordinates of the ego's path
+    (:func:`_path_coords`: the arc it steers along, ``steer`` ``(n,)``): the car keeps
+    its speed and its heading *to the arc where it is*, so a car following a road that
+    bends as the arc does keeps its distance from it (carried straight on, an oncoming
+    car on a bend would cut across it); its box is swept over each
+    :data:`CONFLICT_STEP` s, so a fast one is not stepped over. The ego goes along the
+    arc at its speed ``v`` ``(n,)`` or speeding up towards ``limit`` (:func:`_ego_travel`:
+    a stopped ego at a crossing is about to move off); up to :data:`CONFLICT_HORIZON` s.
+    The gap is the nearest part of the car's box in the path band at a step where they
+    meet."""
     taus = CONFLICT_STEP * np.arange(1, round(CONFLICT_HORIZON / CONFLICT_STEP) + 1)
-    n, m = agents.shape[:2]
-    k = len(taus)
-    moved = np.repeat(agents[:, None], k, 1)  # (n, k, m, 7)
-    run = agents[:, None, :, 2] * taus[None, :, None]  # (n, k, m) metres travelled
-    moved[..., 0] += run * agents[:, None, :, 3]
-    moved[..., 1] += run * agents[:, None, :, 4]
-    near, far = _path_span(moved.reshape(n, k * m, 7), steer, ahead=VIEW)
-    near, far = near.reshape(n, k, m), far.reshape(n, k, m)
-    front = v[:, None, None] * taus[None, :, None]  # the ego's bumper, travelled
-    meet = (front + CONFLICT_MARGIN >= near) & (front - 4.6 - CONFLICT_MARGIN <= far)
-    meet &= moving[:, None, :] & np.isfinite(near)
-    return np.where(meet, near, np.inf).min(1)
+    s0, d0 = _path_coords(agents[..., 0], agents[..., 1], steer)  # (n, m)
+    beta = np.arctan(0.5 * np.tan(steer))[:, None]
+    phi = np.arctan2(agents[..., 4], agents[..., 3]) - (beta + np.sin(beta) / _EGO_LR * s0)
+    c, s = np.abs(np.cos(phi)), np.abs(np.sin(phi))
+    speed, length, width = agents[..., 2], agents[..., 5], agents[..., 6]
+    sweep = speed * CONFLICT_STEP
+    along = 0.5 * (length * c + width * s + sweep * c)  # the swept box's half extents
+    side = 0.5 * (length * s + width * c + sweep * s)
+    mid = (taus - 0.5 * CONFLICT_STEP)[None, :, None]  # each step's middle, (1, k, 1)
+    at_s = s0[:, None] + speed[:, None] * mid * np.cos(phi)[:, None]  # (n, k, m)
+    at_d = d0[:, None] + speed[:, None] * mid * np.sin(phi)[:, None]
+    near = at_s - along[:, None] - 2.3  # from the ego's bumper
+    far = at_s + along[:, None] - 2.3
+    in_band = (np.abs(at_d) <= PATH_HALF_WIDTH + side[:, None]) & (far > -2.3) & (near < VIEW)
+    front = _ego_travel(v, limit, taus).transpose(1, 0, 2)[..., None]  # (n, 2, k, 1)
+    before = np.concatenate([np.zeros_like(front[:, :, :1]), front[:, :, :-1]], 2)
+    meet = (front + CONFLICT_MARGIN >= near[:, None]) & (
+        before - 4.6 - CONFLICT_MARGIN <= far[:, None]
+    )
+    meet &= (in_band & candidates[:, None])[:, None]
+    return np.where(meet, near[:, None], np.inf).min((1, 2))
 
 
-def _lane_path(lanes: np.ndarray, lanes_mask: np.ndarray, chain: int = 3) -> list:
+def _dedupe(points: np.ndarray) -> np.ndarray:
+    """A polyline ``(P, 2)`` without repeated points (zero-length segments)."""
+    keep = np.ones(len(points), bool)
+    keep[1:] = np.linalg.norm(np.diff(points, axis=0), axis=-1) > 1e-6
+    return points[keep]
+
+
+def _lane_path(lanes: np.ndarray, lanes_mask: np.ndarray, offset=None, chain: int = 3) -> list:
     """The ego's lane ahead of it, in its frame, per observation: an ``(P, 2)`` polyline
-    from the point of its lane nearest the ego on (the lane: a segment within 2.5 m of
-    the ego heading within 45 degrees of its own), continued through up to ``chain``
-    observed lanes that start within 1 m of the end heading on within 45 degrees; an
-    empty array where no lane qualifies."""
+    from the point of its lane nearest the ego on; an empty array where no lane
+    qualifies. Its lane: of the observed lanes with a segment heading within 45 degrees
+    of the ego's and passing within 3.5 m of it, the one whose centre lies where the
+    ego's lateral ``offset`` ``(n,)`` (left +) puts it (the nearest without it). It is
+    continued through up to ``chain`` observed lanes that start within 1 m of its end,
+    heading within 45 degrees of it: at a fork the best-aligned one (the way straight
+    on; the driver does not know which way the ego's lane goes)."""
     out = []
     cos45 = math.cos(math.radians(45.0))
-    for pts, have in zip(lanes, lanes_mask > 0.5):
-        pts = pts[have].astype(np.float64)
-        if len(pts) == 0:
-            out.append(np.zeros((0, 2)))
-            continue
-        seg = np.diff(pts, axis=1)  # (m, K-1, 2)
+    for i, (pts, have) in enumerate(zip(lanes, lanes_mask > 0.5)):
+        pts = pts[have & np.isfinite(pts).all((-1, -2))].astype(np.float64)  # (k, P, 2)
+        seg = np.diff(pts, axis=1)
         seg_len = np.linalg.norm(seg, axis=-1)
-        t = np.clip(-(pts[:, :-1] * seg).sum(-1) / np.maximum(seg_len**2, 1e-12), 0.0, 1.0)
+        real = seg_len > 1e-6  # repeated points make no segment
+        t = np.clip(-(pts[:, :-1] * seg).sum(-1) / np.maximum(seg_len, 1e-6) ** 2, 0.0, 1.0)
         near = pts[:, :-1] + t[..., None] * seg
-        d = np.where(seg[..., 0] > cos45 * seg_len, np.linalg.norm(near, axis=-1), np.inf)
-        lane, k = np.unravel_index(np.argmin(d), d.shape)
-        if not d[lane, k] < 2.5:
+        dist = np.where(
+            real & (seg[..., 0] > cos45 * seg_len), np.linalg.norm(near, axis=-1), np.inf
+        )
+        j = dist.argmin(-1) if len(pts) else np.zeros(0, int)  # each lane's nearest segment
+        lanes_i = np.arange(len(pts))
+        d_min, at = dist[lanes_i, j], near[lanes_i, j]
+        # the ego is `offset` to the left of its lane's centre: that centre is at -offset
+        score = d_min if offset is None else np.abs(at[:, 1] + float(offset[i]))
+        score = np.where(d_min < 3.5, score, np.inf)
+        if not np.isfinite(score).any():
             out.append(np.zeros((0, 2)))
             continue
-        path = np.concatenate([near[lane, k][None], pts[lane, k + 1 :]])
-        used = {int(lane)}
+        lane = int(score.argmin())
+        path = _dedupe(np.concatenate([at[lane][None], pts[lane, j[lane] + 1 :]]))
+        # each lane's start and first direction, for the successors
+        first = seg[lanes_i, real.argmax(-1)]
+        first = first / np.maximum(np.linalg.norm(first, axis=-1), 1e-6)[:, None]
+        used = {lane}
         for _ in range(chain):
             if len(path) < 2:
                 break
-            end, tangent = path[-1], path[-1] - path[-2]
-            start = np.linalg.norm(pts[:, 0] - end, axis=-1)
-            first = pts[:, 1] - pts[:, 0]
-            turn = (first @ tangent) / np.maximum(
-                np.linalg.norm(first, axis=-1) * np.linalg.norm(tangent), 1e-12
-            )
-            ok = (start < 1.0) & (turn > cos45)
+            tangent = (path[-1] - path[-2]) / np.linalg.norm(path[-1] - path[-2])
+            turn = first @ tangent
+            ok = (np.linalg.norm(pts[:, 0] - path[-1], axis=-1) < 1.0) & (turn > cos45)
+            ok &= real.any(-1)
             ok[list(used)] = False
             if not ok.any():
                 break
-            nxt = int(np.argmin(np.where(ok, start, np.inf)))
+            nxt = int(np.where(ok, turn, -np.inf).argmax())  # straight on at a fork
             used.add(nxt)
-            path = np.concatenate([path, pts[nxt, 1:]])
+            path = _dedupe(np.concatenate([path, pts[nxt, 1:]]))
         out.append(path)
     return out
 
 
-def _lane_path_gap(agents: np.ndarray, paths: list) -> np.ndarray:
-    """The gap ``(n, m)`` along the ego's lane (:func:`_lane_path`) from its front to the
-    nearest part of each agent's box within :data:`PATH_HALF_WIDTH` of the lane's
-    centreline ahead (17 points of the box: corners, three along each side and the
-    centre); ``inf`` where none is."""
+#: a car's box as points in its own frame (half lengths, half widths): its corners,
+#: three more along each side and its centre (the last)
+_SIDE = np.array([0.0, 0.25, 0.5, 0.75])
+_BOX_POINTS = np.concatenate(
+    [
+        np.stack([1 - 2 * _SIDE, np.ones(4)], -1),
+        np.stack([-np.ones(4), 1 - 2 * _SIDE], -1),
+        np.stack([-1 + 2 * _SIDE, -np.ones(4)], -1),
+        np.stack([np.ones(4), -1 + 2 * _SIDE], -1),
+        np.zeros((1, 2)),
+    ]
+)  # (17, 2)
+
+
+def _lane_path_gap(agents: np.ndarray, paths: list):
+    """Along the ego's lane (:func:`_lane_path`): the gap ``(n, m)`` from its front to
+    the nearest of each agent's box points (:data:`_BOX_POINTS`) within
+    :data:`PATH_HALF_WIDTH` of the lane's centreline ahead (``inf`` where none is), and
+    the cosine ``(n, m)`` of the agent's heading to the lane's direction where its centre
+    is (1 going the lane's way, -1 against it; NaN where there is no path)."""
     n, m = agents.shape[:2]
-    out = np.full((n, m), np.inf)
-    u = np.array([0.0, 0.25, 0.5, 0.75])
-    # the box's outline points in its own frame (length, width units of one half each)
-    edge = np.concatenate(
-        [
-            np.stack([1 - 2 * u, np.ones(4)], -1),
-            np.stack([-np.ones(4), 1 - 2 * u], -1),
-            np.stack([-1 + 2 * u, -np.ones(4)], -1),
-            np.stack([np.ones(4), -1 + 2 * u], -1),
-            np.zeros((1, 2)),
-        ]
-    )  # (17, 2)
+    gap, along_cos = np.full((n, m), np.inf), np.full((n, m), np.nan)
+    bx, by = _BOX_POINTS[:, 0], _BOX_POINTS[:, 1]
     for i, path in enumerate(paths):
         if len(path) < 2:
             continue
         a = agents[i]
         hl, hw = 0.5 * a[:, 5:6], 0.5 * a[:, 6:7]
-        px = a[:, 0:1] + edge[:, 0] * hl * a[:, 3:4] - edge[:, 1] * hw * a[:, 4:5]
-        py = a[:, 1:2] + edge[:, 0] * hl * a[:, 4:5] + edge[:, 1] * hw * a[:, 3:4]
+        px = a[:, 0:1] + bx * hl * a[:, 3:4] - by * hw * a[:, 4:5]
+        py = a[:, 1:2] + bx * hl * a[:, 4:5] + by * hw * a[:, 3:4]
         q = np.stack([px, py], -1)[:, :, None, :]  # (m, 17, 1, 2)
-        seg = np.diff(path, axis=0)  # (S, 2)
-        seg_len = np.maximum(np.linalg.norm(seg, axis=-1), 1e-12)
+        seg = np.diff(path, axis=0)  # (S, 2), no zero-length ones (_lane_path)
+        seg_len = np.linalg.norm(seg, axis=-1)
         rel = q - path[:-1]
         t = np.clip((rel * seg).sum(-1) / seg_len**2, 0.0, 1.0)  # (m, 17, S)
-        off = rel - t[..., None] * seg
-        dist = np.linalg.norm(off, axis=-1)
+        dist = np.linalg.norm(rel - t[..., None] * seg, axis=-1)
         j = dist.argmin(-1)  # the nearest segment of each point
         lateral = np.take_along_axis(dist, j[..., None], -1)[..., 0]
         along = np.concatenate([[0.0], np.cumsum(seg_len)])[j] + (
             np.take_along_axis(t, j[..., None], -1)[..., 0] * seg_len[j]
         )
         inside = (lateral <= PATH_HALF_WIDTH) & (along > 0)
-        out[i] = np.where(inside, along, np.inf).min(-1) - 2.3
-    return out
+        gap[i] = np.where(inside, along, np.inf).min(-1) - 2.3
+        tangent = seg[j[:, -1]] / seg_len[j[:, -1], None]  # where its centre is
+        along_cos[i] = a[:, 3] * tangent[:, 0] + a[:, 4] * tangent[:, 1]
+    return gap, along_cos
 
 
 def lane_keeping_policy(obs: dict, *, target_speed: float | None = None) -> np.ndarray:
     """A rule-based driver for ``simsci/Driving-v0`` observations (single ``(8,)`` or
     batched ``(n, 8)`` ego features): Stanley steering on the lane (``δ = -(ψ +
     atan(k e / (v + 1)))`` from the heading error ψ and lateral offset e) and IDM
-    acceleration towards the speed limit behind the nearest observed car in its way,
-    taken at its speed along the ego's heading (0 crossing, below 0 oncoming). In its
-    way is
+    acceleration (:data:`DRIVER_IDM`) towards the speed limit, braking for the observed
+    car in its way that asks for the strongest braking. In its way is
 
-    - a car going its way (or standing) with its centre within 2 m of its heading line;
-    - any car whose box reaches into its path (:data:`PATH_HALF_WIDTH` either side of
+    - a car going its way (or standing) with its centre within 2 m of its heading line,
+      or any car whose box reaches into its path (:data:`PATH_HALF_WIDTH` either side of
       the arc it steers along, :data:`PATH_AHEAD` m ahead: one nosing in, crossing or
+      oncoming), at its speed along the ego's heading (about 0 crossing, below 0
       oncoming);
-    - a moving car that would be in that path when the ego gets there, both keeping
-      speed and heading (:func:`_conflict_gap`, up to :data:`CONFLICT_HORIZON` s:
-      crossing traffic it yields to), braked for where they would meet;
-    - where the observation has ``lanes``: a car going its way, standing or oncoming
-      with its box within :data:`PATH_HALF_WIDTH` of its lane's centreline ahead, that
-      lane continued through its observed successors (:func:`_lane_path`): on a bend a
-      car ahead in the lane is off the heading line and the steering arc.
+    - where the observation has ``lanes``: a car going its lane's way, standing or
+      oncoming with its box within :data:`PATH_HALF_WIDTH` of its lane's centreline
+      ahead, that lane continued straight on through its observed successors
+      (:func:`_lane_path`), at its speed along the lane there: on a bend a car ahead in
+      the lane is off the heading line and the steering arc;
+    - a moving car ahead not going the ego's way (more than ~45 degrees to its lane
+      there, or to its arc without lanes: crossing or oncoming) that would be in its
+      path when the ego gets there, the car keeping its speed and its heading to the
+      ego's arc, the ego its steering at its speed or speeding up
+      (:func:`_conflict_gap`, up to :data:`CONFLICT_HORIZON` s): a standstill where
+      they would meet, so the ego yields.
 
     The reference policy of the benchmarks and the baseline an RL agent should beat; it
     does not change lanes, so on a road with a lane that ends it may stop. It reads the
@@ -1148,35 +1205,58 @@ def lane_keeping_policy(obs: dict, *, target_speed: float | None = None) -> np.n
     v, offset, heading = ego[:, 0], ego[:, 3], ego[:, 4]
     limit = ego[:, 6] if target_speed is None else np.full_like(v, target_speed)
     steer = -(heading + np.arctan2(1.5 * offset, v + 1.0))
-    # the nearest car ahead in the ego's lane (ego frame: x forward, y left): going the
-    # ego's way, or standing, with its centre in the lane band (a moving oncoming car
-    # there is on the other lane of a road that bends ahead), or with its box reaching
-    # into the ego's path within PATH_AHEAD (a car nosing in from the side, crossing, or
-    # oncoming in the path)
-    way = (agents[..., 3] > 0) | (agents[..., 2] < 1.0)
-    centre = mask & (agents[..., 0] > 0) & (np.abs(agents[..., 1]) < 2.0) & way
+    speed, cos = agents[..., 2], agents[..., 3]
+    standing = speed < 1.0
+    # each rule gives gaps (n, m) and the speeds (n, m) of what it brakes for; the ego
+    # brakes for the strongest IDM interaction of any of them (ego frame: x forward, y
+    # left)
+    rules = []
+    # a car going its way, or standing, with its centre in the lane band (a moving
+    # oncoming car there is on the other lane of a road that bends ahead); any car whose
+    # box reaches into its path (nosing in from the side, crossing, oncoming), at its
+    # speed along the ego's heading (about 0 crossing, below 0 oncoming)
+    centre = mask & (agents[..., 0] > 0) & (np.abs(agents[..., 1]) < 2.0) & ((cos > 0) | standing)
     centre_gap = np.where(centre, agents[..., 0] - 0.5 * (agents[..., 5] + 4.6), np.inf)
-    gaps = np.minimum(centre_gap, np.where(mask, _path_gap(agents, ego[:, 2]), np.inf))
-    # a moving car that would be in its path when it gets there (crossing, turning
-    # across, nosing in): braked for where they would meet, so the ego yields to it
-    moving = mask & (agents[..., 2] > 1.0)
-    gaps = np.minimum(gaps, _conflict_gap(agents, moving, v, ego[:, 2]))
-    # any car in its lane ahead, along the lane's centreline (on a bend the steering arc
-    # leaves the lane within a few tens of metres)
-    if "lanes" in obs:
+    path_gap = np.where(mask, _path_gap(agents, ego[:, 2]), np.inf)
+    rules.append((np.minimum(centre_gap, path_gap), speed * cos))
+    # how each car heads against the ego's way where it is: against its lane's direction
+    # there where the lanes are observed, else against its steering arc's (on a bend a
+    # car going either way along the road is turned against the ego's heading)
+    beta = np.arctan(0.5 * np.tan(ego[:, 2]))[:, None]
+    arc_s, _ = _path_coords(agents[..., 0], agents[..., 1], ego[:, 2])
+    arc_dir = beta + np.sin(beta) / _EGO_LR * arc_s  # the arc's heading at the car
+    way_cos = np.cos(np.arctan2(agents[..., 4], cos) - arc_dir)
+    lane_rule = None
+    if "lanes" in obs and "lanes_mask" in obs:
         lanes = np.asarray(obs["lanes"], np.float64).reshape(ego.shape[0], -1, LANE_POINTS, 2)
         have = np.asarray(obs["lanes_mask"], np.float64).reshape(ego.shape[0], -1)
-        on_lane = _lane_path_gap(agents, _lane_path(lanes, have))
-        # (a car crossing it at speed is the conflict check's: it will have cleared)
-        lane_way = way | (agents[..., 3] < -0.7)
-        gaps = np.minimum(gaps, np.where(mask & lane_way, on_lane, np.inf))
-    gap, j = gaps.min(1), gaps.argmin(1)
-    # its speed along the ego's heading: about 0 for a crossing car, below 0 oncoming
-    pick = agents[np.arange(len(j)), j]
-    v_lead = pick[:, 2] * pick[:, 3]
-    s0, T, a, b = 2.0, 1.2, 1.5, 2.0
-    s_star = s0 + np.maximum(0.0, v * T + v * (v - v_lead) / (2 * np.sqrt(a * b)))
-    interaction = np.where(np.isfinite(gap), (s_star / np.maximum(gap, 0.1)) ** 2, 0.0)
+        lane_gap, lane_cos = _lane_path_gap(agents, _lane_path(lanes, have, offset))
+        way_cos = np.where(np.isnan(lane_cos), way_cos, lane_cos)
+        # any car going its lane's way, standing or oncoming within the band of its
+        # lane's centreline ahead (on a bend a car ahead in the lane is off the heading
+        # line and the steering arc), at its speed along the lane there; one crossing
+        # the lane at speed is the conflict rule's (it will have cleared)
+        on_lane = mask & (standing | (np.abs(lane_cos) > 0.7))
+        lane_rule = (np.where(on_lane, lane_gap, np.inf), speed * np.nan_to_num(lane_cos))
+    # a car crossing the ego's way or oncoming that would be in its path when the ego
+    # gets there (moving in the arc's coordinates, so one following the road round a bend
+    # stays beside it): a standstill where they would meet, so the ego yields (a car
+    # behind it or going its way is left to the other rules)
+    reach = agents[..., 0] + 0.5 * (
+        agents[..., 5] * np.abs(cos) + agents[..., 6] * np.abs(agents[..., 4])
+    )
+    crossing = mask & ~standing & (way_cos < 0.7) & (reach > 2.3)
+    rules.append((_conflict_gap(agents, crossing, v, limit, ego[:, 2]), np.zeros_like(speed)))
+    if lane_rule is not None:
+        rules.append(lane_rule)
+    s0, T, a, b = DRIVER_IDM
+    interaction = np.zeros_like(v)
+    for gap, v_lead in rules:
+        s_star = s0 + np.maximum(
+            0.0, v[:, None] * T + v[:, None] * (v[:, None] - v_lead) / (2 * np.sqrt(a * b))
+        )
+        push = np.where(np.isfinite(gap), (s_star / np.maximum(gap, 0.1)) ** 2, 0.0)
+        interaction = np.maximum(interaction, push.max(1, initial=0.0))
     accel = a * (1 - (v / np.maximum(limit, 1.0)) ** 4 - interaction)
     action = np.stack([accel, steer], -1).clip(ACTION_LOW, ACTION_HIGH).astype(np.float32)
     return action[0] if single else action

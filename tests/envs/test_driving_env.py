@@ -241,7 +241,6 @@ def test_lane_keeping_driver_ignores_the_other_lane_of_a_bending_road():
 
 def test_lane_keeping_driver_yields_to_crossing_traffic_it_would_meet():
     from simsci.envs import lane_keeping_policy
-    from simsci.envs._driving import _conflict_gap
 
     free = lane_keeping_policy(_driver_obs(speed=10.0))[0]
     # a car 30 m to the right of the ego's lane 30 m ahead, crossing at 10 m/s: both
@@ -250,17 +249,62 @@ def test_lane_keeping_driver_yields_to_crossing_traffic_it_would_meet():
     assert lane_keeping_policy(meets)[0] < -1.0
     # braked for where they would meet: the box's near side, 30 m less its half width
     # less the ego's 2.3 m to its bumper
-    gap = _conflict_gap(
-        meets["agents"][None].astype(np.float64), meets["agents_mask"][None] > 0.5,
-        np.array([10.0]), np.array([0.0]),
-    )  # fmt: skip
-    assert gap[0, 0] == pytest.approx(30.0 - 0.95 - 2.3)
-    assert np.isinf(gap[0, 1:]).all()
+    assert _conflict(meets)[0] == pytest.approx(30.0 - 0.95 - 2.3)
+    assert np.isinf(_conflict(meets)[1:]).all()
     # the same car driving away, or one that clears the crossing 60 m ahead long before
     # the ego gets there: nothing to yield to
     away = lane_keeping_policy(_driver_obs((30.0, -30.0, 10.0, -90.0), speed=10.0))[0]
     clears = lane_keeping_policy(_driver_obs((60.0, -3.0, 10.0, 90.0), speed=10.0))[0]
     assert away == pytest.approx(free) and clears == pytest.approx(free)
+    # a fast crossing car is not stepped over between the 0.25 s samples: at 34 m/s it
+    # crosses the 2.5 m path band in less than one step
+    for v_car in (20.0, 26.0, 30.0, 34.0):
+        fast = _driver_obs((10.0 * 2.125, -v_car * 2.125, v_car, 90.0), speed=10.0)
+        assert np.isfinite(_conflict(fast)[0]), v_car
+    # a stopped ego 3 m before a crossing car's path, the car 2 s away: speeding up it
+    # would be there then, so it only creeps up to the IDM's 2 m short of where they
+    # would meet; once the car has passed it moves off at full acceleration
+    coming = _driver_obs((6.25, -24.0, 12.0, 90.0), speed=0.0)
+    assert _conflict(coming)[0] == pytest.approx(3.0)
+    passed = lane_keeping_policy(_driver_obs((6.25, 6.0, 12.0, 90.0), speed=0.0))[0]
+    assert passed == pytest.approx(1.5)
+    assert lane_keeping_policy(coming)[0] == pytest.approx(1.5 * (1 - (2.0 / 3.0) ** 2))
+
+
+def _conflict(obs):
+    """The conflict rule's gaps ``(m,)`` for one :func:`_driver_obs` observation (every
+    observed car a candidate)."""
+    from simsci.envs._driving import _conflict_gap
+
+    ego = obs["ego"].astype(np.float64)
+    return _conflict_gap(
+        obs["agents"][None].astype(np.float64), obs["agents_mask"][None] > 0.5,
+        ego[None, 0], ego[None, 6], ego[None, 2],
+    )[0]  # fmt: skip
+
+
+def test_lane_keeping_driver_does_not_yield_to_cars_behind_or_oncoming_on_a_bend():
+    from simsci.envs import lane_keeping_policy
+    from simsci.envs._driving import _EGO_LR
+
+    # a faster car coming up behind in the ego's lane: its business, not the ego's
+    for v, x in ((0.0, -12.0), (10.0, -12.0), (20.0, -30.0)):
+        free = lane_keeping_policy(_driver_obs(speed=v))[0]
+        assert lane_keeping_policy(_driver_obs((x, 0.0, v + 8.0, 0.0), speed=v))[0] == free
+    # an oncoming car on the inner lane of a left bend (radius 100 m) the ego steers
+    # along: carried straight on it would cut across the ego's arc, but it keeps its lane
+    # (the ego's centre goes round the circle of radius 100 m about (-l_r, R cos(beta)),
+    # beta its slip, heading beta to the circle's tangent; the car 3.5 m inside it)
+    radius = 100.0
+    beta = np.arcsin(_EGO_LR / radius)
+    steer = np.arctan(2.0 * np.tan(beta))
+    centre = np.array([-_EGO_LR, radius * np.cos(beta)])
+    free = lane_keeping_policy(_driver_obs(speed=15.0, steer=steer))[0]
+    for s in range(10, 95, 5):
+        phi = s / radius - beta  # from the ego's own angle about the centre
+        x, y = centre + (radius - 3.5) * np.array([np.sin(phi + beta), -np.cos(phi + beta)])
+        car = (x, y, 13.0, np.degrees(phi + beta) + 180.0)
+        assert lane_keeping_policy(_driver_obs(car, speed=15.0, steer=steer))[0] == free
 
 
 def _bend_lanes(radius=60.0, offset=0.0):
@@ -278,6 +322,7 @@ def _bend_lanes(radius=60.0, offset=0.0):
 
 def test_lane_keeping_driver_sees_a_slow_car_ahead_on_its_bending_lane():
     from simsci.envs import lane_keeping_policy
+    from simsci.envs._driving import _lane_path, _lane_path_gap
 
     radius, s = 60.0, 60.0  # the car 60 m along the bend: on the second lane
     phi = s / radius
@@ -289,6 +334,12 @@ def test_lane_keeping_driver_sees_a_slow_car_ahead_on_its_bending_lane():
     assert lane_keeping_policy(obs)[0] == pytest.approx(free)
     obs["lanes"], obs["lanes_mask"] = _bend_lanes(radius)
     assert lane_keeping_policy(obs)[0] < -1.0
+    # braked for at its distance along the lane: 60 m less its half length, less the
+    # ego's 2.3 m to its bumper (the polyline's chords a few cm short of the arc)
+    gap, lane_cos = _lane_path_gap(obs["agents"][None].astype(np.float64), _lane_path(
+        obs["lanes"][None].astype(np.float64), obs["lanes_mask"][None], np.zeros(1)))  # fmt: skip
+    assert gap[0, 0] == pytest.approx(60.0 - 2.3 - 2.3, abs=0.1)
+    assert lane_cos[0, 0] == pytest.approx(1.0, abs=1e-3)
     # the same car on the lane beside (3.5 m to the right along the bend): not a leader
     beside = (
         (radius + 3.5) * np.sin(phi), radius - (radius + 3.5) * np.cos(phi), 2.0, np.degrees(phi)
@@ -296,3 +347,24 @@ def test_lane_keeping_driver_sees_a_slow_car_ahead_on_its_bending_lane():
     obs = _driver_obs(beside, speed=20.0)
     obs["lanes"], obs["lanes_mask"] = _bend_lanes(radius)
     assert lane_keeping_policy(obs)[0] == pytest.approx(free)
+
+
+def test_lane_keeping_drivers_lane_goes_straight_on_at_a_fork_and_past_repeated_points():
+    from simsci.envs._driving import _lane_path
+
+    def line(x0, x1, y=0.0):
+        return np.stack([np.linspace(x0, x1, 20), np.full(20, y)], -1)
+
+    phi = np.linspace(0.0, 30.0 / 25.0, 20)
+    right = np.stack([40.0 + 25.0 * np.sin(phi), -25.0 + 25.0 * np.cos(phi)], -1)
+    own = line(0.0, 40.0)
+    own[-3:-1] = own[-1]  # its end point repeated: the successor still follows
+    lanes = np.zeros((1, 4, 20, 2))
+    lanes[0, 0], lanes[0, 1], lanes[0, 2] = own, right, line(40.0, 80.0)
+    lanes[0, 3] = line(0.0, 80.0, y=-3.5)  # the lane beside it
+    path = _lane_path(lanes, np.ones((1, 4)), np.zeros(1))[0]
+    assert path[-1] == pytest.approx([80.0, 0.0])  # straight on, not the right branch
+    # the ego 3 m right of its lane's centre (offset -3: the centre 3 m to its left) is
+    # nearer the lane beside it, but keeps to its own
+    path = _lane_path(lanes - [0.0, -3.0], np.ones((1, 4)), np.full(1, -3.0))[0]
+    assert path[0][1] == pytest.approx(3.0)
