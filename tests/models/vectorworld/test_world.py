@@ -895,6 +895,13 @@ def test_initial_agents_on_a_collision_course_with_the_ego_are_screened():
     )
     np.testing.assert_array_equal(_on_collision_course(agents, ego), [True, True, False, False])
     assert _on_collision_course(np.zeros((0, 7)), ego).shape == (0,)
+    # a head-on pair closing at 28 m/s, 21 m apart (an opening that crashed in 0.7 s):
+    # checked every 0.5 s the two boxes pass through each other unseen
+    th = math.radians(160.0)
+    ego = np.array([0.0, 0.0, 15.0, 1.0, 0.0, 4.6, 1.9])
+    head_on = np.array([[21.0, -1.8, 13.0, math.cos(th), math.sin(th), 4.4, 1.9]])
+    assert _on_collision_course(head_on, ego)[0]
+    assert not _on_collision_course(head_on, ego, step=0.5)[0]
 
 
 def test_tile_vehicles_come_from_the_vae_or_the_generator():
