@@ -955,6 +955,20 @@ def _path_coords(x: np.ndarray, y: np.ndarray, steer: np.ndarray):
     return np.where(bent, s_arc, s_line), np.where(bent, d_arc, d_line)
 
 
+#: a box's corners in order around it, in its own frame (half lengths, half widths)
+_BOX_CORNERS = np.array([[1.0, 1.0], [1.0, -1.0], [-1.0, -1.0], [-1.0, 1.0]])
+
+
+def _box_points(agents: np.ndarray, unit: np.ndarray):
+    """The points ``unit`` ``(P, 2)`` of each agent's box (``(..., 7)``; in half lengths
+    and half widths of its own frame) in the agents' frame: ``(px, py)``, each
+    ``(..., P)``."""
+    x, y, c, s = (agents[..., k, None] for k in (0, 1, 3, 4))
+    hl, hw = 0.5 * agents[..., 5, None], 0.5 * agents[..., 6, None]
+    ux, uy = unit[:, 0], unit[:, 1]
+    return x + ux * hl * c - uy * hw * s, y + ux * hl * s + uy * hw * c
+
+
 def _path_span(agents: np.ndarray, steer: np.ndarray, ahead: float = PATH_AHEAD):
     """The bumper gaps ``(near, far)``, each ``(n, m)``, from the ego (its front, 2.3 m
     ahead of its centre) to the nearest and farthest parts of each agent's box inside
@@ -964,12 +978,7 @@ def _path_span(agents: np.ndarray, steer: np.ndarray, ahead: float = PATH_AHEAD)
     ego's centre. Boxes are taken to path coordinates corner by corner, then clipped to
     the band: the nearest point is a corner inside it or where an edge crosses its
     border."""
-    x, y, c, s, length, width = (agents[..., k] for k in (0, 1, 3, 4, 5, 6))
-    sx = np.array([1.0, 1.0, -1.0, -1.0])  # corners in order around the box
-    sy = np.array([1.0, -1.0, -1.0, 1.0])
-    hl, hw = (0.5 * length)[..., None], (0.5 * width)[..., None]
-    px = x[..., None] + sx * hl * c[..., None] - sy * hw * s[..., None]
-    py = y[..., None] + sx * hl * s[..., None] + sy * hw * c[..., None]
+    px, py = _box_points(agents, _BOX_CORNERS)
     cx, d = _path_coords(px, py, steer)
     h = PATH_HALF_WIDTH
     near = np.where(np.abs(d) <= h, cx, np.inf).min(-1)
@@ -1016,11 +1025,22 @@ def _ego_travel(v: np.ndarray, limit: np.ndarray, taus: np.ndarray) -> np.ndarra
     return np.stack([np.broadcast_to(v0 * t, ramp.shape), ramp])
 
 
-def _conflict_gap(agents, candidates, v, limit, steer) -> np.ndarray:
+def _arc_frame(agents: np.ndarray, steer: np.ndarray):
+    """Each agent ``(n, m, 7)`` on the arc the ego steers along (``steer`` ``(n,)``,
+    :func:`_path_coords`): ``(s, d, phi)``, each ``(n, m)``: its centre's arc length and
+    signed offset, and its heading to the arc's direction there (the arc turns by its
+    curvature ``sin(beta) / l_r`` per metre from the slip ``beta``)."""
+    s, d = _path_coords(agents[..., 0], agents[..., 1], steer)
+    beta = np.arctan(0.5 * np.tan(steer))[:, None]
+    phi = np.arctan2(agents[..., 4], agents[..., 3]) - (beta + np.sin(beta) / _EGO_LR * s)
+    return s, d, phi
+
+
+def _conflict_gap(agents, candidates, v, limit, frame) -> np.ndarray:
     """The bumper gap ``(n, m)`` to where each of the ``candidates`` ``(n, m)`` (moving
     cars not going the ego's way) would meet the ego's path while the ego is there;
     ``inf`` where no meeting is predicted. Both move in the coordinates of the ego's path
-    (:func:`_path_coords`: the arc it steers along, ``steer`` ``(n,)``): the car keeps
+    (``frame``: the agents' :func:`_arc_frame` on the arc the ego steers along): the car keeps
     its speed and its heading *to the arc where it is*, so a car following a road that
     bends as the arc does keeps its distance from it (carried straight on, an oncoming
     car on a bend would cut across it); its box is swept over each
@@ -1030,9 +1050,7 @@ def _conflict_gap(agents, candidates, v, limit, steer) -> np.ndarray:
     The gap is the nearest part of the car's box in the path band at a step where they
     meet."""
     taus = CONFLICT_STEP * np.arange(1, round(CONFLICT_HORIZON / CONFLICT_STEP) + 1)
-    s0, d0 = _path_coords(agents[..., 0], agents[..., 1], steer)  # (n, m)
-    beta = np.arctan(0.5 * np.tan(steer))[:, None]
-    phi = np.arctan2(agents[..., 4], agents[..., 3]) - (beta + np.sin(beta) / _EGO_LR * s0)
+    s0, d0, phi = frame
     c, s = np.abs(np.cos(phi)), np.abs(np.sin(phi))
     speed, length, width = agents[..., 2], agents[..., 5], agents[..., 6]
     sweep = speed * CONFLICT_STEP
@@ -1135,15 +1153,12 @@ def _lane_path_gap(agents: np.ndarray, paths: list):
     is (1 going the lane's way, -1 against it; NaN where there is no path)."""
     n, m = agents.shape[:2]
     gap, along_cos = np.full((n, m), np.inf), np.full((n, m), np.nan)
-    bx, by = _BOX_POINTS[:, 0], _BOX_POINTS[:, 1]
+    points = np.stack(_box_points(agents, _BOX_POINTS), -1)  # (n, m, 17, 2)
     for i, path in enumerate(paths):
         if len(path) < 2:
             continue
         a = agents[i]
-        hl, hw = 0.5 * a[:, 5:6], 0.5 * a[:, 6:7]
-        px = a[:, 0:1] + bx * hl * a[:, 3:4] - by * hw * a[:, 4:5]
-        py = a[:, 1:2] + bx * hl * a[:, 4:5] + by * hw * a[:, 3:4]
-        q = np.stack([px, py], -1)[:, :, None, :]  # (m, 17, 1, 2)
+        q = points[i][:, :, None, :]  # (m, 17, 1, 2)
         seg = np.diff(path, axis=0)  # (S, 2), no zero-length ones (_lane_path)
         seg_len = np.linalg.norm(seg, axis=-1)
         rel = q - path[:-1]
@@ -1222,10 +1237,8 @@ def lane_keeping_policy(obs: dict, *, target_speed: float | None = None) -> np.n
     # how each car heads against the ego's way where it is: against its lane's direction
     # there where the lanes are observed, else against its steering arc's (on a bend a
     # car going either way along the road is turned against the ego's heading)
-    beta = np.arctan(0.5 * np.tan(ego[:, 2]))[:, None]
-    arc_s, _ = _path_coords(agents[..., 0], agents[..., 1], ego[:, 2])
-    arc_dir = beta + np.sin(beta) / _EGO_LR * arc_s  # the arc's heading at the car
-    way_cos = np.cos(np.arctan2(agents[..., 4], cos) - arc_dir)
+    frame = _arc_frame(agents, ego[:, 2])
+    way_cos = np.cos(frame[2])
     lane_rule = None
     if "lanes" in obs and "lanes_mask" in obs:
         lanes = np.asarray(obs["lanes"], np.float64).reshape(ego.shape[0], -1, LANE_POINTS, 2)
@@ -1246,7 +1259,7 @@ def lane_keeping_policy(obs: dict, *, target_speed: float | None = None) -> np.n
         agents[..., 5] * np.abs(cos) + agents[..., 6] * np.abs(agents[..., 4])
     )
     crossing = mask & ~standing & (way_cos < 0.7) & (reach > 2.3)
-    rules.append((_conflict_gap(agents, crossing, v, limit, ego[:, 2]), np.zeros_like(speed)))
+    rules.append((_conflict_gap(agents, crossing, v, limit, frame), np.zeros_like(speed)))
     if lane_rule is not None:
         rules.append(lane_rule)
     s0, T, a, b = DRIVER_IDM

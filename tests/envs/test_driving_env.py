@@ -274,12 +274,13 @@ def test_lane_keeping_driver_yields_to_crossing_traffic_it_would_meet():
 def _conflict(obs):
     """The conflict rule's gaps ``(m,)`` for one :func:`_driver_obs` observation (every
     observed car a candidate)."""
-    from simsci.envs._driving import _conflict_gap
+    from simsci.envs._driving import _arc_frame, _conflict_gap
 
     ego = obs["ego"].astype(np.float64)
+    agents = obs["agents"][None].astype(np.float64)
     return _conflict_gap(
-        obs["agents"][None].astype(np.float64), obs["agents_mask"][None] > 0.5,
-        ego[None, 0], ego[None, 6], ego[None, 2],
+        agents, obs["agents_mask"][None] > 0.5, ego[None, 0], ego[None, 6],
+        _arc_frame(agents, ego[None, 2]),
     )[0]  # fmt: skip
 
 
