@@ -542,6 +542,14 @@ class DeltaSim(nn.Module):
 IDM_RESTART = (2.0, 1.2, 1.5, 2.0)
 
 
+def idm_desired_gap(v, v_lead, idm=IDM_RESTART):
+    """The IDM's desired gap ``s* = s0 + max(0, v T + v (v - v_lead) / (2 sqrt(a b)))``
+    [m] at speed ``v`` behind a leader at ``v_lead`` (tensors, broadcasting; ``idm`` =
+    (s0, T, a, b))."""
+    s0, T, a, b = idm
+    return s0 + (v * T + v * (v - v_lead) / (2 * math.sqrt(a * b))).clamp(min=0)
+
+
 def _restart_floor(feats: Features, restart_speed: float) -> torch.Tensor:
     """(B, V) lower bounds on the accelerations: for an agent slower than
     ``restart_speed`` the IDM acceleration towards its lane's speed limit behind its
@@ -557,18 +565,16 @@ def _restart_floor(feats: Features, restart_speed: float) -> torch.Tensor:
     lanes. At the data's density that was 22% of NPC steps, 80% of them with no leader
     within 30 m of the corridor and not yielding (benchmarks/README.md, "Eleventh
     session")."""
-    s0, T, a_max, b = IDM_RESTART
+    a_max = IDM_RESTART[2]
     v = feats.kin[..., 0]
     limit = (30.0 * feats.x[..., FEATURE_NAMES.index("limit@0")]).clamp(min=1.0)  # stored / 30
     gap = feats.leader_gap[..., 0]
-    v_lead = v + feats.leader_dv[..., 0]
-    s_star = s0 + (v * T + v * (v - v_lead) / (2 * math.sqrt(a_max * b))).clamp(min=0)
+    s_star = idm_desired_gap(v, v + feats.leader_dv[..., 0])
     lead = torch.isfinite(gap)
     push = torch.where(lead, (s_star / gap.clamp(min=0.1)) ** 2, torch.zeros_like(gap))
     # the path's end (lane end or merge) as a standing leader
     end = (feats.path_left[..., 0] - 0.5 * feats.kin[..., 3]).clamp(min=0.1)
-    s_end = s0 + (v * T + v * v / (2 * math.sqrt(a_max * b))).clamp(min=0)
-    push = torch.maximum(push, (s_end / end) ** 2)
+    push = torch.maximum(push, (idm_desired_gap(v, 0.0) / end) ** 2)
     idm = a_max * (1 - (v / limit) ** 4 - push)
     floor = torch.where((v < restart_speed) & (idm > 0), idm, torch.full_like(idm, -math.inf))
     return torch.where(feats.valid & (feats.lane >= 0), floor, torch.full_like(idm, -math.inf))

@@ -155,7 +155,7 @@ from simsci.driving import (
 )
 from simsci.models.vectorworld import _lanegraph, _outpaint
 from simsci.models.vectorworld._features import _gather_slots, _slot_order
-from simsci.models.vectorworld._npc import IDM_RESTART
+from simsci.models.vectorworld._npc import IDM_RESTART, idm_desired_gap
 
 __all__ = ["StreamingWorld", "seam_gaps"]
 
@@ -1166,9 +1166,7 @@ class StreamingWorld:
         gap = (ahead - 0.5 * (self.length + self.length[:, :1])).clamp(min=0.1)
         v = self.v
         v_lead = self.v[:, :1] * torch.cos(self.theta[:, :1] - self.theta)
-        s0, T, a, b = IDM_YIELD
-        s_star = s0 + (v * T + v * (v - v_lead) / (2 * math.sqrt(a * b))).clamp(min=0)
-        cap = a * (1 - (s_star / gap) ** 2)
+        cap = IDM_YIELD[2] * (1 - (idm_desired_gap(v, v_lead, IDM_YIELD) / gap) ** 2)
         path = npc & (ahead > 0) & (side.abs() < band)
         cap = torch.where(path, cap, torch.full_like(cap, math.inf))
         return torch.minimum(cap, self._conflict_cap(npc))
