@@ -308,14 +308,13 @@ def test_lane_keeping_driver_does_not_yield_to_cars_behind_or_oncoming_on_a_bend
         assert lane_keeping_policy(_driver_obs(car, speed=15.0, steer=steer))[0] == free
 
 
-def _bend_lanes(radius=60.0, offset=0.0):
+def _bend_lanes(radius=60.0):
     """Two 20-point lanes (ego frame) continuing each other along a left bend of
-    ``radius`` from the ego (``offset`` m to its right), 40 m each, in the Dict layout."""
+    ``radius`` from the ego, 40 m each, in the Dict layout."""
     phi = np.linspace(0.0, 40.0 / radius, 20)
-    r = radius + offset
-    first = np.stack([r * np.sin(phi), radius - r * np.cos(phi)], -1)
+    first = np.stack([radius * np.sin(phi), radius * (1 - np.cos(phi))], -1)
     phi2 = phi + 40.0 / radius
-    second = np.stack([r * np.sin(phi2), radius - r * np.cos(phi2)], -1)
+    second = np.stack([radius * np.sin(phi2), radius * (1 - np.cos(phi2))], -1)
     lanes = np.zeros((4, 20, 2), np.float32)
     lanes[0], lanes[1] = second, first  # any order: the ego's is found, then its successor
     return lanes, np.array([1, 1, 0, 0], np.float32)
