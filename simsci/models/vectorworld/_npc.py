@@ -172,17 +172,16 @@ def slip_box(kin: torch.Tensor, accel: torch.Tensor, dt: float = DT, *, min_chor
     chord = ((v + v_new) * dt / 2).clamp(min=min_chord)
     beta_prev = torch.asin((k_prev * lr).clamp(-1.0, 1.0))
 
-    def turn(k):
-        return v_new * k * dt + torch.asin((k * lr).clamp(-1.0, 1.0)) - beta_prev
-
-    out = []
-    for target in (-MAX_CURVATURE * chord, MAX_CURVATURE * chord):
-        lo, hi = -1.0 / lr, 1.0 / lr
-        for _ in range(30):
-            mid = (lo + hi) / 2
-            below = turn(mid) < target
-            lo, hi = torch.where(below, mid, lo), torch.where(below, hi, mid)
-        out.append((lo + hi) / 2)
+    # both bounds at once: (2, ...) = the lower bound's bisection, the upper's
+    v_new, lr, beta_prev = v_new[None], lr[None], beta_prev[None]
+    target = torch.stack([-MAX_CURVATURE * chord, MAX_CURVATURE * chord])
+    lo, hi = -1.0 / lr.expand_as(target), 1.0 / lr.expand_as(target)
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        turn = v_new * mid * dt + torch.asin((mid * lr).clamp(-1.0, 1.0)) - beta_prev
+        below = turn < target
+        lo, hi = torch.where(below, mid, lo), torch.where(below, hi, mid)
+    out = (lo + hi) / 2
     return out[0], out[1]
 
 
