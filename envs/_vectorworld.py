@@ -102,9 +102,11 @@ Reset cost
     ``opening_bank=K`` (default None) opens every episode with one of K fixed openings
     (the drawn opening seed mod K), each made once and kept: after the first K a reset
     makes no tile, which is what RL training with many short episodes needs (an opening
-    costs ~0.7 s of one CPU thread, ~50 DiT calls). The rest of an episode (the tiles
-    ahead, agents, NPC actions) still comes from its own seed, and the same seed still
-    gives the same episode; only the first two tiles repeat across episodes.
+    costs ~0.7 s of one CPU thread, ~50 DiT calls). An opening holds its first two
+    tiles, their initial vehicles and, once it has opened an episode, the tiles of the
+    ego's first look-ahead (made from the opening's key). The rest of an episode (the
+    tiles it drives into, agents, NPC actions) still comes from its own seed, and the
+    same seed still gives the same episode; only the opening repeats across episodes.
 """
 
 from __future__ import annotations

@@ -307,6 +307,13 @@ YIELD_HORIZON, YIELD_ANGLE = 3.0, 5.0
 BANK_SEED = 2**62
 
 
+def _walk_generator(key: int) -> torch.Generator:
+    """The generator of a bank opening's look-ahead tiles: seeded from its ``key`` through
+    a SeedSequence (not the key itself, whose draws made the opening's first tiles)."""
+    seed = np.random.SeedSequence([int(key), 1]).generate_state(1, np.uint64)[0]
+    return torch.Generator(device="cpu").manual_seed(int(seed >> np.uint64(1)))
+
+
 def _fingerprint(module: torch.nn.Module) -> str:
     """SHA-256 (16 hex digits) of a module's state: names, dtypes, shapes and values."""
     import hashlib
@@ -332,9 +339,11 @@ class StreamingWorld:
     instead of samples; ``seed``: the generator of tiles, agents and NPC actions;
     ``opening_bank``: None (default) opens every episode with tiles made from its own
     seed; an int K opens it with one of K fixed openings (:meth:`opening_key`, tiles
-    and initial traffic), kept once made, so that after the first K a reset makes no
-    tile and draws no vehicle at all (what the rest of the episode generates, its agents
-    and NPC actions still come from its own seed);
+    and initial traffic; the tiles of the ego's first look-ahead beyond them are made
+    from the key at the opening's first episode and kept with it), kept once made, so
+    that after the first K a reset makes no tile and draws no vehicle at all (what the
+    rest of the episode generates, its agents and NPC actions still come from its own
+    seed);
     the bank starts with the model's openings made ahead when they were made under this
     world's :meth:`opening_settings` (:meth:`VectorWorld.make_openings`).
     ``complete``: True (default) completes every tile's lane graph when it is made
@@ -539,7 +548,7 @@ class StreamingWorld:
             for s in seeds:
                 pool.pop(s, None)
         self.stats["first_tiles"] += len(idx)
-        for b, tiles in zip(idx, openings):
+        for b, key, tiles in zip(idx, seeds, openings):
             (cell, first), rest = tiles[0], tiles[1:]
             first = dict(first)  # a bank's entry stays as it is
             traffic = first.pop("traffic", None)
@@ -550,6 +559,15 @@ class StreamingWorld:
             self._init_agents(b, traffic)
             for cell, tile in rest:
                 self._add_tile(b, cell, tile)
+            if self.opening_bank is not None:
+                # the tiles of the ego's first look-ahead beyond the opening's two, made
+                # once from the key (one world at a time: batching changes the rounding)
+                # and kept with the entry, so that a bank's reset generates nothing
+                made = set(self.store[b])
+                self._stream([b], generators={b: _walk_generator(key)})
+                extra = sorted(set(self.store[b]) - made, key=lambda c: self.store[b][c]["tile_id"])
+                if extra:  # a new list: the model's openings made ahead stay as they are
+                    pool[key] = list(tiles) + [(c, self.store[b][c]["tile"]) for c in extra]
         self._stream(idx)
         self._associate_ego(torch.as_tensor(idx, device=self.device))
 
@@ -817,8 +835,10 @@ class StreamingWorld:
                 fill[src] += 1
         self.lane_succ[b, ids] = torch.as_tensor(succ, device=self.device)
 
-    def _stream(self, worlds=None) -> None:
-        """Generate every missing cell on the look-ahead walk of each world (batched)."""
+    def _stream(self, worlds=None, generators: dict | None = None) -> None:
+        """Generate every missing cell on the look-ahead walk of each world (batched).
+        ``generators``: world -> the generator its tiles (and their vehicles) are drawn
+        from instead of the world's (a bank opening's look-ahead, :meth:`reset`)."""
         worlds = list(range(self.n)) if worlds is None else list(worlds)
         ex = self.x[:, 0].double().cpu().numpy()
         ey = self.y[:, 0].double().cpu().numpy()
@@ -864,9 +884,11 @@ class StreamingWorld:
                     self.stats["pinned_neighbours"] += len(rest)
                 cells.append((b, c))
             if cells:
-                tiles, _ = self._generate(contexts, dirs, neighbours)
-                for (b, c), tile, near in zip(cells, tiles, around):
-                    self._add_tile(b, c, self._close(tile, near), protect=walks[b])
+                gens = None if generators is None else [generators[b] for b, _ in cells]
+                tiles, _ = self._generate(contexts, dirs, neighbours, generator=gens)
+                for k, ((b, c), tile, near) in enumerate(zip(cells, tiles, around)):
+                    gen = None if gens is None else gens[k]
+                    self._add_tile(b, c, self._close(tile, near, gen), protect=walks[b])
 
     def _close(self, tile: dict, neighbours, generator=None) -> dict:
         """``tile`` closed against every existing neighbour (:func:`._outpaint.close_seams`,

@@ -29,6 +29,7 @@ from simsci.models.vectorworld import (
     write_rollout,
 )
 from simsci.models.vectorworld._tokens import DIRECTIONS
+from simsci.models.vectorworld._world import BANK_SEED
 
 Y_LANES = (-1.75, 1.75)  # two lanes along +x, both driving east
 
@@ -519,6 +520,45 @@ def test_an_opening_bank_reuses_k_openings_and_keeps_episodes_seeded():
     assert all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(first, episode(fresh)))
     with pytest.raises(ValueError, match="opening_bank"):
         StreamingWorld(FakeWorldModel(), 1, opening_bank=0)
+
+
+def test_a_bank_opening_keeps_the_tiles_of_its_first_look_ahead():
+    """A look-ahead reaching a third cell: a bank's first reset with an opening makes
+    that tile from the opening's key, not from the episode's seed, and keeps it with the
+    opening; later resets with it make no tile and start exactly as the first did. The
+    model's openings made ahead are not changed."""
+    model = FakeWorldModel()
+    model.tiles = SeededTiles()
+
+    def start(world):
+        store = world.store[0]
+        return sorted(store), [store[c]["tile"]["points"] for c in sorted(store)], world.x[0]
+
+    world = StreamingWorld(model, 1, opening_bank=1, lookahead=100.0)
+    world.generator.manual_seed(1)
+    world.reset()
+    cells, points, x = start(world)
+    assert cells == [(0, 0), (1, 0), (2, 0)]  # the walk to x = 100 m ends in cell 2
+    assert len(world.bank[BANK_SEED]) == 3
+    calls = len(model.tiles.calls)
+    world.generator.manual_seed(2)  # another episode with the one opening
+    world.reset()
+    assert len(model.tiles.calls) == calls  # nothing generated
+    again = start(world)
+    assert again[0] == cells and torch.equal(again[2], x)
+    assert all(np.array_equal(a, b) for a, b in zip(again[1], points))
+    other = StreamingWorld(model, 1, opening_bank=1, lookahead=100.0)
+    other.generator.manual_seed(3)
+    other.reset()  # a fresh world, another seed: the same three tiles
+    assert all(np.array_equal(a, b) for a, b in zip(start(other)[1], points))
+    model.openings = {
+        "settings": other.opening_settings(),
+        "tiles": {BANK_SEED: other.opening([BANK_SEED])[0]},
+    }  # made ahead: the opening's two tiles
+    made = StreamingWorld(model, 1, opening_bank=1, lookahead=100.0)
+    made.reset()
+    assert len(model.openings["tiles"][BANK_SEED]) == 2 and len(made.bank[BANK_SEED]) == 3
+    assert all(np.array_equal(a, b) for a, b in zip(start(made)[1], points))
 
 
 def test_an_opening_without_its_traffic_gets_it_drawn_at_reset():
