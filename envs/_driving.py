@@ -1153,17 +1153,18 @@ def _lane_path_gap(agents: np.ndarray, paths: list):
     is (1 going the lane's way, -1 against it; NaN where there is no path)."""
     n, m = agents.shape[:2]
     gap, along_cos = np.full((n, m), np.inf), np.full((n, m), np.nan)
-    points = np.stack(_box_points(agents, _BOX_POINTS), -1)  # (n, m, 17, 2)
     for i, path in enumerate(paths):
         if len(path) < 2:
             continue
         a = agents[i]
-        q = points[i][:, :, None, :]  # (m, 17, 1, 2)
         seg = np.diff(path, axis=0)  # (S, 2), no zero-length ones (_lane_path)
         seg_len = np.linalg.norm(seg, axis=-1)
-        rel = q - path[:-1]
-        t = np.clip((rel * seg).sum(-1) / seg_len**2, 0.0, 1.0)  # (m, 17, S)
-        dist = np.linalg.norm(rel - t[..., None] * seg, axis=-1)
+        px, py = _box_points(a, _BOX_POINTS)  # (m, 17) each
+        # x and y apart: numpy's sums over a last axis of length 2 are slow (same values)
+        rx, ry = px[..., None] - path[:-1, 0], py[..., None] - path[:-1, 1]  # (m, 17, S)
+        t = np.clip((rx * seg[:, 0] + ry * seg[:, 1]) / seg_len**2, 0.0, 1.0)
+        ex, ey = rx - t * seg[:, 0], ry - t * seg[:, 1]
+        dist = np.sqrt(ex * ex + ey * ey)
         j = dist.argmin(-1)  # the nearest segment of each point
         lateral = np.take_along_axis(dist, j[..., None], -1)[..., 0]
         along = np.concatenate([[0.0], np.cumsum(seg_len)])[j] + (
