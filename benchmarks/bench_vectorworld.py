@@ -37,8 +37,9 @@ world (``simsci.driving``) with the driving world's metrics, 3 seeds:
   coverage (the recorder's, :mod:`simsci.driving.metrics`' definitions), how each
   rollout ended.
 - **Reset cost** (``resets``, issue 23 part 5): ``simsci/VectorWorld-v1`` resets,
-  seeded (each makes its own opening tiles) and unseeded (openings made ahead in a pool),
-  against ``simsci/Driving-v0`` resets in the same process (median ms, ratio).
+  seeded (each makes its own opening tiles), unseeded (openings made ahead in a pool) and
+  from a warm opening bank of 8, against ``simsci/Driving-v0`` resets in the same process
+  (median ms, ratio).
 
 ``--checkpoint small`` uses :func:`~simsci.models.vectorworld.small_default` (the model
 trained on the fly for tests; cached): the second pass's mechanics (persistent tiles,
@@ -323,20 +324,32 @@ def bench_rollout(model, data, episodes, quick, km=None, tile_agents="generator"
     return out
 
 
-def bench_resets(model, quick):
+def bench_resets(model, quick, bank: int = 8):
     """Reset time (ms; median, and mean, which carries the pool's batched misses) of
-    VectorWorld-v1, seeded and unseeded, and of Driving-v0, interleaved in one process
-    (same load for each)."""
+    VectorWorld-v1, seeded and unseeded, with a warm opening bank of ``bank`` (10 x
+    ``bank`` resets before the timing, so that every opening has been used), and of
+    Driving-v0, interleaved in one process (same load for each)."""
     import gymnasium
 
     import simsci.envs  # noqa: F401  (registers the environments)
 
     n = 8 if quick else 40
     vw = gymnasium.make("simsci/VectorWorld-v1", checkpoint=model, max_episode_steps=100)
+    vwb = gymnasium.make(
+        "simsci/VectorWorld-v1", checkpoint=model, max_episode_steps=100, opening_bank=bank
+    )
     drv = gymnasium.make("simsci/Driving-v0", max_episode_steps=100)
     vw.reset(seed=0)
     drv.reset(seed=0)  # first resets: warm-up, not timed
-    times = {"vectorworld_seeded": [], "vectorworld_unseeded": [], "driving_unseeded": []}
+    vwb.reset(seed=0)
+    for _ in range(10 * bank):  # each opening used (its look-ahead made) but w.p. ~1e-4
+        vwb.reset()
+    times = {
+        "vectorworld_seeded": [],
+        "vectorworld_unseeded": [],
+        "vectorworld_bank_warm": [],
+        "driving_unseeded": [],
+    }
 
     def timed(key, env, seed):
         t0 = time.perf_counter()
@@ -352,12 +365,15 @@ def bench_resets(model, quick):
     for _ in range(n):
         timed("vectorworld_unseeded", vw, None)
         timed("driving_unseeded", drv, None)
+        timed("vectorworld_bank_warm", vwb, None)
     med = {k: statistics.median(v) for k, v in times.items()}
     mean = {k: statistics.fmean(v) for k, v in times.items()}
-    vw.close()
-    drv.close()
+    for env in (vw, vwb, drv):
+        env.close()
     return {
         "resets": n,
+        "bank": bank,
+        "bank_warm_ratio_to_driving": med["vectorworld_bank_warm"] / med["driving_unseeded"],
         "median_ms": med,
         "mean_ms": mean,
         "ms": times,
