@@ -342,7 +342,7 @@ def bench_resets(model, quick, bank: int = 8):
     vw.reset(seed=0)
     drv.reset(seed=0)  # first resets: warm-up, not timed
     vwb.reset(seed=0)
-    for _ in range(10 * bank):  # each opening used (its look-ahead made) but w.p. ~1e-4
+    for _ in range(10 * bank):  # each opening used (its look-ahead made) but w.p. ~2e-4
         vwb.reset()
     times = {
         "vectorworld_seeded": [],

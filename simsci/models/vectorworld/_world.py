@@ -549,6 +549,8 @@ class StreamingWorld:
                 pool.pop(s, None)
         self.stats["first_tiles"] += len(idx)
         for b, key, tiles in zip(idx, seeds, openings):
+            if self.opening_bank is not None:  # as an earlier world of this reset left it
+                tiles = pool[key]
             (cell, first), rest = tiles[0], tiles[1:]
             first = dict(first)  # a bank's entry stays as it is
             traffic = first.pop("traffic", None)
@@ -560,13 +562,16 @@ class StreamingWorld:
             for cell, tile in rest:
                 self._add_tile(b, cell, tile)
             if self.opening_bank is not None:
-                # the tiles of the ego's first look-ahead beyond the opening's two, made
-                # once from the key (one world at a time: batching changes the rounding)
-                # and kept with the entry, so that a bank's reset generates nothing
+                # the tiles of the ego's first look-ahead beyond the opening's, made from
+                # the key (one world at a time: batching changes the rounding) and kept
+                # with the entry, so that a bank's reset generates nothing. Kept only when
+                # all fit in the world's tiles: else the stream dropped one, which adding
+                # them back in order would not repeat, and each episode makes them anew
                 made = set(self.store[b])
                 self._stream([b], generators={b: _walk_generator(key)})
                 extra = sorted(set(self.store[b]) - made, key=lambda c: self.store[b][c]["tile_id"])
-                if extra:  # a new list: the model's openings made ahead stay as they are
+                if extra and len(tiles) + len(extra) <= self.S:
+                    # a new list: the model's openings made ahead stay as they are
                     pool[key] = list(tiles) + [(c, self.store[b][c]["tile"]) for c in extra]
         self._stream(idx)
         self._associate_ego(torch.as_tensor(idx, device=self.device))

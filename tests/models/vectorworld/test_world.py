@@ -530,27 +530,52 @@ def test_a_bank_opening_keeps_the_tiles_of_its_first_look_ahead():
     model = FakeWorldModel()
     model.tiles = SeededTiles()
 
-    def start(world):
-        store = world.store[0]
-        return sorted(store), [store[c]["tile"]["points"] for c in sorted(store)], world.x[0]
+    def start(world, b=0):
+        store, valid = world.store[b], world.valid[b]
+        cells = sorted(store)
+        kept = sorted(r["cell"] for r in world.tiles[b].values())
+        state = (valid, world.x[b][valid], world.memory["route"][b][valid])
+        return cells, [store[c]["tile"]["points"] for c in cells], kept, state
+
+    def same(a, b):
+        return (
+            a[0] == b[0]
+            and all(np.array_equal(x, y) for x, y in zip(a[1], b[1]))
+            and a[2] == b[2]
+            and all(torch.equal(x, y) for x, y in zip(a[3], b[3]))
+        )
 
     world = StreamingWorld(model, 1, opening_bank=1, lookahead=100.0)
     world.generator.manual_seed(1)
     world.reset()
-    cells, points, x = start(world)
-    assert cells == [(0, 0), (1, 0), (2, 0)]  # the walk to x = 100 m ends in cell 2
+    first = start(world)
+    assert first[0] == [(0, 0), (1, 0), (2, 0)]  # the walk to x = 100 m ends in cell 2
     assert len(world.bank[BANK_SEED]) == 3
     calls = len(model.tiles.calls)
-    world.generator.manual_seed(2)  # another episode with the one opening
+    world.generator.manual_seed(1)  # the same seed again, after the opening was kept
     world.reset()
     assert len(model.tiles.calls) == calls  # nothing generated
-    again = start(world)
-    assert again[0] == cells and torch.equal(again[2], x)
-    assert all(np.array_equal(a, b) for a, b in zip(again[1], points))
+    assert same(start(world), first)  # tiles, kept cells, vehicles and their route keys
     other = StreamingWorld(model, 1, opening_bank=1, lookahead=100.0)
     other.generator.manual_seed(3)
     other.reset()  # a fresh world, another seed: the same three tiles
-    assert all(np.array_equal(a, b) for a, b in zip(start(other)[1], points))
+    assert all(np.array_equal(a, b) for a, b in zip(start(other)[1], first[1]))
+    # two worlds with the one opening in one reset: its look-ahead is made once
+    calls = len(model.tiles.calls)
+    pair = StreamingWorld(model, 2, opening_bank=1, lookahead=100.0)
+    pair.reset()
+    assert len(model.tiles.calls) - calls == 3  # first, east, the look-ahead's one
+    assert all(np.array_equal(a, b) for a, b in zip(start(pair, 1)[1], first[1]))
+    # a look-ahead beyond the world's tiles (4 cells, 3 kept) is not kept with the
+    # opening: each episode makes it anew from the key, as the first one did
+    tight = StreamingWorld(model, 1, opening_bank=1, lookahead=170.0, window=300.0, max_tiles=3)
+    runs = []
+    for _ in range(2):
+        tight.generator.manual_seed(5)
+        tight.reset()
+        runs.append(start(tight))
+    assert same(runs[0], runs[1])
+    assert len(tight.bank[BANK_SEED]) == 2 and len(runs[0][0]) == 4
     model.openings = {
         "settings": other.opening_settings(),
         "tiles": {BANK_SEED: other.opening([BANK_SEED])[0]},
@@ -558,7 +583,7 @@ def test_a_bank_opening_keeps_the_tiles_of_its_first_look_ahead():
     made = StreamingWorld(model, 1, opening_bank=1, lookahead=100.0)
     made.reset()
     assert len(model.openings["tiles"][BANK_SEED]) == 2 and len(made.bank[BANK_SEED]) == 3
-    assert all(np.array_equal(a, b) for a, b in zip(start(made)[1], points))
+    assert all(np.array_equal(a, b) for a, b in zip(start(made)[1], first[1]))
 
 
 def test_an_opening_without_its_traffic_gets_it_drawn_at_reset():
