@@ -404,7 +404,7 @@ class DeltaSim(nn.Module):
     @torch.no_grad()
     def _act(
         self, lanes, agents, controlled, generator, greedy, shaping, force, dt=DT, accel_cap=None,
-        restart_speed=None,
+        idm_floor_below=None,
     ):  # fmt: skip
         lanes, controlled = _check_pair(lanes, agents, controlled)
         if controlled is None:
@@ -433,8 +433,8 @@ class DeltaSim(nn.Module):
             shaping=shaping, order=order, slots=V,
         )  # fmt: skip
         a, k = a.to(agents.x.dtype), k.to(agents.x.dtype)
-        if restart_speed is not None:  # not where ΔSim chose to yield (crossing traffic)
-            floor = _restart_floor(pf, float(restart_speed)).to(a)
+        if idm_floor_below is not None:  # not where ΔSim chose to yield (crossing traffic)
+            floor = _idm_floor(pf, float(idm_floor_below)).to(a)
             a = torch.where(m == YIELD, a, torch.maximum(a, floor))
         if accel_cap is not None:  # an upper bound from outside (the world's yielding)
             cap = accel_cap.to(a)
@@ -470,17 +470,18 @@ class DeltaSim(nn.Module):
         force=None,
         dt: float = DT,
         accel_cap=None,
-        restart_speed: float | None = None,
+        idm_floor_below: float | None = None,
     ):
         """One closed-loop step: :meth:`act`, then :func:`step_agents` with the policy's
         memory updated (lane association, manoeuvre, lane-change origin). ``accel_cap``
         (B, V): an upper bound on the accelerations, applied before the feasible box (so
-        the controls stay feasible). ``restart_speed``: agents slower than this move off
-        at least as the IDM would (:func:`_restart_floor`; the cap still wins). Returns
+        the controls stay feasible). ``idm_floor_below``: agents slower than this [m/s]
+        accelerate at least as the IDM would (:func:`_idm_floor`; ``math.inf``: every
+        agent; None: ΔSim alone; the cap still wins). Returns
         ``(new AgentState, Features of the old state)``."""
         a, k, m, feats = self._act(
             lanes, agents, controlled, generator, greedy, shaping, force, dt, accel_cap,
-            restart_speed,
+            idm_floor_below,
         )  # fmt: skip
         origin = _next_origin(m, agents.manoeuvre, feats)
         new = step_agents(
@@ -536,12 +537,15 @@ class DeltaSim(nn.Module):
         return stats
 
 
-#: the IDM of :func:`_restart_floor`: minimum gap [m], time headway [s], acceleration and
+#: the speed limits ΔSim's features sample along the path (names, distances [m] ahead)
+_LIMIT_COLS = tuple(n for n in FEATURE_NAMES if n.startswith("limit@"))
+_LIMIT_AHEAD = tuple(float(n.split("@")[1]) for n in _LIMIT_COLS)
+#: the IDM of :func:`_idm_floor`: minimum gap [m], time headway [s], acceleration and
 #: comfortable deceleration [m/s^2] (also the world's yielding IDM, ``IDM_YIELD``)
-IDM_RESTART = (2.0, 1.2, 1.5, 2.0)
+IDM_FLOOR = (2.0, 1.2, 1.5, 2.0)
 
 
-def idm_desired_gap(v, v_lead, idm=IDM_RESTART):
+def idm_desired_gap(v, v_lead, idm=IDM_FLOOR):
     """The IDM's desired gap ``s* = s0 + max(0, v T + v (v - v_lead) / (2 sqrt(a b)))``
     [m] at speed ``v`` behind a leader at ``v_lead`` (tensors, broadcasting; ``idm`` =
     (s0, T, a, b))."""
@@ -549,24 +553,36 @@ def idm_desired_gap(v, v_lead, idm=IDM_RESTART):
     return s0 + (v * T + v * (v - v_lead) / (2 * math.sqrt(a * b))).clamp(min=0)
 
 
-def _restart_floor(feats: Features, restart_speed: float) -> torch.Tensor:
+def _idm_floor(feats: Features, idm_floor_below: float) -> torch.Tensor:
     """(B, V) lower bounds on the accelerations: for an agent slower than
-    ``restart_speed`` the IDM acceleration towards its lane's speed limit behind its
-    corridor leader, ``a (1 - (v / v_lim)^4 - (s* / gap)^2)``, ``s* = s0 + max(0, v T +
+    ``idm_floor_below`` the IDM acceleration towards its desired speed behind its
+    corridor leader, ``a (1 - (v / v0)^4 - (s* / gap)^2)``, ``s* = s0 + max(0, v T +
     v (v - v_lead) / (2 sqrt(a b)))``, the end of its path counting as a standing leader
     (``gap = path_left - length / 2``; lane ends and merges); -inf elsewhere (and where
-    the IDM would brake). :meth:`DeltaSim.step` does not apply it where ΔSim chose to
-    yield (crossing traffic is not in the corridor until it enters it).
+    the IDM would brake). ``v0``: its lane's speed limit, lowered where a slower limit
+    ahead needs it (``sqrt(v_ahead^2 + 2 b d)``, the driving data's rule).
+    :meth:`DeltaSim.step` does not apply it where ΔSim chose to yield (crossing traffic is
+    not in the corridor until it enters it).
 
-    Why: behaviour cloning copies the ground truth's tendency to keep its controls, and
-    the ground truth almost never stands still with a free road ahead, so a clone that
-    has stopped (for a crossing vehicle, a yield) tends to stay stopped on generated
-    lanes. At the data's density that was 22% of NPC steps, 80% of them with no leader
-    within 30 m of the corridor and not yielding (benchmarks/README.md, "Eleventh
-    session")."""
-    a_max = IDM_RESTART[2]
+    Why: the ground truth is IDM traffic, whose free-road law behaviour cloning
+    underfits. A clone that has stopped (for a crossing vehicle, a yield) tends to stay
+    stopped on generated lanes (at the data's density 22% of NPC steps, 80% of them with
+    no leader within 30 m and not yielding; benchmarks/README.md, "Eleventh session"),
+    and a clone placed slower than the data's speeds keeps that speed: on the shipped
+    world's lanes free NPCs cruised at a median 44% of their lane's limit with a median
+    acceleration of 0 ("Thirteenth session"). The world floors every NPC
+    (``idm_floor_below`` = inf)."""
+    a_max, b = IDM_FLOOR[2], IDM_FLOOR[3]
     v = feats.kin[..., 0]
     limit = (30.0 * feats.x[..., FEATURE_NAMES.index("limit@0")]).clamp(min=1.0)  # stored / 30
+    # a slower limit ahead lowers the aim to the speed from which the IDM's comfortable
+    # braking b reaches it there, sqrt(v_ahead^2 + 2 b d) (the driving data's rule). The
+    # limits are sampled 20-100 m along the path (0: no lane there); each counts from the
+    # sample before it, as the slower lane may start anywhere between (a floor errs low)
+    for d_prev, name in zip(_LIMIT_AHEAD, _LIMIT_COLS[1:]):
+        ahead = 30.0 * feats.x[..., FEATURE_NAMES.index(name)]
+        reach = torch.sqrt(ahead * ahead + 2 * b * d_prev)
+        limit = torch.where(ahead > 0, torch.minimum(limit, reach.clamp(min=1.0)), limit)
     gap = feats.leader_gap[..., 0]
     s_star = idm_desired_gap(v, v + feats.leader_dv[..., 0])
     lead = torch.isfinite(gap)
@@ -575,7 +591,7 @@ def _restart_floor(feats: Features, restart_speed: float) -> torch.Tensor:
     end = (feats.path_left[..., 0] - 0.5 * feats.kin[..., 3]).clamp(min=0.1)
     push = torch.maximum(push, (idm_desired_gap(v, 0.0) / end) ** 2)
     idm = a_max * (1 - (v / limit) ** 4 - push)
-    floor = torch.where((v < restart_speed) & (idm > 0), idm, torch.full_like(idm, -math.inf))
+    floor = torch.where((v < idm_floor_below) & (idm > 0), idm, torch.full_like(idm, -math.inf))
     return torch.where(feats.valid & (feats.lane >= 0), floor, torch.full_like(idm, -math.inf))
 
 

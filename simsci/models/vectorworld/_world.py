@@ -48,10 +48,13 @@ advances them at the driving world's 10 Hz:
    does an NPC stopped for 20 s (``npc_stalled``): ΔSim, cloned from traffic that
    always moves on, sometimes stops for good before a seam of a generated map, and
    a lane-keeping ego (which does not overtake) would wait behind it all episode.
-   An NPC slower than ``RESTART_SPEED`` (1 m/s) with room ahead in its lane's corridor
-   moves off at least as the IDM would (ΔSim's ``restart_speed``): the clone, once
-   stopped, tended to stay stopped with a free road (at the data's density 22% of NPC
-   steps were stopped, 80% of them with no leader within 30 m and not yielding).
+   Every NPC accelerates at least as the IDM would towards its lane's speed limit
+   (slowing in time for a slower limit ahead) behind its corridor leader, unless ΔSim
+   chose to yield (``IDM_FLOOR_BELOW``, ΔSim's ``idm_floor_below``): the ground truth is
+   IDM traffic, and the clone alone, once stopped, tended to stay stopped with a free
+   road, and once slow, to stay slow (free NPCs cruised at a median 44% of their lane's
+   limit; with the floor the lane-keeping ego drives 0.83-1.0 of its Driving-v0
+   distance instead of 0.80-0.93).
 4. **The ego** is driven by the caller (acceleration, steering: the action of
    ``simsci/Driving-v0``) through the same kinematic bicycle as the driving world
    (:func:`simsci.driving.bicycle_step`).
@@ -155,14 +158,15 @@ from simsci.driving import (
 )
 from simsci.models.vectorworld import _lanegraph, _outpaint
 from simsci.models.vectorworld._features import _gather_slots, _slot_order
-from simsci.models.vectorworld._npc import IDM_RESTART, idm_desired_gap
+from simsci.models.vectorworld._npc import IDM_FLOOR, idm_desired_gap
 
 __all__ = ["StreamingWorld", "seam_gaps"]
 
 #: an NPC stopped (< 0.1 m/s) this many steps (20 s) leaves the world (``npc_stalled``)
 STALL_STEPS = 200
-#: NPCs slower than this [m/s] move off as the IDM would where their corridor has room
-RESTART_SPEED = 1.0
+#: NPCs slower than this [m/s] accelerate at least as the IDM would (ΔSim's
+#: ``idm_floor_below``): all of them (1 m/s until the thirteenth session: a restart only)
+IDM_FLOOR_BELOW = math.inf
 
 _EMPTY_TILE = {
     "points": np.zeros((0, LANE_POINTS, 2)),
@@ -298,8 +302,8 @@ KINK_TURN = 60.0
 #: npc_yield: the ego counts as in an NPC's path within its width band widened by this [m]
 YIELD_MARGIN = 0.5
 #: npc_yield's IDM: minimum gap [m], time headway [s], acceleration and comfortable
-#: braking [m/s^2] (those of the lane-keeping driver; ΔSim's restart floor uses the same)
-IDM_YIELD = IDM_RESTART
+#: braking [m/s^2] (those of the lane-keeping driver; ΔSim's IDM floor uses the same)
+IDM_YIELD = IDM_FLOOR
 #: npc_yield's look-ahead for meeting the ego from the side [s], and the least heading
 #: difference [degrees] that counts as from the side (StreamingWorld._conflict_cap)
 YIELD_HORIZON, YIELD_ANGLE = 3.0, 5.0
@@ -1143,7 +1147,7 @@ class StreamingWorld:
                     shaping=self.shaping,
                     dt=DT,
                     accel_cap=self._yield_cap(npc) if self.npc_yield else None,
-                    restart_speed=RESTART_SPEED,
+                    idm_floor_below=IDM_FLOOR_BELOW,
                 )
             for name in ("x", "y", "theta", "v", "accel", "kappa"):
                 setattr(self, name, getattr(new, name).clone())

@@ -449,8 +449,8 @@ def test_a_stopped_agent_with_room_ahead_moves_off_as_the_idm_would():
         valid=valid,
     )  # fmt: skip
     feats = vw.features(lanes, ag)
-    floor = _npc._restart_floor(feats, 1.0)
-    s0, T, a_max, b = _npc.IDM_RESTART
+    floor = _npc._idm_floor(feats, 1.0)
+    s0, T, a_max, b = _npc.IDM_FLOOR
     gap = float(feats.leader_gap[0, 0, 0])
     end = float(feats.path_left[0, 0, 0]) - 0.5 * 4.5
     push = max((s0 / gap) ** 2, (s0 / end) ** 2)
@@ -462,7 +462,7 @@ def test_a_stopped_agent_with_room_ahead_moves_off_as_the_idm_would():
     # (within the jerk limit); the cap wins; a forced yield keeps ΔSim's own choice
     torch.manual_seed(0)
     model = _npc.DeltaSim(hidden=32, depth=1)
-    new, _ = model.step(lanes, ag, valid[None], restart_speed=1.0, greedy=True)
+    new, _ = model.step(lanes, ag, valid[None], idm_floor_below=1.0, greedy=True)
     lim = min(float(floor[0, 0]), driving.MAX_JERK * driving.DT)
     assert float(new.accel[0, 0]) >= lim - 1e-9
     free, _ = model.step(lanes, ag, valid[None], greedy=True)
@@ -470,9 +470,33 @@ def test_a_stopped_agent_with_room_ahead_moves_off_as_the_idm_would():
     for j in (1, 3, 4):
         assert float(new.accel[0, j]) == float(free.accel[0, j])
     cap = torch.full((1, 6), -1.0, dtype=D)
-    capped, _ = model.step(lanes, ag, valid[None], restart_speed=1.0, greedy=True, accel_cap=cap)
+    capped, _ = model.step(lanes, ag, valid[None], idm_floor_below=1.0, greedy=True, accel_cap=cap)
     alone, _ = model.step(lanes, ag, valid[None], greedy=True, accel_cap=cap)
     assert float(capped.accel[0, 0]) == float(alone.accel[0, 0]) <= 0.0
-    yields, _ = model.step(lanes, ag, valid[None], restart_speed=1.0, force="yield", greedy=True)
+    yields, _ = model.step(lanes, ag, valid[None], idm_floor_below=1.0, force="yield", greedy=True)
     yields_alone, _ = model.step(lanes, ag, valid[None], force="yield", greedy=True)
     assert torch.equal(yields.accel, yields_alone.accel)
+
+
+def test_the_idm_floor_aims_for_a_slower_limit_ahead_in_time():
+    """The floor's desired speed is the lane's limit lowered to sqrt(v_ahead^2 + 2 b d)
+    for a slower limit sampled ahead (d from the sample before it): lane 0 (20 m/s) runs
+    into lane 2 (5 m/s) at x = 100; from x = 50 the first sample on lane 2 is 60 m ahead,
+    counted from 40 m, so v0 = sqrt(25 + 2 b 40). An agent above that gets no floor, one
+    below it the IDM's free-road acceleration towards it (nothing ahead but the path's
+    end); on the fast lane alone the aim stays 20 m/s."""
+    lanes = _two_lanes(pieces=2)
+    lanes.speed_limit[0, 2:] = 5.0
+    ag = _agents([50.0, 50.0], [0.0, 0.0], 0.0, [15.0, 10.0])
+    feats = vw.features(lanes, ag)
+    floor = _npc._idm_floor(feats, math.inf)
+    s0, T, a_max, b = _npc.IDM_FLOOR
+    v0 = math.sqrt(5.0**2 + 2 * b * 40.0)
+    assert 10.0 < v0 < 15.0
+    assert math.isinf(float(floor[0, 0])) and float(floor[0, 0]) < 0
+    end = float(feats.path_left[0, 1, 0]) - 0.5 * 4.5
+    push = (float(_npc.idm_desired_gap(torch.tensor(10.0), 0.0)) / end) ** 2
+    assert float(floor[0, 1]) == pytest.approx(a_max * (1 - (10.0 / v0) ** 4 - push), rel=1e-6)
+    fast = _two_lanes(pieces=2)
+    free = _npc._idm_floor(vw.features(fast, ag), math.inf)
+    assert float(free[0, 1]) == pytest.approx(a_max * (1 - (10.0 / 20.0) ** 4 - push), rel=1e-6)
