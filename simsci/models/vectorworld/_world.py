@@ -53,8 +53,9 @@ advances them at the driving world's 10 Hz:
    chose to yield (``IDM_FLOOR_BELOW``, ΔSim's ``idm_floor_below``): the ground truth is
    IDM traffic, and the clone alone, once stopped, tended to stay stopped with a free
    road, and once slow, to stay slow (free NPCs cruised at a median 44% of their lane's
-   limit; with the floor the lane-keeping ego drives 0.83-1.0 of its Driving-v0
-   distance instead of 0.80-0.93).
+   limit; with the floor the lane-keeping ego drives 0.83-0.98 of its Driving-v0
+   distance on seeds 0-5 instead of 0.80-0.93; benchmarks/README.md, "Thirteenth
+   session").
 4. **The ego** is driven by the caller (acceleration, steering: the action of
    ``simsci/Driving-v0``) through the same kinematic bicycle as the driving world
    (:func:`simsci.driving.bicycle_step`).
