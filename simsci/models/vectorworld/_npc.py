@@ -105,11 +105,12 @@ from simsci.driving import (
 )
 from simsci.models.vectorworld._checks import _check_pair, _check_shape, _tensor
 from simsci.models.vectorworld._features import (
+    _GAP_CAP,
     FEATURE_DIM,
     FEATURE_NAMES,
+    KEEP,
     LEFT,
     RIGHT,
-    YIELD,
     Features,
     _features,
     _gather_slots,
@@ -433,9 +434,9 @@ class DeltaSim(nn.Module):
             shaping=shaping, order=order, slots=V,
         )  # fmt: skip
         a, k = a.to(agents.x.dtype), k.to(agents.x.dtype)
-        if idm_floor_below is not None:  # not where ΔSim chose to yield (crossing traffic)
+        if idm_floor_below is not None:  # only where ΔSim keeps its lane (module docstring)
             floor = _idm_floor(pf, float(idm_floor_below)).to(a)
-            a = torch.where(m == YIELD, a, torch.maximum(a, floor))
+            a = torch.where(m == KEEP, torch.maximum(a, floor), a)
         if accel_cap is not None:  # an upper bound from outside (the world's yielding)
             cap = accel_cap.to(a)
             a = torch.minimum(a, cap if order is None else _gather_slots(cap, order))
@@ -476,8 +477,8 @@ class DeltaSim(nn.Module):
         memory updated (lane association, manoeuvre, lane-change origin). ``accel_cap``
         (B, V): an upper bound on the accelerations, applied before the feasible box (so
         the controls stay feasible). ``idm_floor_below``: agents slower than this [m/s]
-        accelerate at least as the IDM would (:func:`_idm_floor`; ``math.inf``: every
-        agent; None: ΔSim alone; the cap still wins). Returns
+        that keep their lane accelerate at least as the IDM would (:func:`_idm_floor`;
+        ``math.inf``: at any speed; None: ΔSim alone; the cap still wins). Returns
         ``(new AgentState, Features of the old state)``."""
         a, k, m, feats = self._act(
             lanes, agents, controlled, generator, greedy, shaping, force, dt, accel_cap,
@@ -560,9 +561,12 @@ def _idm_floor(feats: Features, idm_floor_below: float) -> torch.Tensor:
     v (v - v_lead) / (2 sqrt(a b)))``, the end of its path counting as a standing leader
     (``gap = path_left - length / 2``; lane ends and merges); -inf elsewhere (and where
     the IDM would brake). ``v0``: its lane's speed limit, lowered where a slower limit
-    ahead needs it (``sqrt(v_ahead^2 + 2 b d)``, the driving data's rule).
-    :meth:`DeltaSim.step` does not apply it where ΔSim chose to yield (crossing traffic is
-    not in the corridor until it enters it).
+    ahead needs it (``sqrt(v_ahead^2 + 2 b d)``, the driving data's rule); a path end
+    counts only within the features' ``_GAP_CAP`` (100 m: a longer path has not ended).
+    :meth:`DeltaSim.step` applies it only where ΔSim keeps its lane: not where it yields
+    (crossing traffic is not in the corridor until it enters it) or changes lanes (the
+    corridor is the lane it leaves). Above ``v0`` there is no floor: slowing for a curve
+    ahead is ΔSim's own.
 
     Why: the ground truth is IDM traffic, whose free-road law behaviour cloning
     underfits. A clone that has stopped (for a crossing vehicle, a yield) tends to stay
@@ -587,9 +591,12 @@ def _idm_floor(feats: Features, idm_floor_below: float) -> torch.Tensor:
     s_star = idm_desired_gap(v, v + feats.leader_dv[..., 0])
     lead = torch.isfinite(gap)
     push = torch.where(lead, (s_star / gap.clamp(min=0.1)) ** 2, torch.zeros_like(gap))
-    # the path's end (lane end or merge) as a standing leader
-    end = (feats.path_left[..., 0] - 0.5 * feats.kin[..., 3]).clamp(min=0.1)
-    push = torch.maximum(push, (idm_desired_gap(v, 0.0) / end) ** 2)
+    # the path's end (lane end or merge) as a standing leader; the features follow the
+    # path only _GAP_CAP ahead, and a path that long has not ended
+    left = feats.path_left[..., 0]
+    end = (left - 0.5 * feats.kin[..., 3]).clamp(min=0.1)
+    at_end = torch.where(left < _GAP_CAP, (idm_desired_gap(v, 0.0) / end) ** 2, 0.0)
+    push = torch.maximum(push, at_end)
     idm = a_max * (1 - (v / limit) ** 4 - push)
     floor = torch.where((v < idm_floor_below) & (idm > 0), idm, torch.full_like(idm, -math.inf))
     return torch.where(feats.valid & (feats.lane >= 0), floor, torch.full_like(idm, -math.inf))

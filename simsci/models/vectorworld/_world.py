@@ -48,9 +48,10 @@ advances them at the driving world's 10 Hz:
    does an NPC stopped for 20 s (``npc_stalled``): ΔSim, cloned from traffic that
    always moves on, sometimes stops for good before a seam of a generated map, and
    a lane-keeping ego (which does not overtake) would wait behind it all episode.
-   Every NPC accelerates at least as the IDM would towards its lane's speed limit
-   (slowing in time for a slower limit ahead) behind its corridor leader, unless ΔSim
-   chose to yield (``IDM_FLOOR_BELOW``, ΔSim's ``idm_floor_below``): the ground truth is
+   Every NPC keeping its lane accelerates at least as the IDM would towards its lane's
+   speed limit (or less where a slower limit ahead needs it) behind its corridor leader
+   (``IDM_FLOOR_BELOW``, ΔSim's ``idm_floor_below``; not while it yields or changes
+   lanes): the ground truth is
    IDM traffic, and the clone alone, once stopped, tended to stay stopped with a free
    road, and once slow, to stay slow (free NPCs cruised at a median 44% of their lane's
    limit; with the floor the lane-keeping ego drives 0.83-0.98 of its Driving-v0

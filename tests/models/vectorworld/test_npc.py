@@ -476,27 +476,33 @@ def test_a_stopped_agent_with_room_ahead_moves_off_as_the_idm_would():
     yields, _ = model.step(lanes, ag, valid[None], idm_floor_below=1.0, force="yield", greedy=True)
     yields_alone, _ = model.step(lanes, ag, valid[None], force="yield", greedy=True)
     assert torch.equal(yields.accel, yields_alone.accel)
+    # a lane change too: the floor's corridor is the lane being left
+    lefts, _ = model.step(lanes, ag, valid[None], idm_floor_below=1.0, force="left", greedy=True)
+    lefts_alone, _ = model.step(lanes, ag, valid[None], force="left", greedy=True)
+    assert torch.equal(lefts.accel, lefts_alone.accel)
 
 
 def test_the_idm_floor_aims_for_a_slower_limit_ahead_in_time():
     """The floor's desired speed is the lane's limit lowered to sqrt(v_ahead^2 + 2 b d)
-    for a slower limit sampled ahead (d from the sample before it): lane 0 (20 m/s) runs
-    into lane 2 (5 m/s) at x = 100; from x = 50 the first sample on lane 2 is 60 m ahead,
-    counted from 40 m, so v0 = sqrt(25 + 2 b 40). An agent above that gets no floor, one
-    below it the IDM's free-road acceleration towards it (nothing ahead but the path's
-    end); on the fast lane alone the aim stays 20 m/s."""
-    lanes = _two_lanes(pieces=2)
-    lanes.speed_limit[0, 2:] = 5.0
-    ag = _agents([50.0, 50.0], [0.0, 0.0], 0.0, [15.0, 10.0])
+    for a slower limit sampled ahead (d from the sample before it): lanes 0 and 1 (20 m/s)
+    run into lanes 2 and 3 (5 m/s) at x = 100; from x = 50 the first sample there is 60 m
+    ahead, counted from 40 m, so v0 = sqrt(25 + 2 b 40). An agent above that gets no floor,
+    one below it the IDM's free-road acceleration towards it: the road goes on for 250 m,
+    past the 100 m the features follow, so its end is no obstacle. On a road at 20 m/s
+    throughout, the aim is 20 m/s, at 19 m/s too."""
+    lanes = _two_lanes(pieces=3)
+    lanes.speed_limit[0, 2:4] = 5.0
+    ag = _agents([50.0, 50.0], [0.0, 3.5], 0.0, [15.0, 10.0])  # one on each lane
     feats = vw.features(lanes, ag)
+    assert float(feats.path_left[0, 1, 0]) == 100.0  # the features' cap: not an end
     floor = _npc._idm_floor(feats, math.inf)
     s0, T, a_max, b = _npc.IDM_FLOOR
     v0 = math.sqrt(5.0**2 + 2 * b * 40.0)
     assert 10.0 < v0 < 15.0
     assert math.isinf(float(floor[0, 0])) and float(floor[0, 0]) < 0
-    end = float(feats.path_left[0, 1, 0]) - 0.5 * 4.5
-    push = (float(_npc.idm_desired_gap(torch.tensor(10.0), 0.0)) / end) ** 2
-    assert float(floor[0, 1]) == pytest.approx(a_max * (1 - (10.0 / v0) ** 4 - push), rel=1e-6)
-    fast = _two_lanes(pieces=2)
-    free = _npc._idm_floor(vw.features(fast, ag), math.inf)
-    assert float(free[0, 1]) == pytest.approx(a_max * (1 - (10.0 / 20.0) ** 4 - push), rel=1e-6)
+    assert float(floor[0, 1]) == pytest.approx(a_max * (1 - (10.0 / v0) ** 4), rel=1e-9)
+    fast = _two_lanes(pieces=3)
+    quick = _agents([50.0, 50.0], [0.0, 3.5], 0.0, [19.0, 10.0])
+    free = _npc._idm_floor(vw.features(fast, quick), math.inf)
+    for j, v in enumerate((19.0, 10.0)):
+        assert float(free[0, j]) == pytest.approx(a_max * (1 - (v / 20.0) ** 4), rel=1e-9)
