@@ -105,7 +105,6 @@ from simsci.driving import (
 )
 from simsci.models.vectorworld._checks import _check_pair, _check_shape, _tensor
 from simsci.models.vectorworld._features import (
-    _GAP_CAP,
     FEATURE_DIM,
     FEATURE_NAMES,
     KEEP,
@@ -591,12 +590,12 @@ def _idm_floor(feats: Features, idm_floor_below: float) -> torch.Tensor:
     s_star = idm_desired_gap(v, v + feats.leader_dv[..., 0])
     lead = torch.isfinite(gap)
     push = torch.where(lead, (s_star / gap.clamp(min=0.1)) ** 2, torch.zeros_like(gap))
-    # the path's end (lane end or merge) as a standing leader; the features follow the
-    # path only _GAP_CAP ahead, and a path that long has not ended
-    left = feats.path_left[..., 0]
-    end = (left - 0.5 * feats.kin[..., 3]).clamp(min=0.1)
-    at_end = torch.where(left < _GAP_CAP, (idm_desired_gap(v, 0.0) / end) ** 2, 0.0)
-    push = torch.maximum(push, at_end)
+    # the path's end (lane end or merge) as a standing leader, and so is the end of what
+    # the features see (_GAP_CAP = 100 m along the path): the floor pushes no faster than
+    # the IDM could stop within sight (about 15 m/s), as crossing traffic beyond the
+    # corridor is not in it; ΔSim itself may drive faster
+    end = (feats.path_left[..., 0] - 0.5 * feats.kin[..., 3]).clamp(min=0.1)
+    push = torch.maximum(push, (idm_desired_gap(v, 0.0) / end) ** 2)
     idm = a_max * (1 - (v / limit) ** 4 - push)
     floor = torch.where((v < idm_floor_below) & (idm > 0), idm, torch.full_like(idm, -math.inf))
     return torch.where(feats.valid & (feats.lane >= 0), floor, torch.full_like(idm, -math.inf))

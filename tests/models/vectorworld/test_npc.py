@@ -487,22 +487,23 @@ def test_the_idm_floor_aims_for_a_slower_limit_ahead_in_time():
     for a slower limit sampled ahead (d from the sample before it): lanes 0 and 1 (20 m/s)
     run into lanes 2 and 3 (5 m/s) at x = 100; from x = 50 the first sample there is 60 m
     ahead, counted from 40 m, so v0 = sqrt(25 + 2 b 40). An agent above that gets no floor,
-    one below it the IDM's free-road acceleration towards it: the road goes on for 250 m,
-    past the 100 m the features follow, so its end is no obstacle. On a road at 20 m/s
-    throughout, the aim is 20 m/s, at 19 m/s too."""
+    one below it the IDM's acceleration towards it, with the end of what the features see
+    (100 m along the path) as a standing obstacle. On a road at 20 m/s throughout the aim
+    is 20 m/s, but at 19 m/s the IDM could not stop within those 100 m: no floor."""
     lanes = _two_lanes(pieces=3)
     lanes.speed_limit[0, 2:4] = 5.0
     ag = _agents([50.0, 50.0], [0.0, 3.5], 0.0, [15.0, 10.0])  # one on each lane
     feats = vw.features(lanes, ag)
-    assert float(feats.path_left[0, 1, 0]) == 100.0  # the features' cap: not an end
+    assert float(feats.path_left[0, 1, 0]) == 100.0  # the features' sight
     floor = _npc._idm_floor(feats, math.inf)
     s0, T, a_max, b = _npc.IDM_FLOOR
     v0 = math.sqrt(5.0**2 + 2 * b * 40.0)
     assert 10.0 < v0 < 15.0
+    sight = (float(_npc.idm_desired_gap(torch.tensor(10.0), 0.0)) / (100.0 - 0.5 * 4.5)) ** 2
     assert math.isinf(float(floor[0, 0])) and float(floor[0, 0]) < 0
-    assert float(floor[0, 1]) == pytest.approx(a_max * (1 - (10.0 / v0) ** 4), rel=1e-9)
+    assert float(floor[0, 1]) == pytest.approx(a_max * (1 - (10.0 / v0) ** 4 - sight), rel=1e-6)
     fast = _two_lanes(pieces=3)
     quick = _agents([50.0, 50.0], [0.0, 3.5], 0.0, [19.0, 10.0])
     free = _npc._idm_floor(vw.features(fast, quick), math.inf)
-    for j, v in enumerate((19.0, 10.0)):
-        assert float(free[0, j]) == pytest.approx(a_max * (1 - (v / 20.0) ** 4), rel=1e-9)
+    assert math.isinf(float(free[0, 0])) and float(free[0, 0]) < 0
+    assert float(free[0, 1]) == pytest.approx(a_max * (1 - (10.0 / 20.0) ** 4 - sight), rel=1e-6)
