@@ -560,8 +560,10 @@ def _idm_floor(feats: Features, idm_floor_below: float) -> torch.Tensor:
     v (v - v_lead) / (2 sqrt(a b)))``, the end of its path counting as a standing leader
     (``gap = path_left - length / 2``; lane ends and merges); -inf elsewhere (and where
     the IDM would brake). ``v0``: its lane's speed limit, lowered where a slower limit
-    ahead needs it (``sqrt(v_ahead^2 + 2 b d)``, the driving data's rule); a path end
-    counts only within the features' ``_GAP_CAP`` (100 m: a longer path has not ended).
+    ahead needs it (``sqrt(v_ahead^2 + 2 b d)``, the driving data's rule). The end of
+    what the features see (100 m along the path) counts as a path end, so the floor
+    pushes no faster than the IDM could stop within sight (~15 m/s): counted as open
+    road, it pushed NPCs across junctions it cannot see (benchmarks/README.md).
     :meth:`DeltaSim.step` applies it only where ΔSim keeps its lane: not where it yields
     (crossing traffic is not in the corridor until it enters it) or changes lanes (the
     corridor is the lane it leaves). Above ``v0`` there is no floor: slowing for a curve

@@ -49,7 +49,8 @@ advances them at the driving world's 10 Hz:
    always moves on, sometimes stops for good before a seam of a generated map, and
    a lane-keeping ego (which does not overtake) would wait behind it all episode.
    Every NPC keeping its lane accelerates at least as the IDM would towards its lane's
-   speed limit (or less where a slower limit ahead needs it) behind its corridor leader
+   speed limit (or less where a slower limit ahead needs it) behind its corridor leader,
+   and no faster than it could stop within the 100 m its features see
    (``IDM_FLOOR_BELOW``, ΔSim's ``idm_floor_below``; not while it yields or changes
    lanes): the ground truth is
    IDM traffic, and the clone alone, once stopped, tended to stay stopped with a free
