@@ -537,9 +537,10 @@ class DeltaSim(nn.Module):
         return stats
 
 
-#: the speed limits ΔSim's features sample along the path (names, distances [m] ahead)
-_LIMIT_COLS = tuple(n for n in FEATURE_NAMES if n.startswith("limit@"))
-_LIMIT_AHEAD = tuple(float(n.split("@")[1]) for n in _LIMIT_COLS)
+#: the speed limits ΔSim's features sample along the path: their columns of
+#: ``Features.x`` and distances [m] ahead (0 first: the agent's own lane)
+_LIMIT_COLS = tuple(i for i, n in enumerate(FEATURE_NAMES) if n.startswith("limit@"))
+_LIMIT_AHEAD = tuple(float(FEATURE_NAMES[i].split("@")[1]) for i in _LIMIT_COLS)
 #: the IDM of :func:`_idm_floor`: minimum gap [m], time headway [s], acceleration and
 #: comfortable deceleration [m/s^2] (also the world's yielding IDM, ``IDM_YIELD``)
 IDM_FLOOR = (2.0, 1.2, 1.5, 2.0)
@@ -579,13 +580,13 @@ def _idm_floor(feats: Features, idm_floor_below: float) -> torch.Tensor:
     (``idm_floor_below`` = inf)."""
     a_max, b = IDM_FLOOR[2], IDM_FLOOR[3]
     v = feats.kin[..., 0]
-    limit = (30.0 * feats.x[..., FEATURE_NAMES.index("limit@0")]).clamp(min=1.0)  # stored / 30
+    limit = (30.0 * feats.x[..., _LIMIT_COLS[0]]).clamp(min=1.0)  # stored / 30
     # a slower limit ahead lowers the aim to the speed from which the IDM's comfortable
     # braking b reaches it there, sqrt(v_ahead^2 + 2 b d) (the driving data's rule). The
     # limits are sampled 20-100 m along the path (0: no lane there); each counts from the
     # sample before it, as the slower lane may start anywhere between (a floor errs low)
-    for d_prev, name in zip(_LIMIT_AHEAD, _LIMIT_COLS[1:]):
-        ahead = 30.0 * feats.x[..., FEATURE_NAMES.index(name)]
+    for d_prev, col in zip(_LIMIT_AHEAD, _LIMIT_COLS[1:]):
+        ahead = 30.0 * feats.x[..., col]
         reach = torch.sqrt(ahead * ahead + 2 * b * d_prev)
         limit = torch.where(ahead > 0, torch.minimum(limit, reach.clamp(min=1.0)), limit)
     gap = feats.leader_gap[..., 0]

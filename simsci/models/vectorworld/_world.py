@@ -896,10 +896,11 @@ class StreamingWorld:
                     self.stats["pinned_neighbours"] += len(rest)
                 cells.append((b, c))
             if cells:
-                gens = None if generators is None else [generators[b] for b, _ in cells]
-                tiles, _ = self._generate(contexts, dirs, neighbours, generator=gens)
-                for k, ((b, c), tile, near) in enumerate(zip(cells, tiles, around)):
-                    gen = None if gens is None else gens[k]
+                gens = [None if generators is None else generators[b] for b, _ in cells]
+                tiles, _ = self._generate(
+                    contexts, dirs, neighbours, generator=None if generators is None else gens
+                )
+                for (b, c), tile, near, gen in zip(cells, tiles, around, gens):
                     self._add_tile(b, c, self._close(tile, near, gen), protect=walks[b])
 
     def _close(self, tile: dict, neighbours, generator=None) -> dict:
