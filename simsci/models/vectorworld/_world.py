@@ -1055,7 +1055,28 @@ class StreamingWorld:
         slot order (ΔSim's features cost grows with the lane count, and most of the
         ``max_tiles * max_lanes`` slots are empty: a generated tile has a few lanes), and
         the renumberings ``(n, L)`` slot -> packed and ``(n, K)`` packed -> slot (-1 none).
-        Lanes only move, so ΔSim sees the same lanes in the same order."""
+        Lanes only move, so ΔSim sees the same lanes in the same order.
+
+        Kept until a lane tensor changes (the map changes only when a tile is added or
+        dropped, every ~75 m of a drive): the LaneSet then keeps its derived geometry
+        (:meth:`~simsci.driving.LaneSet.geometry`, resampling and tangents) between steps.
+        The key is each tensor's identity and in-place version counter, so every write,
+        wherever it is made, invalidates it."""
+        tensors = (self.lane_points, self.lane_width, self.lane_speed, self.lane_succ)
+        tensors += (self.lane_valid,)
+        key = tuple((id(t), t._version) for t in tensors)
+        cached = getattr(self, "_packed_cache", None)
+        if (
+            cached is not None
+            and cached[0] == key
+            and all(a is b for a, b in zip(cached[1], tensors))
+        ):
+            return cached[2]
+        packed = self._pack_lanes()
+        self._packed_cache = (key, tensors, packed)
+        return packed
+
+    def _pack_lanes(self):
         valid = self.lane_valid
         n, L = valid.shape
         K = max(1, int(valid.sum(1).max()))
@@ -1256,10 +1277,15 @@ class StreamingWorld:
         on* (what it observes) keeps to its last one: the last lane or one of its
         successors while the ego is within that margin of it, else the nearest agreeing
         lane; so at a crossing the ego stays on its road, as ``simsci/Driving-v0``'s ego
-        stays on its lane, instead of taking whichever lane is nearest this step."""
+        stays on its lane, instead of taking whichever lane is nearest this step.
+
+        Computed on the packed lanes (:meth:`_packed_lanes`, the same lanes in the same
+        order, so the same nearest lane and ties; indices are mapped back to slots)."""
         rows = torch.arange(self.n, device=self.device) if rows is None else rows
         px, py, th = self.x[rows, 0], self.y[rows, 0], self.theta[rows, 0]
-        pts = self.lane_points[rows]  # k, L, P, 2
+        lanes, to_compact, to_full = self._packed_lanes()
+        to_full = to_full[rows]
+        pts = lanes.points[rows]  # k, K, P, 2
         a, bpt = pts[:, :, :-1], pts[:, :, 1:]
         d = bpt - a
         seg2 = (d * d).sum(-1).clamp(min=1e-9)
@@ -1270,18 +1296,21 @@ class StreamingWorld:
         seg_len = seg2.sqrt()
         tx, ty = d[..., 0] / seg_len, d[..., 1] / seg_len
         agree = (tx * torch.cos(th)[:, None, None] + ty * torch.sin(th)[:, None, None]) > 0
-        ok = self.lane_valid[rows][..., None] & agree & (seg2 > 1e-6)
+        ok = lanes.valid[rows][..., None] & agree & (seg2 > 1e-6)
         dist = torch.where(ok, dist, torch.full_like(dist, math.inf))
-        lane_dist, lane_seg = dist.min(-1)  # k, L: each lane's nearest segment
+        lane_dist, lane_seg = dist.min(-1)  # k, K: each lane's nearest segment
         best, lane = lane_dist.min(1)  # the nearest agreeing lane (decides off-road)
         r = torch.arange(len(rows), device=self.device)
         seg = lane_seg[r, lane]
-        near_width = self.lane_width[rows, lane]
-        # keep to the last lane or its successors while on them
-        prev = self._ego_lane[rows]
-        keep = torch.cat([prev[:, None], self.lane_succ[rows, prev]], 1)  # k, 3
+        width = lanes.width[rows]
+        near_width = width[r, lane]
+        # keep to the last lane or its successors while on them (packed numbering; a
+        # last lane no longer kept has no successors either)
+        prev = to_compact[rows, self._ego_lane[rows]]
+        succ = lanes.succ[rows, prev.clamp(min=0)]
+        keep = torch.cat([prev[:, None], torch.where(prev[:, None] >= 0, succ, -1)], 1)  # k, 3
         keep_d = torch.gather(lane_dist, 1, keep.clamp(min=0))
-        width_k = torch.gather(self.lane_width[rows], 1, keep.clamp(min=0))
+        width_k = torch.gather(width, 1, keep.clamp(min=0))
         on = self._ego_known[rows, None] & (keep >= 0) & (keep_d <= 0.5 * width_k + OFFROAD_MARGIN)
         keep_d = torch.where(on, keep_d, torch.full_like(keep_d, math.inf))
         kd, kj = keep_d.min(1)
@@ -1296,7 +1325,8 @@ class StreamingWorld:
         found = torch.isfinite(best)
         heading_lane = torch.atan2(tyb, txb)
         err = torch.atan2(torch.sin(th - heading_lane), torch.cos(th - heading_lane))
-        self._ego_lane[rows] = torch.where(found, lane, torch.zeros_like(lane))
+        slot = to_full[r, lane]
+        self._ego_lane[rows] = torch.where(found, slot, torch.zeros_like(slot))
         self._ego_known[rows] = found
         self._ego_offset[rows] = torch.where(found, offset, torch.zeros_like(offset))
         self._ego_heading_err[rows] = torch.where(found, err, torch.zeros_like(err))

@@ -1022,3 +1022,23 @@ def test_npcs_see_the_valid_lanes_packed_with_their_links():
             lanes.succ[b, : len(ids)] >= 0, to_full[b][lanes.succ[b, : len(ids)]], -1
         )
         assert torch.equal(back, full)
+
+
+def test_the_packed_lanes_are_kept_until_a_lane_tensor_changes():
+    world = StreamingWorld(FakeWorldModel(), 2, seed=0)
+    world.reset()
+    _drive(world, 5, accel=1.0)
+    first = world._packed_lanes()
+    assert world._packed_lanes() is first  # nothing changed: the same LaneSet (and geometry)
+    ids = torch.nonzero(world.lane_valid[1]).flatten()
+    world.lane_width[1, ids[0]] = 4.25  # any in-place write, wherever it is made
+    second = world._packed_lanes()
+    assert second is not first and float(second[0].width[1, 0]) == 4.25
+    tiles = world.stats["tiles"]
+    _drive(world, 60, accel=1.0)  # new tiles change the lanes through _insert / _connect
+    assert world.stats["tiles"] > tiles
+    lanes = world._packed_lanes()[0]
+    assert int(lanes.valid.sum()) == int(world.lane_valid.sum())
+    for b in range(2):
+        ids = torch.nonzero(world.lane_valid[b]).flatten()
+        assert torch.equal(lanes.points[b, : len(ids)], world.lane_points[b, ids])
