@@ -32,7 +32,9 @@ world (``simsci.driving``) with the driving world's metrics, 3 seeds:
   rates, kinematic infeasibility with logit shaping (target 0) and without.
 - **Rollouts and density** (``rollout``): 1 km closed-loop rollouts with the
   lane-keeping ego on one CPU thread: real-time factor (target >= 10x), generated agents
-  per lane-km against the held-out truth's, NPC infeasible steps from the stated motion
+  per lane-km against the held-out truth's, and per tile the lane metres and vehicles
+  of the drive's own tiles against the truth's (a closed-loop map measure: the ``map``
+  parts condition on ground-truth contexts), NPC infeasible steps from the stated motion
   and from the positions, seam gaps of the tiles live together and the ego's tile
   coverage (the recorder's, :mod:`simsci.driving.metrics`' definitions), how each
   rollout ended.
@@ -271,13 +273,15 @@ def bench_npc(model, quick):
     return {"runs": rows}
 
 
-def _truth_density(data, episodes):
-    """Non-ego agents per lane-km of the held-out tiles (the generated density's peer)."""
+def _truth_map(data, episodes):
+    """The held-out tiles' non-ego agents per lane-km (the generated density's peer),
+    lane metres per tile and agents per tile."""
     from simsci import data as sdata
     from simsci.driving import read_scene
 
     ds = sdata.open(data)
     agents = lane_km = 0.0
+    tiles = 0
     try:
         for e in episodes:
             ep = read_scene(ds, e)
@@ -286,9 +290,14 @@ def _truth_density(data, episodes):
             for lanes in ep["lanes"]:
                 p = np.asarray(lanes["points"], np.float64)
                 lane_km += float(np.linalg.norm(np.diff(p, axis=1), axis=-1).sum()) / 1000.0
+                tiles += 1
     finally:
         ds.close()
-    return agents / max(lane_km, 1e-9)
+    return {
+        "agents_per_lane_km": agents / max(lane_km, 1e-9),
+        "lane_m_per_tile": 1000.0 * lane_km / max(tiles, 1),
+        "agents_per_tile": agents / max(tiles, 1),
+    }
 
 
 def bench_rollout(model, data, episodes, quick, km=None, tile_agents="generator"):
@@ -303,7 +312,9 @@ def bench_rollout(model, data, episodes, quick, km=None, tile_agents="generator"
         print(f"rollout seed {seed}: {s['distance_m']:.0f} m, {s['real_time_factor']:.1f}x real "
               f"time, {s['world_tiles']} tiles, density {s['generated_agents_per_lane_km']:.1f}"
               f"/lane-km, NPC infeasible {s['npc_infeasible_steps']} stated, "
-              f"{s['npc_path_infeasible_steps']} from positions, seam gap median "
+              f"{s['npc_path_infeasible_steps']} from positions, "
+              f"{s['lane_m_per_tile']:.0f} lane m and {s['agents_per_tile']:.2f} vehicles a "
+              f"tile, seam gap median "
               f"{s['seam_gap_median_m']} (p90 {s['seam_gap_p90_m']}), tile coverage "
               f"{s['tile_coverage']:.3f}, ended {s['end_reason']}")  # fmt: skip
     gen = [r["generated_agents_per_lane_km"] for r in rows]
@@ -317,10 +328,15 @@ def bench_rollout(model, data, episodes, quick, km=None, tile_agents="generator"
         out[f"{who}_path_infeasible_fraction"] = [
             r[f"{who}_path_infeasible_steps"] / max(r[f"{who}_path_steps_checked"], 1) for r in rows
         ]
+    for key in ("lane_m_per_tile", "agents_per_tile"):  # the drive's own tiles
+        out[f"{key}_median"] = statistics.median(r[key] for r in rows)
     if data is not None:
-        truth = _truth_density(data, episodes)
-        out["truth_agents_per_lane_km"] = truth
-        out["density_ratio"] = statistics.median(gen) / max(truth, 1e-9)
+        truth = _truth_map(data, episodes)
+        out["truth_agents_per_lane_km"] = truth["agents_per_lane_km"]
+        out["density_ratio"] = statistics.median(gen) / max(truth["agents_per_lane_km"], 1e-9)
+        for key in ("lane_m_per_tile", "agents_per_tile"):
+            out[f"truth_{key}"] = truth[key]
+            out[f"{key}_ratio"] = out[f"{key}_median"] / max(truth[key], 1e-9)
     return out
 
 

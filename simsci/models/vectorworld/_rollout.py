@@ -183,6 +183,10 @@ def _stats(tr: dict, m: dict, gaps: np.ndarray, versions: dict, dt: float) -> di
         mean_npcs=float(npc.sum(1).mean()),
         lane_km=lane_km,
         generated_agents_per_lane_km=generated / max(lane_km, 1e-9),
+        # per tile as well: a per-lane-km density hides a sparse map (fewer lanes and
+        # fewer vehicles in the same ratio)
+        lane_m_per_tile=1000.0 * lane_km / max(len(versions), 1),
+        agents_per_tile=generated / max(len(versions), 1),
     )
     return out
 

@@ -1042,3 +1042,8 @@ def test_the_packed_lanes_are_kept_until_a_lane_tensor_changes():
     for b in range(2):
         ids = torch.nonzero(world.lane_valid[b]).flatten()
         assert torch.equal(lanes.points[b, : len(ids)], world.lane_points[b, ids])
+    with torch.inference_mode():  # inference tensors have no version counter: no cache
+        made = StreamingWorld(FakeWorldModel(), 1, seed=0)
+        made.reset()
+        _drive(made, 5, accel=1.0)
+    assert made._packed_lanes() is not made._packed_lanes()
