@@ -1060,8 +1060,10 @@ class StreamingWorld:
         Kept until a lane tensor changes (the map changes only when a tile is added or
         dropped, every ~75 m of a drive): the LaneSet then keeps its derived geometry
         (:meth:`~simsci.driving.LaneSet.geometry`, resampling and tangents) between steps.
-        The key is each tensor's identity and in-place version counter, so every write,
-        wherever it is made, invalidates it."""
+        The key is each tensor's identity and in-place version counter, so every torch
+        write (indexed assignment, an in-place op), wherever it is made, invalidates it;
+        a write that bypasses the counter (through ``.data`` or a NumPy view of the
+        tensor) would not."""
         tensors = (self.lane_points, self.lane_width, self.lane_speed, self.lane_succ)
         tensors += (self.lane_valid,)
         if any(t.is_inference() for t in tensors):  # made under inference_mode: no counters
@@ -1282,7 +1284,10 @@ class StreamingWorld:
         stays on its lane, instead of taking whichever lane is nearest this step.
 
         Computed on the packed lanes (:meth:`_packed_lanes`, the same lanes in the same
-        order, so the same nearest lane and ties; indices are mapped back to slots)."""
+        order, so the same nearest lane and ties; indices are mapped back to slots). The
+        distances are the same elementwise kernels on a smaller tensor: float32 gives the
+        same bits; float64 ``hypot`` may round 1 ulp differently in another tensor shape,
+        which only a near-exact tie could show (as the batch size always could)."""
         rows = torch.arange(self.n, device=self.device) if rows is None else rows
         px, py, th = self.x[rows, 0], self.y[rows, 0], self.theta[rows, 0]
         lanes, to_compact, to_full = self._packed_lanes()

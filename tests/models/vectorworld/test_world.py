@@ -1047,3 +1047,31 @@ def test_the_packed_lanes_are_kept_until_a_lane_tensor_changes():
         made.reset()
         _drive(made, 5, accel=1.0)
     assert made._packed_lanes() is not made._packed_lanes()
+
+
+def test_the_ego_association_on_packed_lanes_is_the_one_over_every_slot():
+    class AllSlots(StreamingWorld):  # the association over every lane slot (before)
+        def _associate_ego(self, rows=None):
+            ident = torch.arange(self.L).expand(self.n, self.L)
+            self._packed_lanes = lambda: (self.lane_set(), ident, ident)
+            try:
+                super()._associate_ego(rows)
+            finally:
+                del self._packed_lanes
+
+    worlds = [cls(FakeWorldModel(), 3, max_tiles=3, seed=1) for cls in (StreamingWorld, AllSlots)]
+    gen = torch.Generator().manual_seed(0)
+    fields = ("_ego_lane", "_ego_known", "_ego_offset", "_ego_heading_err", "_ego_offroad")
+    for w in worlds:
+        w.reset()
+    dropped = 0
+    for t in range(120):
+        action = torch.stack([torch.rand(3, generator=gen), 0.3 * torch.randn(3, generator=gen)], 1)
+        for w in worlds:
+            w.step(action)
+            if t % 40 == 39:  # a reset of some worlds only (rows)
+                w.reset(index=[1])
+        for name in fields + ("_ego_tangent",):
+            assert torch.equal(getattr(worlds[0], name), getattr(worlds[1], name)), (t, name)
+        dropped = worlds[0].stats["dropped_tiles"]
+    assert dropped > 0 and bool(worlds[0]._ego_known.any())
