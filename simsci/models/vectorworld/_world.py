@@ -445,6 +445,7 @@ class StreamingWorld:
         self.lane_valid = torch.zeros(n, L, dtype=torch.bool, device=dev)
         self.lane_succ = torch.full((n, L, 2), -1, dtype=torch.long, device=dev)
         self.lane_slot = (torch.arange(L, device=dev) // self.Lt).expand(n, L)
+        self._packed_cache = None  # (key, lane tensors, packed lanes): _packed_lanes
         self.tiles: list[dict] = [{} for _ in range(n)]  # per world: slot -> tile record
         # per world: every tile of the episode, cell -> {"tile_id", "tile"} (own frame)
         self.store: list[dict] = [{} for _ in range(n)]
@@ -1069,7 +1070,7 @@ class StreamingWorld:
         if any(t.is_inference() for t in tensors):  # made under inference_mode: no counters
             return self._pack_lanes()
         key = tuple((id(t), t._version) for t in tensors)
-        cached = getattr(self, "_packed_cache", None)
+        cached = self._packed_cache
         if (
             cached is not None
             and cached[0] == key
