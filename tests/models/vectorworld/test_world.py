@@ -920,6 +920,38 @@ def test_crashed_npcs_leave_after_the_step_that_shows_the_crash():
     assert not bool(metrics.collisions(agents, valid).any())
 
 
+def test_the_crash_screen_removes_exactly_the_overlapping_npcs():
+    from simsci.driving import metrics
+
+    rng = np.random.default_rng(0)
+    removed = 0
+    for trial in range(30):
+        world = StreamingWorld(FakeWorldModel(), 1, seed=0)
+        world.reset()
+        x0 = float(world.x[0, 0]) + 40.0
+        rows = []
+        if trial % 3 < 2:  # alone: two long boxes end to end, overlapping by 0.1 m or not
+            gap = (-0.1, 0.1)[trial % 3]
+            th, length = rng.uniform(-math.pi, math.pi), rng.uniform(5, 6)
+            c, s = math.cos(th), math.sin(th)
+            rows += [[x0, 0.0, 5.0, c, s, length, 1.8]]
+            rows += [[x0 + (length + gap) * c, (length + gap) * s, 5.0, c, s, length, 1.8]]
+        for _ in range(4 * (trial % 3 == 2)):  # boxes side by side, crossing, or apart
+            th = rng.uniform(-math.pi, math.pi)
+            rows += [[x0 + rng.uniform(0, 12), rng.uniform(-4, 4), 5.0, math.cos(th)]]
+            rows[-1] += [math.sin(th), rng.uniform(3, 6), rng.uniform(1.5, 2.5)]
+        for row in rows:
+            world._add_agent(0, np.array(row), check=False)
+        agents, valid = world.agents()
+        crashed = metrics.collisions(agents, valid)
+        crashed[:, 0] = False
+        expected = world.valid & ~crashed
+        world._clear_crashes()
+        assert torch.equal(world.valid, expected), trial
+        removed += int(crashed.sum())
+    assert removed > 0  # the trials do overlap
+
+
 def test_an_npc_stopped_for_20_s_leaves():
     from simsci.models.vectorworld._world import STALL_STEPS
 
