@@ -135,6 +135,24 @@ def test_collisions_on_a_hand_made_scene():
     assert math.isnan(M.collision_rate(agents, np.zeros_like(valid)))
 
 
+def test_collisions_find_boxes_whose_centres_are_far_apart():
+    # two long boxes end to end at any heading: centres a box length apart, overlapping
+    # by 0.1 m or apart by 0.1 m (the pair test's answer), alone at each step
+    rng = np.random.default_rng(3)
+    rows, expect = [], []
+    for k in range(40):
+        gap = -0.1 if k % 2 == 0 else 0.1
+        th, length = rng.uniform(-np.pi, np.pi), rng.uniform(5.0, 6.0)
+        c, s = np.cos(th), np.sin(th)
+        a = [100.0, -50.0, 0.0, c, s, length, 1.8]
+        b = [100.0 + (length + gap) * c, -50.0 + (length + gap) * s, 0.0, c, s, length, 1.8]
+        rows.append([a, b])
+        expect.append(bool(M.boxes_overlap(np.array(a), np.array(b))))
+    col = M.collisions(np.array(rows))
+    np.testing.assert_array_equal(col, np.repeat(np.array(expect)[:, None], 2, 1))
+    assert expect[0::2] == [True] * 20 and expect[1::2] == [False] * 20
+
+
 def test_collisions_in_blocks_match_all_pairs_per_step():
     rng = np.random.default_rng(7)
     t, a = 1300, 30  # 1.2M pairs: two blocks of steps

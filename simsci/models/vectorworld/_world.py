@@ -445,7 +445,7 @@ class StreamingWorld:
         self.lane_valid = torch.zeros(n, L, dtype=torch.bool, device=dev)
         self.lane_succ = torch.full((n, L, 2), -1, dtype=torch.long, device=dev)
         self.lane_slot = (torch.arange(L, device=dev) // self.Lt).expand(n, L)
-        self._packed_cache = None  # (key, lane tensors, packed lanes): _packed_lanes
+        self._packed_cache = None  # (versions, lane tensors, packed lanes): _packed_lanes
         self.tiles: list[dict] = [{} for _ in range(n)]  # per world: slot -> tile record
         # per world: every tile of the episode, cell -> {"tile_id", "tile"} (own frame)
         self.store: list[dict] = [{} for _ in range(n)]
@@ -1061,24 +1061,24 @@ class StreamingWorld:
         Kept until a lane tensor changes (the map changes only when a tile is added or
         dropped, every ~75 m of a drive): the LaneSet then keeps its derived geometry
         (:meth:`~simsci.driving.LaneSet.geometry`, resampling and tangents) between steps.
-        The key is each tensor's identity and in-place version counter, so every torch
-        write (indexed assignment, an in-place op), wherever it is made, invalidates it;
-        a write that bypasses the counter (through ``.data`` or a NumPy view of the
-        tensor) would not."""
+        The key is each tensor (the same object) and its in-place version counter, so
+        every torch write (indexed assignment, an in-place op), wherever it is made,
+        invalidates it; a write that bypasses the counter (through ``.data`` or a NumPy
+        view of the tensor) would not."""
         tensors = (self.lane_points, self.lane_width, self.lane_speed, self.lane_succ)
         tensors += (self.lane_valid,)
         if any(t.is_inference() for t in tensors):  # made under inference_mode: no counters
             return self._pack_lanes()
-        key = tuple((id(t), t._version) for t in tensors)
+        versions = tuple(t._version for t in tensors)
         cached = self._packed_cache
         if (
             cached is not None
-            and cached[0] == key
+            and cached[0] == versions
             and all(a is b for a, b in zip(cached[1], tensors))
         ):
             return cached[2]
         packed = self._pack_lanes()
-        self._packed_cache = (key, tensors, packed)
+        self._packed_cache = (versions, tensors, packed)
         return packed
 
     def _pack_lanes(self):
@@ -1144,19 +1144,7 @@ class StreamingWorld:
         crash is in what was observed and recorded) leave the world (``npc_crashed``):
         there are no crash dynamics, and ΔSim cannot drive two overlapping boxes apart,
         so a crashed pair would otherwise stay locked on the lane for the rest of the
-        episode. The ego stays (its episode ends on a collision unless told to go on).
-
-        Boxes whose circumscribed circles stay 1 m apart cannot overlap, so the exact test
-        runs only when some pair is nearer (a few steps of an episode): the same result,
-        without its cost on every step."""
-        reach = 0.5 * torch.hypot(self.length, self.width)  # circumradius (n, V)
-        dx = self.x[:, :, None] - self.x[:, None, :]
-        dy = self.y[:, :, None] - self.y[:, None, :]
-        limit = reach[:, :, None] + reach[:, None, :] + 1.0
-        near = (dx * dx + dy * dy < limit * limit) & self.valid[:, :, None] & self.valid[:, None]
-        near &= ~torch.eye(self.V, dtype=torch.bool, device=self.device)
-        if not bool(near.any()):
-            return
+        episode. The ego stays (its episode ends on a collision unless told to go on)."""
         agents, valid = self.agents()
         crashed = metrics.collisions(agents, valid)
         crashed[:, 0] = False
