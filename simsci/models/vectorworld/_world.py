@@ -589,7 +589,10 @@ class StreamingWorld:
         weights (fingerprints), its samplers' steps, seam completion, how vehicles are
         drawn, device and dtype. Openings made under equal settings are the tiles and
         traffic :meth:`opening` makes (``completion``: the version of
-        :func:`._lanegraph.complete_lanes`' rules)."""
+        :func:`._lanegraph.complete_lanes`' rules). ``lookahead`` and ``window`` are not
+        among them: an opening is its first two tiles and their traffic, made before any
+        look-ahead; a bank's look-ahead tiles are made by the world that uses them and
+        kept in its :attr:`bank`, never in the model's openings."""
         return {
             "tiles": _fingerprint(self.model.tiles),
             "first_steps": self.first_steps,
