@@ -307,7 +307,8 @@ def _successors(world_points: np.ndarray) -> np.ndarray:
 def plot_route(result: dict, path) -> bool:
     """A top-down plot of what was driven to ``path``: the lanes of every tile version
     that was live (a cell with several versions: the older ones faint), the ego's path,
-    NPC tracks faintly; False when matplotlib is not installed."""
+    NPC tracks in blue; False when matplotlib is not installed. The ego's path is drawn
+    wide and light under the lanes: a driver on its lane would otherwise hide it."""
     try:
         import matplotlib
 
@@ -332,15 +333,17 @@ def plot_route(result: dict, path) -> bool:
                 color="tab:red" if old else "0.45",
                 lw=0.5 if old else 0.8,
                 alpha=0.4 if old else 1.0,
-                zorder=1,
+                zorder=3,
             )
     tr = result["trace"]
     a, uid = tr["agents"], tr["uid"]
+    label = "NPCs"
     for j in range(1, a.shape[1]):  # one line per vehicle: break where the slot's id changes
         for u in np.unique(uid[:, j][uid[:, j] > 0]):
             xy = np.where((uid[:, j] == u)[:, None], a[:, j, :2], np.nan)
-            ax.plot(xy[:, 0], xy[:, 1], color="tab:blue", lw=0.5, alpha=0.35, zorder=2)
-    ax.plot(a[:, 0, 0], a[:, 0, 1], color="tab:green", lw=2.0, label="ego", zorder=3)
+            ax.plot(xy[:, 0], xy[:, 1], color="tab:blue", lw=1.0, alpha=0.6, zorder=4, label=label)
+            label = None
+    ax.plot(a[:, 0, 0], a[:, 0, 1], color="tab:green", lw=4.0, alpha=0.45, label="ego", zorder=1)
     s = result["stats"]
     ax.set_title(
         f"VectorWorld rollout: {s['distance_m'] / 1000:.2f} km, "
