@@ -29,7 +29,7 @@ from simsci.models.vectorworld import (
     write_rollout,
 )
 from simsci.models.vectorworld._tokens import DIRECTIONS
-from simsci.models.vectorworld._world import BANK_SEED
+from simsci.models.vectorworld._world import BANK_SEED, _walk
 
 Y_LANES = (-1.75, 1.75)  # two lanes along +x, both driving east
 
@@ -150,6 +150,27 @@ def test_streams_tiles_ahead_and_drops_behind():
         assert (0, 0) not in cells  # dropped behind
     assert world.stats["dropped_tiles"] >= 2 and not bool(world.ego_offroad().any())
     assert abs(float(world._ego_offset[0])) < 1e-4 and abs(float(world._ego_heading_err[0])) < 1e-5
+
+
+def test_the_look_ahead_follows_the_egos_lane_not_its_heading():
+    """An ego on the straight road turned 40 degrees north: its look-ahead stays on the
+    road's cells; an ego without a lane (none associated) looks along its heading and
+    the cell north-east of it is made."""
+    world = StreamingWorld(FakeWorldModel(), 2, max_tiles=6, seed=0)
+    world.reset()
+    assert bool(world._ego_known.all())
+    assert _cells(world, 0) == _cells(world, 1) == {(0, 0), (1, 0)}
+    world.theta[:, 0] = math.radians(40.0)
+    world._ego_known[1] = False
+    world._stream()
+    x, y = float(world.x[1, 0]), float(world.y[1, 0])
+    ray = set(
+        _walk(
+            x, y, x + 64.0 * math.cos(math.radians(40.0)), y + 64.0 * math.sin(math.radians(40.0))
+        )
+    )
+    assert (1, 1) in ray and ray <= _cells(world, 1)
+    assert _cells(world, 0) == {(0, 0), (1, 0)}
 
 
 def _cells(world, b=0):
