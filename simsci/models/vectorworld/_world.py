@@ -82,8 +82,9 @@ Design choices, and why
   appears as soon as the ego's lane turns towards it. The segment follows the lane's
   tangent rather than the ego's heading: a policy that swerves (PPO's stochastic
   actions) swept the heading's ray over the cells beside its road, and 46% of the tiles
-  made for a 320k-step PPO policy were never entered; along the lane it makes 26% fewer
-  tiles and a 9% cheaper step, and a lane-keeping driver's world barely changes
+  made for a 320k-step PPO policy were never entered; along the lane it makes 21% fewer
+  tiles and a ~9% cheaper step (median of four paired runs), and a lane-keeping
+  driver's world barely changes
   (benchmarks/README.md, fifteenth session).
 - **A persistent world.** A cell is generated once per episode: every tile goes into a
   per-world store ``cell -> (tile id, tile)`` when it is made (float64 tile dicts in
