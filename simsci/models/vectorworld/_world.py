@@ -864,18 +864,20 @@ class StreamingWorld:
         ``generators``: world -> the generator its tiles (and their vehicles) are drawn
         from instead of the world's (a bank opening's look-ahead, :meth:`reset`)."""
         worlds = list(range(self.n)) if worlds is None else list(worlds)
-        ex = self.x[:, 0].double().cpu().numpy()
-        ey = self.y[:, 0].double().cpu().numpy()
-        th = self.theta[:, 0].double().cpu().numpy()
+        # one host copy per step (each .cpu() of a CUDA tensor waits for the device)
+        ego = torch.stack(
+            [self.x[:, 0], self.y[:, 0], self.theta[:, 0], *self._ego_tangent.unbind(1)]
+            + [self._ego_known.to(self.x.dtype)],
+            1,
+        )
+        ex, ey, th, tx, ty, known = ego.double().cpu().numpy().T
         # along the ego's lane where it has one running its way (the last association:
         # a reset world has none yet), else along its heading (module docstring)
-        tan = self._ego_tangent.double().cpu().numpy()
-        known = self._ego_known.cpu().numpy()
         walks = {}
         for b in worlds:
             ux, uy = math.cos(th[b]), math.sin(th[b])
-            if known[b] and tan[b, 0] * ux + tan[b, 1] * uy > 0.0:
-                ux, uy = float(tan[b, 0]), float(tan[b, 1])
+            if known[b] > 0.5 and tx[b] * ux + ty[b] * uy > 0.0:
+                ux, uy = float(tx[b]), float(ty[b])
             x1 = ex[b] + self.lookahead * ux
             y1 = ey[b] + self.lookahead * uy
             walks[b] = _walk(ex[b], ey[b], x1, y1)

@@ -160,15 +160,12 @@ def test_the_look_ahead_follows_the_egos_lane_not_its_heading():
     world.reset()
     assert bool(world._ego_known.all())
     assert _cells(world, 0) == _cells(world, 1) == {(0, 0), (1, 0)}
-    world.theta[:, 0] = math.radians(40.0)
+    th = math.radians(40.0)
+    world.theta[:, 0] = th
     world._ego_known[1] = False
     world._stream()
-    x, y = float(world.x[1, 0]), float(world.y[1, 0])
-    ray = set(
-        _walk(
-            x, y, x + 64.0 * math.cos(math.radians(40.0)), y + 64.0 * math.sin(math.radians(40.0))
-        )
-    )
+    x, y, ahead = float(world.x[1, 0]), float(world.y[1, 0]), world.lookahead
+    ray = set(_walk(x, y, x + ahead * math.cos(th), y + ahead * math.sin(th)))
     assert (1, 1) in ray and ray <= _cells(world, 1)
     assert _cells(world, 0) == {(0, 0), (1, 0)}
 
